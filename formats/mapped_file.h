@@ -1,0 +1,37 @@
+// Read-only memory mapping of a whole file (POSIX mmap).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace sq {
+
+/// A read-only, private memory mapping of an entire file. Pages are loaded lazily by the OS, so a
+/// multi-GiB checkpoint costs address space, not resident memory, until touched.
+/// Not copyable; share it through std::shared_ptr (Tensor views keep it alive that way).
+class MappedFile {
+ public:
+  /// Maps `path`. Throws InputError ("cannot open FILE: reason") when the file is missing,
+  /// unreadable or a directory. An empty file maps to size()==0, data()==nullptr.
+  static std::shared_ptr<const MappedFile> open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  MappedFile() = default;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  std::string path_;
+};
+
+/// Reads a whole (small) file into a string. Throws InputError naming the file on failure.
+std::string read_file_to_string(const std::string& path);
+
+}  // namespace sq

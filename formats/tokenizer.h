@@ -1,0 +1,41 @@
+// Tokenizer interface shared by the llama2.c `tokenizer.bin` reader and the SentencePiece
+// `tokenizer.model` wrapper.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sq {
+
+/// Text <-> token ids for LLaMA-family SentencePiece vocabularies.
+/// Encoding follows SentencePiece/llama.cpp conventions: a dummy-prefix space before the text,
+/// byte fallback (`<0xXX>` pieces) for characters not in the vocabulary.
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  /// Token ids of `text` (UTF-8), optionally with BOS first and EOS last. Empty text gives just
+  /// the requested BOS/EOS.
+  virtual std::vector<int> encode(std::string_view text, bool add_bos, bool add_eos) const = 0;
+
+  /// Text of `token` when it follows `prev_token` in a stream: byte pieces become their raw byte,
+  /// the leading space of the first piece after BOS is dropped, BOS/EOS/unk give "".
+  virtual std::string decode_token(int prev_token, int token) const = 0;
+
+  /// Concatenated decode_token over `tokens` (the first one treated as following BOS if it is BOS).
+  std::string decode(const std::vector<int>& tokens) const;
+
+  virtual int vocab_size() const = 0;
+  virtual int bos_id() const = 0;
+  virtual int eos_id() const = 0;
+  /// The vocabulary piece of `token` as stored (e.g. " the", "<0x0A>"); throws std::out_of_range.
+  virtual std::string piece(int token) const = 0;
+};
+
+/// Loads a tokenizer by file content: SentencePiece `tokenizer.model` (protobuf) or llama2.c
+/// `tokenizer.bin`. Throws InputError naming `path` when it is neither or is malformed.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
+
+}  // namespace sq

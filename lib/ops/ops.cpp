@@ -1,0 +1,80 @@
+#include "ops/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace sq::ops {
+
+void rms_norm(const float* x, const float* w, float* y, int64_t n, int d, float eps) {
+#pragma omp parallel for schedule(static) if (n * d >= (1 << 16))
+  for (int64_t t = 0; t < n; ++t) {
+    const float* xr = x + t * d;
+    float* yr = y + t * d;
+    float ss = 0.0f;
+    for (int j = 0; j < d; ++j) ss += xr[j] * xr[j];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
+    for (int j = 0; j < d; ++j) yr[j] = xr[j] * inv * w[j];
+  }
+}
+
+void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim, float theta, RopeLayout layout) {
+  const int half = head_dim / 2;
+  // inv_freq[i] = theta^(-2i/d), shared by every head and token.
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i)
+    inv_freq[static_cast<size_t>(i)] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+  const int64_t width = int64_t(n_heads) * head_dim;
+#pragma omp parallel for schedule(static) if (n * width >= (1 << 16))
+  for (int64_t t = 0; t < n; ++t) {
+    const float pos = static_cast<float>(positions[t]);
+    float* row = x + t * width;
+    for (int i = 0; i < half; ++i) {
+      const float angle = pos * inv_freq[static_cast<size_t>(i)];
+      const float c = std::cos(angle), s = std::sin(angle);
+      const int a = layout == RopeLayout::Interleaved ? 2 * i : i;
+      const int b = layout == RopeLayout::Interleaved ? 2 * i + 1 : i + half;
+      for (int h = 0; h < n_heads; ++h) {
+        float* v = row + int64_t(h) * head_dim;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c - x1 * s;
+        v[b] = x0 * s + x1 * c;
+      }
+    }
+  }
+}
+
+void swiglu(float* gate, const float* up, int64_t count) {
+#pragma omp parallel for schedule(static) if (count >= (1 << 16))
+  for (int64_t i = 0; i < count; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void add_inplace(float* out, const float* x, int64_t count) {
+#pragma omp parallel for schedule(static) if (count >= (1 << 16))
+  for (int64_t i = 0; i < count; ++i) out[i] += x[i];
+}
+
+void softmax_row(float* x, int count) {
+  float m = x[0];
+  for (int i = 1; i < count; ++i) m = std::max(m, x[i]);
+  float sum = 0.0f;
+  for (int i = 0; i < count; ++i) {
+    x[i] = std::exp(x[i] - m);
+    sum += x[i];
+  }
+  const float inv = 1.0f / sum;
+  for (int i = 0; i < count; ++i) x[i] *= inv;
+}
+
+double log_sum_exp(const float* x, int count) {
+  float m = x[0];
+  for (int i = 1; i < count; ++i) m = std::max(m, x[i]);
+  double sum = 0.0;
+  for (int i = 0; i < count; ++i) sum += std::exp(static_cast<double>(x[i]) - m);
+  return static_cast<double>(m) + std::log(sum);
+}
+
+}  // namespace sq::ops

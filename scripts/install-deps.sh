@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs sqkit's build and test dependencies from Debian packages.
+# Idempotent: packages already present are left alone. Needs root (or sudo).
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libopenblas-openmp-dev        # BLAS sgemm (OpenMP build: nests cleanly inside our own OpenMP regions)
+  libcli11-dev nlohmann-json3-dev
+  libzstd-dev libhdf5-dev libxxhash-dev
+  libsentencepiece-dev          # tokenizer.model
+  libdnnl-dev                   # oneDNN INT8 matmul (AMX/VNNI)
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
