@@ -1,0 +1,51 @@
+#include "core/progress.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace sq {
+
+namespace {
+std::string format_duration(double s) {
+  if (!(s >= 0) || s > 360000) return "--:--";
+  const int t = static_cast<int>(s + 0.5);
+  char buf[32];
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
+  else std::snprintf(buf, sizeof buf, "%d:%02d", t / 60, t % 60);
+  return buf;
+}
+}  // namespace
+
+ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit, bool enabled)
+    : label_(std::move(label)), unit_(std::move(unit)), total_(total), enabled_(enabled && isatty(2) && total > 0) {
+  start_ = last_draw_ = std::chrono::steady_clock::now();
+}
+
+ProgressBar::~ProgressBar() { finish(); }
+
+void ProgressBar::update(int64_t done, double rate_items, const char* rate_unit) {
+  if (!enabled_ || finished_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (done < total_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
+  last_draw_ = now;
+  const double elapsed = std::chrono::duration<double>(now - start_).count();
+  const double frac = static_cast<double>(done) / static_cast<double>(total_);
+  const int width = 30, filled = static_cast<int>(frac * width);
+  std::string bar(static_cast<size_t>(filled), '#');
+  bar.append(static_cast<size_t>(width - filled), '.');
+  const double eta = done > 0 ? elapsed * (1.0 - frac) / frac : -1.0;
+  char rate[64] = "";
+  if (rate_unit && elapsed > 0) std::snprintf(rate, sizeof rate, ", %.1fk %s/s", rate_items / elapsed / 1000.0, rate_unit);
+  std::fprintf(stderr, "\r%s [%s] %3d%% %lld/%lld %s%s, ETA %s ", label_.c_str(), bar.c_str(), static_cast<int>(frac * 100),
+               static_cast<long long>(done), static_cast<long long>(total_), unit_.c_str(), rate, format_duration(eta).c_str());
+  std::fflush(stderr);
+}
+
+void ProgressBar::finish() {
+  if (!enabled_ || finished_) return;
+  finished_ = true;
+  std::fprintf(stderr, "\n");
+}
+
+}  // namespace sq

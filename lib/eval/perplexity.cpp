@@ -1,0 +1,127 @@
+#include "eval/perplexity.h"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "core/error.h"
+#include "ops/ops.h"
+
+namespace sq {
+
+const char* protocol_name(PplProtocol p) { return p == PplProtocol::Windows ? "windows" : "llamacpp"; }
+
+PplProtocol parse_protocol(const std::string& name) {
+  if (name == "windows") return PplProtocol::Windows;
+  if (name == "llamacpp") return PplProtocol::LlamaCpp;
+  throw UsageError("--protocol must be 'windows' or 'llamacpp', got '" + name + "'");
+}
+
+int64_t perplexity_chunks(int64_t n_tokens, const PerplexityOptions& o) {
+  int64_t chunks = o.ctx > 0 ? n_tokens / o.ctx : 0;
+  if (o.max_chunks > 0 && chunks > o.max_chunks) chunks = o.max_chunks;
+  return chunks;
+}
+
+namespace {
+
+struct ChunkSums {
+  double nll = 0, nll2 = 0;
+  int64_t count = 0;
+};
+
+/// Runs one chunk and accumulates NLL over its scored predictions.
+ChunkSums score_chunk(const LlamaModel& model, const std::vector<int32_t>& tokens, int64_t chunk,
+                      const PerplexityOptions& o, KVCache& cache, Workspace& ws, std::vector<float>& logits,
+                      std::vector<int32_t>& input) {
+  const int ctx = o.ctx;
+  const int vocab = model.config().vocab_size;
+  const int64_t start = chunk * ctx;
+  input.assign(tokens.begin() + start, tokens.begin() + start + ctx);
+  int first = 0;  // first position whose prediction (of the next token) is scored
+  if (o.protocol == PplProtocol::LlamaCpp) {
+    input[0] = model.config().bos_id;
+    first = ctx / 2;
+  }
+  cache.clear();
+  logits.resize(static_cast<size_t>(ctx) * vocab);
+  model.forward(input.data(), ctx, cache, ws, logits.data(), LogitsFor::AllTokens);
+  ChunkSums s;
+  for (int pos = first; pos < ctx - 1; ++pos) {
+    const float* row = logits.data() + static_cast<size_t>(pos) * vocab;
+    const int32_t target = tokens[static_cast<size_t>(start + pos + 1)];
+    const double nll = ops::log_sum_exp(row, vocab) - row[target];
+    s.nll += nll;
+    s.nll2 += nll * nll;
+    ++s.count;
+  }
+  return s;
+}
+
+}  // namespace
+
+PerplexityResult evaluate_perplexity(const LlamaModel& model, const std::vector<int32_t>& tokens,
+                                     const PerplexityOptions& o) {
+  if (o.ctx < 2) throw UsageError("context length must be at least 2 tokens, got " + std::to_string(o.ctx));
+  const int64_t chunks = perplexity_chunks(static_cast<int64_t>(tokens.size()), o);
+  if (chunks == 0)
+    throw UsageError("the text has " + std::to_string(tokens.size()) + " tokens, fewer than one chunk of " + std::to_string(o.ctx));
+
+  std::vector<ChunkSums> sums(static_cast<size_t>(chunks));
+  const auto t0 = std::chrono::steady_clock::now();
+  // Small models: one chunk per thread (ops inside run single-threaded). Large models: chunks in
+  // order, each op parallel. The cut-off is where per-op parallelism becomes efficient.
+  const bool chunk_parallel = model.config().dim < 1024 && omp_get_max_threads() > 1 && chunks > 1;
+  int64_t done = 0;
+  if (chunk_parallel) {
+#pragma omp parallel
+    {
+      KVCache cache(model.config(), o.ctx);
+      Workspace ws;
+      std::vector<float> logits;
+      std::vector<int32_t> input;
+#pragma omp for schedule(dynamic)
+      for (int64_t i = 0; i < chunks; ++i) {
+        sums[static_cast<size_t>(i)] = score_chunk(model, tokens, i, o, cache, ws, logits, input);
+        int64_t now_done;
+#pragma omp atomic capture
+        now_done = ++done;
+        if (omp_get_thread_num() == 0 && o.on_progress) o.on_progress(now_done, chunks, now_done * o.ctx);
+      }
+    }
+  } else {
+    KVCache cache(model.config(), o.ctx);
+    Workspace ws;
+    std::vector<float> logits;
+    std::vector<int32_t> input;
+    for (int64_t i = 0; i < chunks; ++i) {
+      sums[static_cast<size_t>(i)] = score_chunk(model, tokens, i, o, cache, ws, logits, input);
+      if (o.on_progress) o.on_progress(i + 1, chunks, (i + 1) * o.ctx);
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (o.on_progress) o.on_progress(chunks, chunks, chunks * o.ctx);
+
+  PerplexityResult r;
+  double nll = 0, nll2 = 0;
+  for (const ChunkSums& s : sums) {
+    nll += s.nll;
+    nll2 += s.nll2;
+    r.tokens_scored += s.count;
+    r.chunk_nll.push_back(s.nll / static_cast<double>(s.count));
+  }
+  const double N = static_cast<double>(r.tokens_scored);
+  r.nll_mean = nll / N;
+  r.ppl = std::exp(r.nll_mean);
+  // Standard error as llama.cpp reports it: ppl · sqrt(var(nll) / (N − 1)), var = E[nll²] − E[nll]².
+  const double var = nll2 / N - r.nll_mean * r.nll_mean;
+  r.ppl_stderr = (var > 0 && N > 1) ? r.ppl * std::sqrt(var / (N - 1)) : 0.0;
+  r.chunks = chunks;
+  r.tokens_processed = chunks * o.ctx;
+  r.seconds = seconds;
+  r.tokens_per_second = seconds > 0 ? static_cast<double>(r.tokens_processed) / seconds : 0.0;
+  return r;
+}
+
+}  // namespace sq

@@ -1,0 +1,59 @@
+// Perplexity under named protocols (definitions: docs/protocols.md).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model/llama_model.h"
+
+namespace sq {
+
+enum class PplProtocol {
+  /// Non-overlapping windows (SmoothQuant/GPTQ/KVQuant/Atom tables): floor(n/ctx) windows of the
+  /// token stream (BOS only at the very start), each run with a fresh cache; all ctx−1 next-token
+  /// predictions of each window are scored; the remainder is dropped.
+  Windows,
+  /// llama.cpp `llama-perplexity`: chunk i = tokens [i·ctx, (i+1)·ctx) with its first token
+  /// replaced by BOS; only predictions of tokens ctx/2+1 … ctx−1 are scored (ctx−1−ctx/2 per chunk).
+  LlamaCpp,
+};
+
+/// "windows" / "llamacpp".
+const char* protocol_name(PplProtocol p);
+/// Parses "windows" / "llamacpp"; throws UsageError otherwise.
+PplProtocol parse_protocol(const std::string& name);
+
+struct PerplexityOptions {
+  PplProtocol protocol = PplProtocol::Windows;
+  int ctx = 256;        ///< window / chunk length in tokens
+  int64_t max_chunks = 0;  ///< 0 = all chunks the text holds
+  /// Called from the evaluating thread after each chunk with (chunks done, total chunks, tokens processed).
+  std::function<void(int64_t, int64_t, int64_t)> on_progress;
+};
+
+struct PerplexityResult {
+  double ppl = 0;          ///< exp(mean NLL)
+  double ppl_stderr = 0;   ///< as llama.cpp: ppl · sqrt((E[nll²] − E[nll]²) / (N − 1))
+  double nll_mean = 0;     ///< mean negative log-likelihood per scored token (nats)
+  int64_t tokens_scored = 0;
+  int64_t tokens_processed = 0;  ///< tokens run through the model (chunks × ctx), as llama.cpp counts
+  int64_t chunks = 0;
+  double seconds = 0;            ///< wall time of the evaluation (not tokenization or loading)
+  double tokens_per_second = 0;  ///< tokens_processed / seconds
+  std::vector<double> chunk_nll; ///< mean NLL of each chunk, in order
+};
+
+/// Number of chunks `tokens` holds for ctx (floor(n/ctx), capped by max_chunks when > 0).
+int64_t perplexity_chunks(int64_t n_tokens, const PerplexityOptions& options);
+
+/// Evaluates perplexity of `model` on the token stream `tokens` (already tokenized, with BOS at
+/// the start for both protocols). Uses all OpenMP threads: whole chunks in parallel for small
+/// models, parallel ops inside one chunk for large ones; the result does not depend on the thread
+/// count (per-chunk sums are combined in chunk order).
+/// Throws UsageError when ctx < 2 or the text holds no complete chunk.
+PerplexityResult evaluate_perplexity(const LlamaModel& model, const std::vector<int32_t>& tokens,
+                                     const PerplexityOptions& options);
+
+}  // namespace sq

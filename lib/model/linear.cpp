@@ -1,0 +1,34 @@
+#include "model/linear.h"
+
+#include <cblas.h>
+
+#include <stdexcept>
+
+namespace sq {
+
+DenseLinear::DenseLinear(Tensor weight, Tensor bias) : weight_(std::move(weight)), bias_(std::move(bias)) {
+  if (weight_.rank() != 2) throw std::invalid_argument("DenseLinear: weight must be rank 2, got " + weight_.shape_string());
+  if (!bias_.empty() && bias_.numel() != weight_.dim(0))
+    throw std::invalid_argument("DenseLinear: bias " + bias_.shape_string() + " does not match weight " + weight_.shape_string());
+}
+
+void DenseLinear::forward(const float* x, int64_t n, float* y) const {
+  const int64_t in = in_features(), out = out_features();
+  if (n == 1) {
+    // y[out] = W[out, in] · x[in]
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(out), static_cast<blasint>(in), 1.0f, weight_.data(),
+                static_cast<blasint>(in), x, 1, 0.0f, y, 1);
+  } else {
+    // y[n, out] = x[n, in] · W[out, in]ᵀ
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(n), static_cast<blasint>(out),
+                static_cast<blasint>(in), 1.0f, x, static_cast<blasint>(in), weight_.data(), static_cast<blasint>(in), 0.0f, y,
+                static_cast<blasint>(out));
+  }
+  if (!bias_.empty()) {
+    const float* b = bias_.data();
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t j = 0; j < out; ++j) y[t * out + j] += b[j];
+  }
+}
+
+}  // namespace sq

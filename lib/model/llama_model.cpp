@@ -1,0 +1,169 @@
+#include "model/llama_model.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "ops/ops.h"
+
+namespace sq {
+
+namespace {
+/// Query rows handled per attention task; bounds the score buffer to kQueryBlock × context floats.
+constexpr int64_t kQueryBlock = 64;
+
+void ensure(std::vector<float>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
+}  // namespace
+
+LlamaModel::LlamaModel(ModelConfig config, Tensor embed, std::vector<LlamaLayer> layers, Tensor final_norm,
+                       std::unique_ptr<Linear> lm_head)
+    : config_(std::move(config)),
+      embed_(std::move(embed)),
+      layers_(std::move(layers)),
+      final_norm_(std::move(final_norm)),
+      lm_head_(std::move(lm_head)) {}
+
+LlamaModel LlamaModel::from_checkpoint(const Checkpoint& ck) {
+  const ModelConfig& c = ck.config;
+  const int64_t d = c.dim, q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim, h = c.hidden_dim;
+  auto dense = [&](const std::string& name, std::vector<int64_t> shape, const std::string& bias = "") {
+    Tensor b;
+    if (!bias.empty()) b = ck.get(bias, {shape[0]});
+    return std::make_unique<DenseLinear>(ck.get(name, shape), b);
+  };
+  std::vector<LlamaLayer> layers(static_cast<size_t>(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = names::layer(l);
+    const std::string a = p + "self_attn.";
+    LlamaLayer& L = layers[static_cast<size_t>(l)];
+    L.attn_norm = ck.get(p + "input_layernorm.weight", {d});
+    L.q_proj = dense(a + "q_proj.weight", {q, d}, c.qkv_bias ? a + "q_proj.bias" : "");
+    L.k_proj = dense(a + "k_proj.weight", {kv, d}, c.qkv_bias ? a + "k_proj.bias" : "");
+    L.v_proj = dense(a + "v_proj.weight", {kv, d}, c.qkv_bias ? a + "v_proj.bias" : "");
+    L.o_proj = dense(a + "o_proj.weight", {d, q});
+    L.ffn_norm = ck.get(p + "post_attention_layernorm.weight", {d});
+    L.gate_proj = dense(p + "mlp.gate_proj.weight", {h, d});
+    L.up_proj = dense(p + "mlp.up_proj.weight", {h, d});
+    L.down_proj = dense(p + "mlp.down_proj.weight", {d, h});
+  }
+  Tensor embed = ck.get(names::kEmbed, {c.vocab_size, d});
+  auto head = std::make_unique<DenseLinear>(c.tied_embeddings ? embed : ck.get(names::kLmHead, {c.vocab_size, d}));
+  return LlamaModel(c, embed, std::move(layers), ck.get(names::kFinalNorm, {d}), std::move(head));
+}
+
+void LlamaModel::forward(const int32_t* tokens, int64_t n, KVCache& cache, Workspace& ws, float* logits,
+                         LogitsFor which) const {
+  const ModelConfig& c = config_;
+  const int64_t d = c.dim, hd = c.head_dim, qw = int64_t(c.n_heads) * hd, kvw = int64_t(c.n_kv_heads) * hd,
+                hid = c.hidden_dim;
+  const int64_t p0 = cache.length();
+  if (n <= 0) return;
+  if (p0 + n > cache.capacity())
+    throw std::length_error("KV cache full: " + std::to_string(p0) + " + " + std::to_string(n) + " positions exceed capacity " +
+                            std::to_string(cache.capacity()));
+  ensure(ws.x, n * d);
+  ensure(ws.xn, n * d);
+  ensure(ws.q, n * qw);
+  ensure(ws.k, n * kvw);
+  ensure(ws.v, n * kvw);
+  ensure(ws.att, n * qw);
+  ensure(ws.proj, n * d);
+  ensure(ws.gate, n * hid);
+  ensure(ws.up, n * hid);
+  ws.positions.resize(static_cast<size_t>(n));
+
+  // x[n, dim] = embedding rows of the tokens.
+  float* x = ws.x.data();
+  for (int64_t t = 0; t < n; ++t) {
+    const int32_t tok = tokens[t];
+    if (tok < 0 || tok >= c.vocab_size)
+      throw std::out_of_range("token id " + std::to_string(tok) + " outside the vocabulary of " + std::to_string(c.vocab_size));
+    std::memcpy(x + t * d, embed_.data() + int64_t(tok) * d, static_cast<size_t>(d) * sizeof(float));
+    ws.positions[static_cast<size_t>(t)] = static_cast<int32_t>(p0 + t);
+  }
+
+  float* xn = ws.xn.data();
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LlamaLayer& L = layers_[static_cast<size_t>(l)];
+    // --- attention block: x += o_proj(attention(rope(q), rope(k), v)) on RMSNorm(x) ---
+    ops::rms_norm(x, L.attn_norm.data(), xn, n, static_cast<int>(d), c.norm_eps);
+    L.q_proj->forward(xn, n, ws.q.data());  // q[n, n_heads*hd]
+    L.k_proj->forward(xn, n, ws.k.data());  // k[n, n_kv*hd]
+    L.v_proj->forward(xn, n, ws.v.data());  // v[n, n_kv*hd]
+    ops::rope(ws.q.data(), ws.positions.data(), n, c.n_heads, static_cast<int>(hd), c.rope_theta, c.rope_layout);
+    ops::rope(ws.k.data(), ws.positions.data(), n, c.n_kv_heads, static_cast<int>(hd), c.rope_theta, c.rope_layout);
+    float* kc = cache.keys(l);
+    float* vc = cache.values(l);
+    std::memcpy(kc + p0 * kvw, ws.k.data(), static_cast<size_t>(n * kvw) * sizeof(float));
+    std::memcpy(vc + p0 * kvw, ws.v.data(), static_cast<size_t>(n * kvw) * sizeof(float));
+    attention(ws.q.data(), kc, vc, n, p0, ws.att.data(), ws);  // att[n, n_heads*hd]
+    L.o_proj->forward(ws.att.data(), n, ws.proj.data());
+    ops::add_inplace(x, ws.proj.data(), n * d);
+
+    // --- FFN block: x += down(silu(gate(xn)) * up(xn)) on RMSNorm(x) ---
+    ops::rms_norm(x, L.ffn_norm.data(), xn, n, static_cast<int>(d), c.norm_eps);
+    L.gate_proj->forward(xn, n, ws.gate.data());  // [n, hidden]
+    L.up_proj->forward(xn, n, ws.up.data());      // [n, hidden]
+    ops::swiglu(ws.gate.data(), ws.up.data(), n * hid);
+    L.down_proj->forward(ws.gate.data(), n, ws.proj.data());  // [n, dim]
+    ops::add_inplace(x, ws.proj.data(), n * d);
+  }
+  cache.advance(n);
+
+  if (which == LogitsFor::None) return;
+  const int64_t first = which == LogitsFor::AllTokens ? 0 : n - 1;
+  const int64_t rows = n - first;
+  ops::rms_norm(x + first * d, final_norm_.data(), xn, rows, static_cast<int>(d), c.norm_eps);
+  lm_head_->forward(xn, rows, logits);  // logits[rows, vocab]
+}
+
+void LlamaModel::attention(const float* q, const float* keys, const float* values, int64_t n, int64_t p0, float* out,
+                           Workspace& ws) const {
+  // Causal grouped-query attention for n new queries at positions p0..p0+n-1 over cache rows
+  // 0..p0+n-1. Query head h reads KV head h / (n_heads / n_kv_heads).
+  //   S[i, j] = q_h[i] · k_g[j] / sqrt(hd)   (j ≤ p0 + i)
+  //   out_h[i] = softmax(S[i]) · V_g
+  const ModelConfig& c = config_;
+  const int64_t hd = c.head_dim, qw = int64_t(c.n_heads) * hd, kvw = int64_t(c.n_kv_heads) * hd;
+  const int group = c.n_heads / c.n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t n_blocks = (n + kQueryBlock - 1) / kQueryBlock;
+  const int64_t tasks = int64_t(c.n_heads) * n_blocks;
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (static_cast<int>(ws.scores.size()) < threads) ws.scores.resize(static_cast<size_t>(threads));
+
+#pragma omp parallel for schedule(dynamic) num_threads(threads) if (threads > 1 && tasks > 1)
+  for (int64_t task = 0; task < tasks; ++task) {
+    const int h = static_cast<int>(task / n_blocks);
+    const int64_t r0 = (task % n_blocks) * kQueryBlock;
+    const int64_t rows = std::min(kQueryBlock, n - r0);
+    const int64_t n_keys = p0 + r0 + rows;  // keys visible to the last row of this block
+    std::vector<float>& S = ws.scores[static_cast<size_t>(omp_get_thread_num())];
+    ensure(S, rows * n_keys);
+    const float* Qh = q + r0 * qw + h * hd;
+    const float* Kg = keys + (h / group) * hd;
+    const float* Vg = values + (h / group) * hd;
+    // S[rows, n_keys] = scale · Q_h[rows, hd] · K_g[n_keys, hd]ᵀ
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows), static_cast<blasint>(n_keys),
+                static_cast<blasint>(hd), scale, Qh, static_cast<blasint>(qw), Kg, static_cast<blasint>(kvw), 0.0f, S.data(),
+                static_cast<blasint>(n_keys));
+    for (int64_t i = 0; i < rows; ++i) {
+      float* row = S.data() + i * n_keys;
+      const int64_t visible = p0 + r0 + i + 1;  // causal mask
+      ops::softmax_row(row, static_cast<int>(visible));
+      std::fill(row + visible, row + n_keys, 0.0f);
+    }
+    // out_h[rows, hd] = P[rows, n_keys] · V_g[n_keys, hd]
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows), static_cast<blasint>(hd),
+                static_cast<blasint>(n_keys), 1.0f, S.data(), static_cast<blasint>(n_keys), Vg, static_cast<blasint>(kvw), 0.0f,
+                out + r0 * qw + h * hd, static_cast<blasint>(qw));
+  }
+}
+
+}  // namespace sq

@@ -1,0 +1,78 @@
+// The LLaMA decoder (Touvron et al. 2023): RMSNorm, RoPE, grouped-query causal attention with a KV
+// cache, SwiGLU FFN, final norm, LM head. FP32 activations; projections are `Linear`s.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/checkpoint.h"
+#include "core/model_config.h"
+#include "core/tensor.h"
+#include "model/linear.h"
+#include "runtime/kv_cache.h"
+
+namespace sq {
+
+/// Weights of one decoder layer.
+struct LlamaLayer {
+  Tensor attn_norm;                 ///< [dim] RMSNorm weight before attention
+  std::unique_ptr<Linear> q_proj;   ///< dim -> n_heads*head_dim (rows ordered per config.rope_layout)
+  std::unique_ptr<Linear> k_proj;   ///< dim -> n_kv_heads*head_dim
+  std::unique_ptr<Linear> v_proj;   ///< dim -> n_kv_heads*head_dim
+  std::unique_ptr<Linear> o_proj;   ///< n_heads*head_dim -> dim
+  Tensor ffn_norm;                  ///< [dim] RMSNorm weight before the FFN
+  std::unique_ptr<Linear> gate_proj;  ///< dim -> hidden_dim (llama2.c w1)
+  std::unique_ptr<Linear> up_proj;    ///< dim -> hidden_dim (llama2.c w3)
+  std::unique_ptr<Linear> down_proj;  ///< hidden_dim -> dim (llama2.c w2)
+};
+
+/// Which rows of logits `LlamaModel::forward` computes.
+enum class LogitsFor {
+  AllTokens,  ///< [n, vocab]: perplexity, scoring
+  LastToken,  ///< [1, vocab]: generation
+  None,       ///< no LM head (prefill only)
+};
+
+/// Scratch buffers of one forward pass; reuse one per thread across calls to avoid allocation.
+struct Workspace {
+  std::vector<float> x, xn, q, k, v, att, proj, gate, up;
+  std::vector<int32_t> positions;
+  std::vector<std::vector<float>> scores;  ///< per worker thread: [query block, keys]
+};
+
+/// A LLaMA-family decoder ready to run.
+class LlamaModel {
+ public:
+  LlamaModel(ModelConfig config, Tensor embed, std::vector<LlamaLayer> layers, Tensor final_norm,
+             std::unique_ptr<Linear> lm_head);
+
+  /// Builds an FP32 model (DenseLinear everywhere) from a checkpoint's canonical tensors.
+  /// Throws InputError naming the checkpoint and tensor when one is missing or mis-shaped.
+  static LlamaModel from_checkpoint(const Checkpoint& checkpoint);
+
+  const ModelConfig& config() const { return config_; }
+  const std::vector<LlamaLayer>& layers() const { return layers_; }
+  const Tensor& embedding() const { return embed_; }
+  const Tensor& final_norm() const { return final_norm_; }
+  const Linear& lm_head() const { return *lm_head_; }
+
+  /// Runs `n` tokens at positions cache.length() … cache.length()+n−1 (one block: prefill when
+  /// n > 1, decode when n == 1), appends their keys/values to `cache`, and writes logits:
+  /// [n, vocab] for AllTokens, [1, vocab] (of the last token) for LastToken, nothing for None.
+  /// Throws std::out_of_range if a token id is outside the vocabulary and std::length_error if the
+  /// cache has no room for n more positions.
+  void forward(const int32_t* tokens, int64_t n, KVCache& cache, Workspace& ws, float* logits, LogitsFor which) const;
+
+ private:
+  void attention(const float* q, const float* keys, const float* values, int64_t n, int64_t p0, float* out,
+                 Workspace& ws) const;
+
+  ModelConfig config_;
+  Tensor embed_;
+  std::vector<LlamaLayer> layers_;
+  Tensor final_norm_;
+  std::unique_ptr<Linear> lm_head_;
+};
+
+}  // namespace sq

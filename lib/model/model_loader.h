@@ -1,0 +1,33 @@
+// Opens any supported model path (llama2.c .bin, Hugging Face directory) as a runnable LlamaModel.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "model/llama_model.h"
+
+namespace sq {
+
+struct LoadedModel {
+  std::unique_ptr<LlamaModel> model;
+  std::string path;
+  std::string format;              ///< "llama2c", "hf-safetensors"
+  std::string default_tokenizer;   ///< tokenizer file found beside the model ("" when none)
+};
+
+/// Detects the format of `path` and loads it: a directory is a Hugging Face checkpoint
+/// (config.json + safetensors); a file with a llama2.c header is a llama2.c checkpoint.
+/// Throws InputError ("cannot open PATH: ...", "PATH: not a recognized model ...") or the
+/// format reader's InputError/UnsupportedError.
+LoadedModel load_model(const std::string& path);
+
+}  // namespace sq
+
+namespace sq {
+class Tokenizer;
+
+/// Opens the tokenizer for `loaded`: `tokenizer_path` when non-empty, else the one found beside the
+/// model. Throws UsageError when there is none ("give --tokenizer") and InputError when its
+/// vocabulary size differs from the model's (naming both sizes and files).
+std::unique_ptr<Tokenizer> open_tokenizer_for(const LoadedModel& loaded, const std::string& tokenizer_path);
+}  // namespace sq

@@ -1,0 +1,29 @@
+// Autoregressive generation: prefill the prompt as one block, then decode one token at a time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "model/llama_model.h"
+#include "runtime/sampler.h"
+
+namespace sq {
+
+struct GenerationStats {
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+  bool hit_context_limit = false;  ///< stopped because the model's context was full
+  bool hit_end_token = false;      ///< stopped at EOS (or BOS, which llama2.c models emit between stories)
+};
+
+/// Generates up to `max_new_tokens` after `prompt` (token ids, normally starting with BOS), calling
+/// `on_token(prev, token)` for each generated token as soon as it is sampled. Stops early at
+/// EOS/BOS or when the context (`context_limit` positions, normally config.max_seq_len) is full.
+/// Throws UsageError for an empty prompt or one longer than the context.
+GenerationStats generate(const LlamaModel& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
+                         int64_t context_limit, Sampler& sampler, const std::function<void(int32_t, int32_t)>& on_token);
+
+}  // namespace sq

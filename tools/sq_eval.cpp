@@ -1,0 +1,97 @@
+// sq-eval: perplexity of a model on a text file under a named protocol (docs/protocols.md).
+#include <omp.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/progress.h"
+#include "core/tool_main.h"
+#include "eval/perplexity.h"
+#include "formats/atomic_file.h"
+#include "formats/mapped_file.h"
+#include "formats/tokenizer.h"
+#include "model/model_loader.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"sq-eval: measure perplexity of a model on a text file.\n"
+               "Protocols (docs/protocols.md): 'windows' = non-overlapping windows, all ctx-1 predictions scored "
+               "(SmoothQuant/GPTQ/KVQuant tables); 'llamacpp' = llama.cpp llama-perplexity (BOS per chunk, second half scored)."};
+  std::string model_path, tokenizer_path, text_path, protocol = "windows", json_path;
+  int ctx = 0, threads = 0;
+  int64_t chunks = 0;
+  bool allow_long = false, quiet = false;
+  app.add_option("-m,--model", model_path, "Model: llama2.c .bin or Hugging Face checkpoint directory")->required();
+  app.add_option("--tokenizer", tokenizer_path, "Tokenizer (tokenizer.bin or tokenizer.model); default: the model's own");
+  app.add_option("-f,--file", text_path, "Text file to evaluate (UTF-8)")->required();
+  app.add_option("--protocol", protocol, "windows | llamacpp")->capture_default_str();
+  app.add_option("-c,--ctx", ctx, "Window/chunk length in tokens (default: min(512, model context))");
+  app.add_option("--chunks", chunks, "Evaluate only the first N chunks (default: all)");
+  app.add_option("--json", json_path, "Also write the results as JSON to this file");
+  app.add_option("-t,--threads", threads, "Threads (default: all cores)");
+  app.add_flag("--allow-long-context", allow_long, "Allow -c larger than the model's trained context");
+  app.add_flag("-q,--quiet", quiet, "No progress bar");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : sq::kExitInput;
+  }
+
+  return sq::run_tool("sq-eval", [&]() {
+    if (threads < 0) throw sq::UsageError("--threads must be >= 0");
+    if (threads > 0) omp_set_num_threads(threads);
+    sq::PerplexityOptions opt;
+    opt.protocol = sq::parse_protocol(protocol);
+    if (chunks < 0) throw sq::UsageError("--chunks must be >= 0");
+    opt.max_chunks = chunks;
+
+    sq::LoadedModel loaded = sq::load_model(model_path);
+    const sq::ModelConfig& cfg = loaded.model->config();
+    auto tokenizer = sq::open_tokenizer_for(loaded, tokenizer_path);
+    opt.ctx = ctx > 0 ? ctx : std::min(512, cfg.max_seq_len);
+    if (ctx < 0 || (ctx > 0 && ctx < 2)) throw sq::UsageError("-c must be at least 2, got " + std::to_string(ctx));
+    if (opt.ctx > cfg.max_seq_len && !allow_long)
+      throw sq::UsageError("-c " + std::to_string(opt.ctx) + " exceeds the model's trained context of " +
+                           std::to_string(cfg.max_seq_len) + " tokens (use --allow-long-context to force)");
+
+    const std::string text = sq::read_file_to_string(text_path);
+    if (text.empty()) throw sq::InputError(text_path + ": the text file is empty");
+    const std::vector<int> ids = tokenizer->encode(text, /*add_bos=*/true, /*add_eos=*/false);
+    const std::vector<int32_t> tokens(ids.begin(), ids.end());
+    if (sq::perplexity_chunks(static_cast<int64_t>(tokens.size()), opt) == 0)
+      throw sq::InputError(text_path + ": too short: " + std::to_string(tokens.size()) + " tokens, need at least " +
+                           std::to_string(opt.ctx) + " for one chunk of -c " + std::to_string(opt.ctx));
+
+    sq::ProgressBar bar("sq-eval", sq::perplexity_chunks(static_cast<int64_t>(tokens.size()), opt), "chunks", !quiet);
+    opt.on_progress = [&](int64_t done, int64_t, int64_t toks) { bar.update(done, static_cast<double>(toks), "tok"); };
+    const sq::PerplexityResult r = sq::evaluate_perplexity(*loaded.model, tokens, opt);
+    bar.finish();
+
+    std::printf("model     %s (%s, %lld parameters)\n", model_path.c_str(), loaded.format.c_str(),
+                static_cast<long long>(cfg.parameter_count()));
+    std::printf("protocol  %s, ctx %d, %lld chunks, %lld tokens scored\n", sq::protocol_name(opt.protocol), opt.ctx,
+                static_cast<long long>(r.chunks), static_cast<long long>(r.tokens_scored));
+    std::printf("PPL       %.4f +/- %.5f\n", r.ppl, r.ppl_stderr);
+    std::printf("speed     %.0f tokens/s (%lld tokens in %.2f s, %d threads)\n", r.tokens_per_second,
+                static_cast<long long>(r.tokens_processed), r.seconds, omp_get_max_threads());
+
+    if (!json_path.empty()) {
+      nlohmann::json j;
+      j["ppl"] = r.ppl;
+      j["ppl_stderr"] = r.ppl_stderr;
+      j["nll_mean"] = r.nll_mean;
+      j["tokens_scored"] = r.tokens_scored;
+      j["tokens_processed"] = r.tokens_processed;
+      j["tokens_per_second"] = r.tokens_per_second;
+      j["seconds"] = r.seconds;
+      j["threads"] = omp_get_max_threads();
+      j["protocol"] = {{"name", sq::protocol_name(opt.protocol)}, {"ctx", opt.ctx}, {"chunks", r.chunks}};
+      j["model"] = {{"path", model_path}, {"format", loaded.format}, {"parameter_count", cfg.parameter_count()}};
+      j["text"] = {{"path", text_path}, {"bytes", text.size()}, {"tokens", tokens.size()}};
+      j["sqkit_version"] = SQ_VERSION;
+      sq::write_file_atomic(json_path, j.dump(2) + "\n");
+    }
+    return sq::kExitOk;
+  });
+}

@@ -1,0 +1,69 @@
+// sq-run: generate text with a model. stdout carries only the prompt and the generated text.
+#include <omp.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/tool_main.h"
+#include "formats/tokenizer.h"
+#include "model/model_loader.h"
+#include "runtime/generator.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"sq-run: generate text with a model (prompt and generated text on stdout; logs and speed on stderr)."};
+  std::string model_path, tokenizer_path, prompt;
+  int64_t n = 256;
+  int threads = 0;
+  bool quiet = false;
+  sq::SamplerOptions so;
+  so.temperature = 1.0f;
+  so.top_p = 0.9f;
+  app.add_option("-m,--model", model_path, "Model: llama2.c .bin or Hugging Face checkpoint directory")->required();
+  app.add_option("--tokenizer", tokenizer_path, "Tokenizer (tokenizer.bin or tokenizer.model); default: the model's own");
+  app.add_option("-p,--prompt", prompt, "Prompt text")->required();
+  app.add_option("-n,--n-predict", n, "Number of tokens to generate")->capture_default_str();
+  app.add_option("--temp", so.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
+  app.add_option("--top-k", so.top_k, "Top-k sampling; 0 = off")->capture_default_str();
+  app.add_option("--top-p", so.top_p, "Nucleus sampling threshold in (0, 1]")->capture_default_str();
+  app.add_option("--seed", so.seed, "RNG seed")->capture_default_str();
+  app.add_option("-t,--threads", threads, "Threads (default: all cores)");
+  app.add_flag("-q,--quiet", quiet, "No statistics on stderr");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : sq::kExitInput;
+  }
+
+  return sq::run_tool("sq-run", [&]() {
+    if (threads < 0) throw sq::UsageError("--threads must be >= 0");
+    if (threads > 0) omp_set_num_threads(threads);
+    if (n < 0) throw sq::UsageError("-n must be >= 0, got " + std::to_string(n));
+    sq::Sampler sampler(so);
+    sq::LoadedModel loaded = sq::load_model(model_path);
+    auto tokenizer = sq::open_tokenizer_for(loaded, tokenizer_path);
+    const std::vector<int> ids = tokenizer->encode(prompt, /*add_bos=*/true, /*add_eos=*/false);
+    const std::vector<int32_t> prompt_tokens(ids.begin(), ids.end());
+
+    std::fputs(prompt.c_str(), stdout);
+    std::fflush(stdout);
+    const int64_t context = loaded.model->config().max_seq_len;
+    const sq::GenerationStats st = sq::generate(*loaded.model, prompt_tokens, n, context, sampler, [&](int32_t prev, int32_t tok) {
+      const std::string piece = tokenizer->decode_token(prev, tok);
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    });
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    if (!quiet) {
+      if (st.hit_context_limit)
+        std::fprintf(stderr, "sq-run: stopped at the model's context of %lld tokens\n", static_cast<long long>(context));
+      std::fprintf(stderr, "sq-run: prompt %lld tokens in %.3f s (%.0f tok/s); generated %lld tokens in %.3f s (%.1f tok/s)\n",
+                   static_cast<long long>(st.prompt_tokens), st.prefill_seconds,
+                   st.prefill_seconds > 0 ? st.prompt_tokens / st.prefill_seconds : 0.0,
+                   static_cast<long long>(st.generated_tokens), st.decode_seconds,
+                   st.decode_seconds > 0 ? st.generated_tokens / st.decode_seconds : 0.0);
+    }
+    return sq::kExitOk;
+  });
+}
