@@ -30,7 +30,8 @@ class Tokenizer {
   virtual int vocab_size() const = 0;
   virtual int bos_id() const = 0;
   virtual int eos_id() const = 0;
-  /// The vocabulary piece of `token` as stored (e.g. " the", "<0x0A>"); throws std::out_of_range.
+  /// The vocabulary piece of `token` as its format stores it (llama2.c: " the"; SentencePiece:
+  /// "▁the"; byte pieces "<0x0A>"); throws std::out_of_range.
   virtual std::string piece(int token) const = 0;
 };
 

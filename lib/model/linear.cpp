@@ -6,6 +6,11 @@
 
 namespace sq {
 
+namespace {
+/// Weight matrices below this many elements use the serial GEMV for single-token steps.
+constexpr int64_t kSmallGemv = int64_t(1) << 18;
+}  // namespace
+
 DenseLinear::DenseLinear(Tensor weight, Tensor bias) : weight_(std::move(weight)), bias_(std::move(bias)) {
   if (weight_.rank() != 2) throw std::invalid_argument("DenseLinear: weight must be rank 2, got " + weight_.shape_string());
   if (!bias_.empty() && bias_.numel() != weight_.dim(0))
@@ -14,7 +19,18 @@ DenseLinear::DenseLinear(Tensor weight, Tensor bias) : weight_(std::move(weight)
 
 void DenseLinear::forward(const float* x, int64_t n, float* y) const {
   const int64_t in = in_features(), out = out_features();
-  if (n == 1) {
+  if (n == 1 && in * out < kSmallGemv) {
+    // Small decode step: a serial dot product per output row. OpenBLAS would fork threads for
+    // anything above ~9k multiply-adds, which costs more than the work here.
+    const float* w = weight_.data();
+    for (int64_t j = 0; j < out; ++j) {
+      const float* row = w + j * in;
+      float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+      for (int64_t i = 0; i < in; ++i) acc += row[i] * x[i];
+      y[j] = acc;
+    }
+  } else if (n == 1) {
     // y[out] = W[out, in] · x[in]
     cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(out), static_cast<blasint>(in), 1.0f, weight_.data(),
                 static_cast<blasint>(in), x, 1, 0.0f, y, 1);

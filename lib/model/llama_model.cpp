@@ -135,7 +135,10 @@ void LlamaModel::attention(const float* q, const float* keys, const float* value
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t n_blocks = (n + kQueryBlock - 1) / kQueryBlock;
   const int64_t tasks = int64_t(c.n_heads) * n_blocks;
-  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  // Parallel over (head, query block) only when there is enough work to pay for waking threads
+  // (~2^20 multiply-adds); decode steps of small models run on the calling thread.
+  const double work = double(n) * double(p0 + n) * double(hd) * c.n_heads;
+  const int threads = (omp_in_parallel() || work < double(1 << 20)) ? 1 : omp_get_max_threads();
   if (static_cast<int>(ws.scores.size()) < threads) ws.scores.resize(static_cast<size_t>(threads));
 
 #pragma omp parallel for schedule(dynamic) num_threads(threads) if (threads > 1 && tasks > 1)

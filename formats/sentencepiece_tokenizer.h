@@ -1,0 +1,60 @@
+// SentencePiece `tokenizer.model` (protobuf) tokenizer, wrapping libsentencepiece.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "formats/tokenizer.h"
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace sq {
+
+/// A SentencePiece model file (`tokenizer.model`, a serialized `sentencepiece.ModelProto`, as
+/// shipped with LLaMA / Llama-2) used through `sentencepiece::SentencePieceProcessor`. Encoding is
+/// SentencePiece's own (normalization, dummy prefix and byte fallback as the model specifies).
+/// Immutable after construction; the processor's const methods are thread-safe.
+class SentencePieceTokenizer : public Tokenizer {
+ public:
+  /// Loads `path`. Throws InputError "cannot open PATH: reason" when the file cannot be read, and
+  /// InputError naming the file plus SentencePiece's status message when it is not a valid model.
+  explicit SentencePieceTokenizer(const std::string& path);
+  ~SentencePieceTokenizer() override;
+
+  /// SentencePiece `Encode` of `text`, with bos_id() first when `add_bos` and eos_id() last when
+  /// `add_eos`. Empty text gives only those. Throws Error if SentencePiece reports a failure.
+  std::vector<int> encode(std::string_view text, bool add_bos, bool add_eos) const override;
+
+  /// Text of `token` after `prev_token`: '▁' (U+2581) becomes ' ', `<0xXX>` byte pieces give the
+  /// raw byte, control and unknown pieces (`<s>`, `</s>`, `<unk>`) give "", and the leading ' ' of
+  /// a piece following BOS is dropped (as SentencePiece drops the dummy prefix when decoding).
+  /// Throws std::out_of_range for a token outside [0, vocab_size()).
+  std::string decode_token(int prev_token, int token) const override;
+
+  /// Number of pieces in the model (32000 for Llama-2).
+  int vocab_size() const override;
+  /// The model's BOS id, or 1 when the model defines none.
+  int bos_id() const override { return bos_; }
+  /// The model's EOS id, or 2 when the model defines none.
+  int eos_id() const override { return eos_; }
+  /// The piece exactly as stored in the model, with '▁' for spaces (e.g. "▁the", "<0x0A>", "<s>").
+  /// Throws std::out_of_range.
+  std::string piece(int token) const override;
+  /// The model's score of `token` (merge priority for BPE models). Throws std::out_of_range.
+  float score(int token) const;
+
+ private:
+  void check(int token) const;
+
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  int bos_ = 1;
+  int eos_ = 2;
+  std::vector<std::string> text_;  ///< decoded text of each id (without the after-BOS rule)
+};
+
+}  // namespace sq
