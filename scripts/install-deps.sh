@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libopenblas-openmp-dev        # BLAS sgemm (OpenMP build: nests cleanly inside our own OpenMP regions)
   libcli11-dev nlohmann-json3-dev
-  libzstd-dev libhdf5-dev libxxhash-dev
+  libzstd-dev libhdf5-dev libxxhash-dev libssl-dev   # libssl-dev: SHA-256 (libcrypto) for provenance hashes
   libsentencepiece-dev          # tokenizer.model
   libdnnl-dev                   # oneDNN INT8 matmul (AMX/VNNI)
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -58,7 +58,7 @@ LlamaModel LlamaModel::from_checkpoint(const Checkpoint& ck) {
 }
 
 void LlamaModel::forward(const int32_t* tokens, int64_t n, KVCache& cache, Workspace& ws, float* logits,
-                         LogitsFor which) const {
+                         LogitsFor which, ActivationObserver* obs) const {
   const ModelConfig& c = config_;
   const int64_t d = c.dim, hd = c.head_dim, qw = int64_t(c.n_heads) * hd, kvw = int64_t(c.n_kv_heads) * hd,
                 hid = c.hidden_dim;
@@ -96,6 +96,13 @@ void LlamaModel::forward(const int32_t* tokens, int64_t n, KVCache& cache, Works
     L.q_proj->forward(xn, n, ws.q.data());  // q[n, n_heads*hd]
     L.k_proj->forward(xn, n, ws.k.data());  // k[n, n_kv*hd]
     L.v_proj->forward(xn, n, ws.v.data());  // v[n, n_kv*hd]
+    if (obs) {
+      obs->on_linear_input(l, ActivationSite::AttnInput, xn, n, d);
+      obs->on_linear_output(l, Projection::Q, ws.q.data(), n, qw);
+      obs->on_linear_output(l, Projection::K, ws.k.data(), n, kvw);
+      obs->on_linear_output(l, Projection::V, ws.v.data(), n, kvw);
+      obs->on_kv(l, ws.k.data(), ws.v.data(), n, kvw);  // keys still pre-RoPE here
+    }
     ops::rope(ws.q.data(), ws.positions.data(), n, c.n_heads, static_cast<int>(hd), c.rope_theta, c.rope_layout);
     ops::rope(ws.k.data(), ws.positions.data(), n, c.n_kv_heads, static_cast<int>(hd), c.rope_theta, c.rope_layout);
     float* kc = cache.keys(l);
@@ -104,14 +111,27 @@ void LlamaModel::forward(const int32_t* tokens, int64_t n, KVCache& cache, Works
     std::memcpy(vc + p0 * kvw, ws.v.data(), static_cast<size_t>(n * kvw) * sizeof(float));
     attention(ws.q.data(), kc, vc, n, p0, ws.att.data(), ws);  // att[n, n_heads*hd]
     L.o_proj->forward(ws.att.data(), n, ws.proj.data());
+    if (obs) {
+      obs->on_linear_input(l, ActivationSite::AttnOutput, ws.att.data(), n, qw);
+      obs->on_linear_output(l, Projection::O, ws.proj.data(), n, d);
+    }
     ops::add_inplace(x, ws.proj.data(), n * d);
 
     // --- FFN block: x += down(silu(gate(xn)) * up(xn)) on RMSNorm(x) ---
     ops::rms_norm(x, L.ffn_norm.data(), xn, n, static_cast<int>(d), c.norm_eps);
     L.gate_proj->forward(xn, n, ws.gate.data());  // [n, hidden]
     L.up_proj->forward(xn, n, ws.up.data());      // [n, hidden]
+    if (obs) {
+      obs->on_linear_input(l, ActivationSite::FfnInput, xn, n, d);
+      obs->on_linear_output(l, Projection::Gate, ws.gate.data(), n, hid);
+      obs->on_linear_output(l, Projection::Up, ws.up.data(), n, hid);
+    }
     ops::swiglu(ws.gate.data(), ws.up.data(), n * hid);
     L.down_proj->forward(ws.gate.data(), n, ws.proj.data());  // [n, dim]
+    if (obs) {
+      obs->on_linear_input(l, ActivationSite::FfnHidden, ws.gate.data(), n, hid);
+      obs->on_linear_output(l, Projection::Down, ws.proj.data(), n, d);
+    }
     ops::add_inplace(x, ws.proj.data(), n * d);
   }
   cache.advance(n);

@@ -10,6 +10,7 @@
 #include "core/model_config.h"
 #include "core/tensor.h"
 #include "model/linear.h"
+#include "model/observer.h"
 #include "runtime/kv_cache.h"
 
 namespace sq {
@@ -60,9 +61,15 @@ class LlamaModel {
   /// Runs `n` tokens at positions cache.length() … cache.length()+n−1 (one block: prefill when
   /// n > 1, decode when n == 1), appends their keys/values to `cache`, and writes logits:
   /// [n, vocab] for AllTokens, [1, vocab] (of the last token) for LastToken, nothing for None.
+  /// `observer`, when given, sees every linear's input and output and the pre-RoPE keys/values.
   /// Throws std::out_of_range if a token id is outside the vocabulary and std::length_error if the
   /// cache has no room for n more positions.
-  void forward(const int32_t* tokens, int64_t n, KVCache& cache, Workspace& ws, float* logits, LogitsFor which) const;
+  void forward(const int32_t* tokens, int64_t n, KVCache& cache, Workspace& ws, float* logits, LogitsFor which,
+               ActivationObserver* observer = nullptr) const;
+
+  /// Mutable access for converters that rebuild layers (e.g. replacing DenseLinear by a quantized Linear).
+  std::vector<LlamaLayer>& mutable_layers() { return layers_; }
+  void set_lm_head(std::unique_ptr<Linear> head) { lm_head_ = std::move(head); }
 
  private:
   void attention(const float* q, const float* keys, const float* values, int64_t n, int64_t p0, float* out,

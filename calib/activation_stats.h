@@ -1,0 +1,74 @@
+// Accumulated activation statistics for calibration (SmoothQuant §3, KVQuant §3.7, Atom §4.1).
+//
+// Statistics are running reductions, so memory does not grow with the number of calibration
+// tokens, and accumulation order is fixed (samples in order), so the same inputs give
+// bit-identical results.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sq {
+
+/// Per-token absmax percentiles recorded for clipping studies, in percent.
+inline constexpr std::array<double, 7> kTokenAbsmaxPercentiles = {50.0, 90.0, 99.0, 99.9, 99.99, 99.999, 100.0};
+
+/// Statistics of one activation tensor x [tokens, channels] accumulated over calibration tokens.
+struct ChannelStats {
+  int64_t channels = 0;
+  int64_t tokens = 0;              ///< rows observed
+  std::vector<float> absmax;       ///< [channels] max_t |x[t, c]|
+  std::vector<float> min;          ///< [channels] min_t x[t, c]
+  std::vector<float> max;          ///< [channels] max_t x[t, c]
+  std::vector<double> sum_sq;      ///< [channels] Σ_t x[t, c]²  (double: sums over 10^5..10^7 tokens)
+  float tensor_absmax = 0;         ///< max over all elements of |x|
+  /// Histogram of per-token absmax values (max_c |x[t, c]|) on log2-spaced bins: bin b covers
+  /// [2^(kHistMinExp + b/kHistBinsPerOctave), 2^(kHistMinExp + (b+1)/kHistBinsPerOctave)); values below
+  /// the first edge go to bin 0, above the last to the last bin. Used for token_absmax_percentiles().
+  std::vector<int64_t> token_absmax_hist;
+  static constexpr int kHistMinExp = -24;
+  static constexpr int kHistBinsPerOctave = 32;
+  static constexpr int kHistBins = 48 * kHistBinsPerOctave;  ///< 2^-24 .. 2^24
+
+  /// Allocates zeroed statistics for `channels` channels (min = +inf, max = -inf).
+  explicit ChannelStats(int64_t channels = 0);
+  /// Accumulates x [n, channels] row-major.
+  void observe(const float* x, int64_t n);
+  /// Adds another accumulator of the same width (throws std::invalid_argument otherwise).
+  void merge(const ChannelStats& other);
+  /// Per-token absmax at each of kTokenAbsmaxPercentiles (upper bin edge; the 100th percentile
+  /// is exact, tracked separately as tensor_absmax).
+  std::vector<float> token_absmax_percentiles() const;
+};
+
+/// Statistics of one decoder layer.
+struct LayerStats {
+  /// Linear inputs, indexed by ActivationSite (attn_input, attn_output, ffn_input, ffn_hidden).
+  std::vector<ChannelStats> inputs;
+  /// Per-output-channel absmax of each projection, indexed by Projection (q,k,v,o,gate,up,down).
+  std::vector<std::vector<float>> output_absmax;
+  ChannelStats keys;    ///< K before RoPE [tokens, n_kv_heads*head_dim] (min/max/absmax used)
+  ChannelStats values;  ///< V [tokens, n_kv_heads*head_dim]
+};
+
+/// Where the statistics came from (stored as HDF5 attributes; docs/formats.md).
+struct CalibrationProvenance {
+  std::string model_fingerprint;  ///< hex SHA-256 of the model config and tensor names/shapes/dtypes
+  std::string text_path;
+  std::string text_sha256;        ///< hex SHA-256 of the calibration text file's bytes
+  int64_t samples = 0;            ///< N windows
+  int64_t seq_len = 0;            ///< L tokens per window
+  uint64_t seed = 0;
+  std::string sqkit_version;
+  std::string created;            ///< ISO-8601 UTC time of the run (not part of the datasets)
+};
+
+/// Everything sq-calibrate records for one model.
+struct CalibrationData {
+  CalibrationProvenance provenance;
+  std::vector<LayerStats> layers;
+};
+
+}  // namespace sq
