@@ -3,62 +3,100 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <vector>
+#include <random>
 
 #include "core/error.h"
 
 namespace sq {
 
 namespace {
-
-std::string make_temp_name(const std::string& path) {
-  std::string tmpl = path + ".tmp-XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  int fd = ::mkstemp(buf.data());
-  if (fd < 0) throw OutputError("cannot create a temporary file beside " + path + ": " + std::strerror(errno));
-  ::close(fd);
-  return buf.data();
+[[noreturn]] void fail(const char* what, const std::string& target) {
+  const int err = errno;
+  throw OutputError(std::string(what) + " " + target + ": " + std::strerror(err));
 }
-
-void fsync_path(const std::string& p) {
-  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
 }  // namespace
 
-void write_file_atomic_with(const std::string& path, const std::function<void(const std::string&)>& write) {
-  const std::string tmp = make_temp_name(path);
-  try {
-    write(tmp);
-    fsync_path(tmp);
-    if (std::rename(tmp.c_str(), path.c_str()) != 0)
-      throw OutputError("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
-    const auto dir = std::filesystem::path(path).parent_path();
-    fsync_path(dir.empty() ? "." : dir.string());
-  } catch (...) {
-    std::remove(tmp.c_str());
-    throw;
+AtomicFile::AtomicFile(const std::string& path) : path_(path) {
+  static const char kAlphabet[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::random_device rd;
+  std::mt19937_64 rng((uint64_t(rd()) << 32) ^ rd() ^ uint64_t(::getpid()));
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::string suffix;
+    for (int k = 0; k < 6; ++k) suffix += kAlphabet[rng() % (sizeof(kAlphabet) - 1)];
+    tmp_ = path + ".tmp-" + suffix;
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd_ >= 0) return;
+    if (errno != EEXIST) break;
+  }
+  const int err = errno;
+  throw OutputError("cannot create " + tmp_ + " (to write " + path + "): " + std::strerror(err));
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(tmp_.c_str());
+}
+
+void AtomicFile::write(const void* data, size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t w = ::pwrite(fd_, p, std::min<size_t>(size, size_t(1) << 30), static_cast<off_t>(position_));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail("cannot write", path_);
+    }
+    p += w;
+    size -= size_t(w);
+    position_ += size_t(w);
+  }
+}
+
+void AtomicFile::write_at(size_t offset, const void* data, size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t w = ::pwrite(fd_, p, size, static_cast<off_t>(offset));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail("cannot write", path_);
+    }
+    p += w;
+    size -= size_t(w);
+    offset += size_t(w);
+  }
+}
+
+void AtomicFile::commit() {
+  if (::fsync(fd_) != 0) fail("cannot write", path_);
+  int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) fail("cannot write", path_);
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    throw OutputError("cannot rename " + tmp_ + " to " + path_ + ": " + std::strerror(err));
+  }
+  committed_ = true;
+  const auto dir = std::filesystem::path(path_).parent_path();
+  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
   }
 }
 
 void write_file_atomic(const std::string& path, std::string_view content) {
-  write_file_atomic_with(path, [&](const std::string& tmp) {
-    FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f) throw OutputError("cannot write " + path + ": " + std::strerror(errno));
-    const size_t n = std::fwrite(content.data(), 1, content.size(), f);
-    const bool ok = n == content.size() && std::fflush(f) == 0;
-    const int e = errno;
-    std::fclose(f);
-    if (!ok) throw OutputError("cannot write " + path + ": " + std::strerror(e));
-  });
+  AtomicFile f(path);
+  f.write(content.data(), content.size());
+  f.commit();
+}
+
+void write_file_atomic_with(const std::string& path, const std::function<void(const std::string&)>& write) {
+  AtomicFile f(path);
+  write(f.temp_path());
+  f.commit();
 }
 
 }  // namespace sq

@@ -69,3 +69,31 @@ Checkpoint make_synthetic_checkpoint(const ModelConfig& c, uint64_t seed) {
 }
 
 }  // namespace sq
+
+namespace sq {
+
+Checkpoint make_outlier_variant(const Checkpoint& ck, const std::vector<int>& channels, float factor) {
+  Checkpoint out = ck;
+  out.source = ck.source + " (outlier variant)";
+  for (int l = 0; l < ck.config.n_layers; ++l) {
+    const std::string p = names::layer(l);
+    const std::pair<const char*, std::vector<const char*>> groups[] = {
+        {"input_layernorm.weight", {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"}},
+        {"post_attention_layernorm.weight", {"mlp.gate_proj.weight", "mlp.up_proj.weight"}}};
+    for (const auto& [norm, linears] : groups) {
+      Tensor g = out.tensors.at(p + norm).clone();
+      for (int c : channels) g.mutable_data()[c] *= factor;
+      out.tensors[p + norm] = g;
+      for (const char* lin : linears) {
+        Tensor w = out.tensors.at(p + lin).clone();
+        const int64_t rows = w.dim(0), in = w.dim(1);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int c : channels) w.mutable_data()[r * in + c] /= factor;
+        out.tensors[p + lin] = w;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace sq

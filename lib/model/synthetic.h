@@ -17,3 +17,12 @@ ModelConfig synthetic_1b_config(int n_layers);
 Checkpoint make_synthetic_checkpoint(const ModelConfig& config, uint64_t seed = 1234);
 
 }  // namespace sq
+
+namespace sq {
+/// The outlier experiment of issue #3 (SmoothQuant's motivation made exact): a function-preserving
+/// variant of `ck` in which, in every layer, `channels` of both RMSNorm weights (input_layernorm,
+/// post_attention_layernorm) are multiplied by `factor` and the matching input columns of the
+/// linears they feed (q/k/v; gate/up) divided by it. FP32 outputs are unchanged up to rounding,
+/// but those activation channels become `factor`× larger: LLM-like outlier channels.
+Checkpoint make_outlier_variant(const Checkpoint& ck, const std::vector<int>& channels, float factor);
+}  // namespace sq

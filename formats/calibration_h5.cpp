@@ -1,0 +1,671 @@
+#include "formats/calibration_h5.h"
+
+#include <hdf5.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "formats/atomic_file.h"
+#include "model/observer.h"
+
+namespace sq {
+
+namespace {
+
+constexpr const char* kFormatName = "sqkit-calibration";
+
+// ---------------------------------------------------------------------------------------------
+// HDF5 plumbing
+
+void silence_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+/// The most specific message on HDF5's error stack (e.g. "file signature not found"), or "".
+std::string hdf5_error() {
+  std::string msg;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_UPWARD,
+      [](unsigned n, const H5E_error2_t* e, void* out) -> herr_t {
+        auto* s = static_cast<std::string*>(out);
+        if (s->empty() && e->desc && *e->desc) *s = e->desc;
+        return 0;
+      },
+      &msg);
+  return msg;
+}
+
+/// Owns one HDF5 identifier.
+class Hid {
+ public:
+  Hid() = default;
+  Hid(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  Hid(Hid&& o) noexcept : id_(std::exchange(o.id_, -1)), close_(o.close_) {}
+  Hid& operator=(Hid&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = std::exchange(o.id_, -1);
+      close_ = o.close_;
+    }
+    return *this;
+  }
+  Hid(const Hid&) = delete;
+  Hid& operator=(const Hid&) = delete;
+  ~Hid() { reset(); }
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  /// Gives up ownership and returns the identifier.
+  hid_t release() { return std::exchange(id_, -1); }
+
+ private:
+  void reset() {
+    if (id_ >= 0 && close_) close_(id_);
+    id_ = -1;
+  }
+  hid_t id_ = -1;
+  herr_t (*close_)(hid_t) = nullptr;
+};
+
+std::string layer_name(size_t i) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "layer_%03zu", i);
+  return buf;
+}
+
+/// "/layer_001" (absolute path of a layer group).
+std::string layer_path(size_t i) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "/layer_%03zu", i);
+  return buf;
+}
+
+const char* const kSiteLinears[kActivationSites] = {"q_proj,k_proj,v_proj", "o_proj", "gate_proj,up_proj", "down_proj"};
+constexpr const char* kKCache = "k_cache";
+constexpr const char* kVCache = "v_cache";
+constexpr const char* kOutputs = "outputs";
+
+/// Width relations of one LLaMA layer (see read_calibration_h5), checked on write and read.
+/// `fail(object, message)` reports a violation.
+template <typename Fail>
+void check_layer_widths(const LayerStats& l, const std::string& prefix, Fail&& fail) {
+  const int64_t d = l.inputs[0].channels, a = l.inputs[1].channels, h = l.inputs[3].channels, kv = l.keys.channels;
+  auto expect = [&](const std::string& object, int64_t got, int64_t want, const std::string& reference) {
+    if (got != want)
+      fail(object, "has length " + std::to_string(got) + ", expected " + std::to_string(want) + " (the length of " +
+                       reference + ")");
+  };
+  const std::string in = prefix + "attn_input/absmax";
+  expect(prefix + "ffn_input/absmax", l.inputs[2].channels, d, in);
+  expect(prefix + "v_cache/absmax", l.values.channels, kv, prefix + "k_cache/absmax");
+  const int64_t want[kProjections] = {a, kv, kv, d, h, h, d};
+  const std::string ref[kProjections] = {prefix + "attn_output/absmax", prefix + "k_cache/absmax",
+                                         prefix + "k_cache/absmax",     in,
+                                         prefix + "ffn_hidden/absmax",  prefix + "ffn_hidden/absmax",
+                                         in};
+  for (int p = 0; p < kProjections; ++p)
+    expect(prefix + "outputs/" + projection_name(static_cast<Projection>(p)),
+           static_cast<int64_t>(l.output_absmax[static_cast<size_t>(p)].size()), want[p], ref[p]);
+}
+
+/// Widths of layer `i` equal those of layer 0.
+template <typename Fail>
+void check_same_widths(const LayerStats& l0, const LayerStats& l, const std::string& prefix, Fail&& fail) {
+  for (int s = 0; s < kActivationSites; ++s)
+    if (l.inputs[static_cast<size_t>(s)].channels != l0.inputs[static_cast<size_t>(s)].channels)
+      fail(prefix + activation_site_name(static_cast<ActivationSite>(s)) + "/absmax",
+           "has length " + std::to_string(l.inputs[static_cast<size_t>(s)].channels) + ", but layer_000 has " +
+               std::to_string(l0.inputs[static_cast<size_t>(s)].channels));
+  if (l.keys.channels != l0.keys.channels)
+    fail(prefix + "k_cache/absmax", "has length " + std::to_string(l.keys.channels) + ", but layer_000 has " +
+                                        std::to_string(l0.keys.channels));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer
+
+class Writer {
+ public:
+  Writer(std::string path, const std::string& tmp) : path_(std::move(path)) {
+    Hid fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
+    check(fcpl.valid() && H5Pset_obj_track_times(fcpl.get(), 0) >= 0, "file creation properties");
+    gcpl_ = Hid(H5Pcreate(H5P_GROUP_CREATE), H5Pclose);
+    check(gcpl_.valid() && H5Pset_obj_track_times(gcpl_.get(), 0) >= 0, "group creation properties");
+    dcpl_ = Hid(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    check(dcpl_.valid() && H5Pset_obj_track_times(dcpl_.get(), 0) >= 0, "dataset creation properties");
+    str_type_ = Hid(H5Tcopy(H5T_C_S1), H5Tclose);
+    check(str_type_.valid() && H5Tset_size(str_type_.get(), H5T_VARIABLE) >= 0 &&
+              H5Tset_cset(str_type_.get(), H5T_CSET_UTF8) >= 0,
+          "string type");
+    file_ = Hid(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl.get(), H5P_DEFAULT), H5Fclose);
+    check(file_.valid(), "file");
+  }
+
+  void write(const CalibrationData& data) {
+    const CalibrationProvenance& p = data.provenance;
+    const hid_t root = file_.get();
+    attr_string(root, "/", "format", kFormatName);
+    attr_scalar(root, "/", "format_version", H5T_STD_I32LE, H5T_NATIVE_INT32, &kCalibrationFormatVersion);
+    attr_string(root, "/", "model_fingerprint", p.model_fingerprint);
+    attr_string(root, "/", "text_path", p.text_path);
+    attr_string(root, "/", "text_sha256", p.text_sha256);
+    attr_scalar(root, "/", "samples", H5T_STD_I64LE, H5T_NATIVE_INT64, &p.samples);
+    attr_scalar(root, "/", "seq_len", H5T_STD_I64LE, H5T_NATIVE_INT64, &p.seq_len);
+    attr_scalar(root, "/", "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &p.seed);
+    attr_string(root, "/", "sqkit_version", p.sqkit_version);
+    attr_string(root, "/", "created", p.created);
+
+    for (size_t i = 0; i < data.layers.size(); ++i) {
+      const LayerStats& l = data.layers[i];
+      const std::string lname = layer_path(i);
+      Hid lg = group(root, lname);
+      for (int s = 0; s < kActivationSites; ++s) {
+        const std::string gname = lname + "/" + activation_site_name(static_cast<ActivationSite>(s));
+        Hid g = group(lg.get(), gname);
+        attr_string(g.get(), gname, "linears", kSiteLinears[s]);
+        channel_stats(g.get(), gname, l.inputs[static_cast<size_t>(s)]);
+      }
+      {
+        const std::string gname = lname + "/" + kOutputs;
+        Hid g = group(lg.get(), gname);
+        for (int pr = 0; pr < kProjections; ++pr) {
+          const auto& v = l.output_absmax[static_cast<size_t>(pr)];
+          dataset(g.get(), gname + "/" + projection_name(static_cast<Projection>(pr)), H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
+                  v.size(), v.data());
+        }
+      }
+      {
+        const std::string gname = lname + "/" + kKCache;
+        Hid g = group(lg.get(), gname);
+        channel_stats(g.get(), gname, l.keys);
+      }
+      {
+        const std::string gname = lname + "/" + kVCache;
+        Hid g = group(lg.get(), gname);
+        channel_stats(g.get(), gname, l.values);
+      }
+    }
+    gcpl_ = Hid();
+    dcpl_ = Hid();
+    str_type_ = Hid();
+    // Close explicitly (all objects are closed by now) so that a failed final write is reported.
+    check(H5Fclose(file_.release()) >= 0, "file (close)");
+  }
+
+ private:
+  void check(bool ok, const std::string& what) const {
+    if (ok) return;
+    const std::string detail = hdf5_error();
+    throw OutputError("cannot write " + path_ + ": HDF5 error writing " + what + (detail.empty() ? "" : ": " + detail));
+  }
+
+  Hid group(hid_t parent, const std::string& name) {
+    const std::string leaf = name.substr(name.rfind('/') + 1);
+    Hid g(H5Gcreate2(parent, leaf.c_str(), H5P_DEFAULT, gcpl_.get(), H5P_DEFAULT), H5Gclose);
+    check(g.valid(), "group " + name);
+    return g;
+  }
+
+  void attr_write(hid_t obj, const std::string& obj_name, const char* name, hid_t file_type, hid_t mem_type,
+                  hid_t space, const void* value) {
+    const std::string what = "attribute " + std::string(name) + " of " + obj_name;
+    Hid a(H5Acreate2(obj, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+    check(a.valid(), what);
+    check(H5Awrite(a.get(), mem_type, value) >= 0, what);
+  }
+
+  void attr_scalar(hid_t obj, const std::string& obj_name, const char* name, hid_t file_type, hid_t mem_type,
+                   const void* value) {
+    Hid space(H5Screate(H5S_SCALAR), H5Sclose);
+    check(space.valid(), "dataspace");
+    attr_write(obj, obj_name, name, file_type, mem_type, space.get(), value);
+  }
+
+  void attr_string(hid_t obj, const std::string& obj_name, const char* name, const std::string& value) {
+    const char* ptr = value.c_str();
+    attr_scalar(obj, obj_name, name, str_type_.get(), str_type_.get(), &ptr);
+  }
+
+  void attr_vector(hid_t obj, const std::string& obj_name, const char* name, hid_t file_type, hid_t mem_type,
+                   size_t n, const void* values) {
+    const hsize_t dims[1] = {static_cast<hsize_t>(n)};
+    Hid space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+    check(space.valid(), "dataspace");
+    attr_write(obj, obj_name, name, file_type, mem_type, space.get(), values);
+  }
+
+  Hid dataset(hid_t parent, const std::string& name, hid_t file_type, hid_t mem_type, size_t n, const void* values) {
+    const std::string leaf = name.substr(name.rfind('/') + 1);
+    const hsize_t dims[1] = {static_cast<hsize_t>(n)};
+    Hid space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+    check(space.valid(), "dataspace");
+    Hid ds(H5Dcreate2(parent, leaf.c_str(), file_type, space.get(), H5P_DEFAULT, dcpl_.get(), H5P_DEFAULT), H5Dclose);
+    check(ds.valid(), "dataset " + name);
+    if (n > 0) check(H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values) >= 0, "dataset " + name);
+    return ds;
+  }
+
+  void channel_stats(hid_t g, const std::string& gname, const ChannelStats& s) {
+    const size_t c = static_cast<size_t>(s.channels);
+    dataset(g, gname + "/absmax", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, c, s.absmax.data());
+    dataset(g, gname + "/min", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, c, s.min.data());
+    dataset(g, gname + "/max", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, c, s.max.data());
+    dataset(g, gname + "/sum_sq", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, c, s.sum_sq.data());
+    dataset(g, gname + "/token_absmax_hist", H5T_STD_I64LE, H5T_NATIVE_INT64, s.token_absmax_hist.size(),
+            s.token_absmax_hist.data());
+    const std::vector<float> pct = s.token_absmax_percentiles();
+    Hid ds = dataset(g, gname + "/token_absmax_percentiles", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, pct.size(), pct.data());
+    attr_vector(ds.get(), gname + "/token_absmax_percentiles", "percent", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
+                kTokenAbsmaxPercentiles.size(), kTokenAbsmaxPercentiles.data());
+    attr_scalar(g, gname, "tokens", H5T_STD_I64LE, H5T_NATIVE_INT64, &s.tokens);
+    attr_scalar(g, gname, "tensor_absmax", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, &s.tensor_absmax);
+  }
+
+  std::string path_;
+  Hid file_, gcpl_, dcpl_, str_type_;
+};
+
+void validate_channel_stats_for_write(const ChannelStats& s, const std::string& object) {
+  auto bad = [&](const std::string& why) {
+    throw std::invalid_argument("write_calibration_h5: " + object + ": " + why);
+  };
+  const size_t c = static_cast<size_t>(s.channels);
+  if (s.channels < 1) bad("channels must be at least 1");
+  if (s.absmax.size() != c || s.min.size() != c || s.max.size() != c || s.sum_sq.size() != c)
+    bad("absmax/min/max/sum_sq sizes differ from channels = " + std::to_string(s.channels));
+  if (s.token_absmax_hist.size() != static_cast<size_t>(ChannelStats::kHistBins))
+    bad("token_absmax_hist has " + std::to_string(s.token_absmax_hist.size()) + " bins, expected " +
+        std::to_string(ChannelStats::kHistBins));
+  int64_t sum = 0;
+  for (int64_t v : s.token_absmax_hist) {
+    if (v < 0) bad("negative histogram count");
+    sum += v;
+  }
+  if (sum != s.tokens) bad("token_absmax_hist sums to " + std::to_string(sum) + ", but tokens = " + std::to_string(s.tokens));
+}
+
+void validate_for_write(const CalibrationData& data) {
+  if (data.layers.empty()) throw std::invalid_argument("write_calibration_h5: no layers");
+  auto fail = [](const std::string& object, const std::string& why) {
+    throw std::invalid_argument("write_calibration_h5: " + object + " " + why);
+  };
+  for (size_t i = 0; i < data.layers.size(); ++i) {
+    const LayerStats& l = data.layers[i];
+    const std::string prefix = layer_path(i) + "/";
+    if (l.inputs.size() != static_cast<size_t>(kActivationSites))
+      throw std::invalid_argument("write_calibration_h5: " + prefix + " has " + std::to_string(l.inputs.size()) +
+                                  " input sites, expected " + std::to_string(kActivationSites));
+    if (l.output_absmax.size() != static_cast<size_t>(kProjections))
+      throw std::invalid_argument("write_calibration_h5: " + prefix + " has " + std::to_string(l.output_absmax.size()) +
+                                  " output vectors, expected " + std::to_string(kProjections));
+    for (int s = 0; s < kActivationSites; ++s)
+      validate_channel_stats_for_write(l.inputs[static_cast<size_t>(s)],
+                                       prefix + activation_site_name(static_cast<ActivationSite>(s)));
+    validate_channel_stats_for_write(l.keys, prefix + kKCache);
+    validate_channel_stats_for_write(l.values, prefix + kVCache);
+    check_layer_widths(l, prefix, fail);
+    if (i > 0) check_same_widths(data.layers[0], l, prefix, fail);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reader
+
+const char* class_name(H5T_class_t c) {
+  switch (c) {
+    case H5T_INTEGER: return "integer";
+    case H5T_FLOAT: return "float";
+    case H5T_STRING: return "string";
+    case H5T_COMPOUND: return "compound";
+    case H5T_ARRAY: return "array";
+    case H5T_ENUM: return "enum";
+    default: return "non-numeric";
+  }
+}
+
+/// What a dataset or attribute must hold.
+struct Expect {
+  H5T_class_t cls;
+  size_t size;     // bytes per element
+  bool is_signed;  // integers only
+  hid_t mem_type;
+  const char* name;  // for messages: "float32", "int64", ...
+};
+const Expect kF32{H5T_FLOAT, 4, true, H5T_NATIVE_FLOAT, "float32"};
+const Expect kF64{H5T_FLOAT, 8, true, H5T_NATIVE_DOUBLE, "float64"};
+const Expect kI64{H5T_INTEGER, 8, true, H5T_NATIVE_INT64, "int64"};
+
+class Reader {
+ public:
+  explicit Reader(std::string path) : path_(std::move(path)) {}
+
+  CalibrationData read() {
+    {
+      std::error_code ec;
+      if (std::filesystem::is_directory(path_, ec)) throw InputError("cannot read " + path_ + ": it is a directory");
+      std::FILE* f = std::fopen(path_.c_str(), "rb");
+      if (!f) throw InputError("cannot open " + path_ + ": " + std::strerror(errno));
+      std::fclose(f);
+    }
+    const htri_t is_h5 = H5Fis_hdf5(path_.c_str());
+    if (is_h5 <= 0) {
+      const std::string detail = hdf5_error();
+      throw InputError(path_ + ": not an HDF5 file (a sqkit calibration file is HDF5)" +
+                       (detail.empty() ? "" : ": " + detail));
+    }
+    file_ = Hid(H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    if (!file_.valid()) {
+      const std::string detail = hdf5_error();
+      throw InputError(path_ + ": corrupt or truncated HDF5 file" + (detail.empty() ? "" : ": " + detail));
+    }
+    const hid_t root = file_.get();
+
+    CalibrationData data;
+    if (H5Aexists(root, "format") <= 0)
+      throw InputError(path_ + ": not a sqkit calibration file (no root attribute \"format\")");
+    const std::string format = attr_string(root, "/", "format");
+    if (format != kFormatName)
+      throw InputError(path_ + ": not a sqkit calibration file (root attribute format is \"" + format +
+                       "\", expected \"" + kFormatName + "\")");
+    const int64_t version = attr_int(root, "/", "format_version");
+    if (version != kCalibrationFormatVersion)
+      throw UnsupportedError(path_ + ": calibration format version " + std::to_string(version) +
+                             " is not supported (this sqkit reads version " +
+                             std::to_string(kCalibrationFormatVersion) + ")");
+    CalibrationProvenance& p = data.provenance;
+    p.model_fingerprint = attr_string(root, "/", "model_fingerprint");
+    p.text_path = attr_string(root, "/", "text_path");
+    p.text_sha256 = attr_string(root, "/", "text_sha256");
+    p.samples = attr_int(root, "/", "samples");
+    p.seq_len = attr_int(root, "/", "seq_len");
+    p.seed = attr_uint(root, "/", "seed");
+    p.sqkit_version = attr_string(root, "/", "sqkit_version");
+    p.created = attr_string(root, "/", "created");
+
+    const size_t n_layers = count_layers(root);
+    data.layers.resize(n_layers);
+    auto fail = [&](const std::string& object, const std::string& why) { this->fail(object, why); };
+    for (size_t i = 0; i < n_layers; ++i) {
+      LayerStats& l = data.layers[i];
+      const std::string lname = layer_path(i);
+      Hid lg = open_group(root, lname);
+      l.inputs.resize(kActivationSites);
+      for (int s = 0; s < kActivationSites; ++s) {
+        const std::string gname = lname + "/" + activation_site_name(static_cast<ActivationSite>(s));
+        Hid g = open_group(lg.get(), gname);
+        const std::string linears = attr_string(g.get(), gname, "linears");
+        if (linears != kSiteLinears[s])
+          fail(gname, "attribute linears is \"" + linears + "\", expected \"" + kSiteLinears[s] + "\"");
+        l.inputs[static_cast<size_t>(s)] = channel_stats(g.get(), gname);
+      }
+      {
+        const std::string gname = lname + "/" + kOutputs;
+        Hid g = open_group(lg.get(), gname);
+        l.output_absmax.resize(kProjections);
+        for (int pr = 0; pr < kProjections; ++pr)
+          l.output_absmax[static_cast<size_t>(pr)] =
+              dataset<float>(g.get(), gname + "/" + projection_name(static_cast<Projection>(pr)), kF32);
+      }
+      {
+        const std::string gname = lname + "/" + kKCache;
+        Hid g = open_group(lg.get(), gname);
+        l.keys = channel_stats(g.get(), gname);
+      }
+      {
+        const std::string gname = lname + "/" + kVCache;
+        Hid g = open_group(lg.get(), gname);
+        l.values = channel_stats(g.get(), gname);
+      }
+      check_layer_widths(l, lname + "/", fail);
+      if (i > 0) check_same_widths(data.layers[0], l, lname + "/", fail);
+    }
+    return data;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& object, const std::string& why) const {
+    throw InputError(path_ + ": " + object + " " + why);
+  }
+
+  /// Fails with the HDF5 detail when `ok` is false (a read error in an object that exists).
+  void check(bool ok, const std::string& object) const {
+    if (ok) return;
+    const std::string detail = hdf5_error();
+    fail(object, "cannot be read (corrupt or truncated file)" + (detail.empty() ? "" : ": " + detail));
+  }
+
+  size_t count_layers(hid_t root) {
+    H5G_info_t info{};
+    check(H5Gget_info(root, &info) >= 0, "/");
+    std::vector<bool> seen;
+    for (hsize_t k = 0; k < info.nlinks; ++k) {
+      const ssize_t len = H5Lget_name_by_idx(root, ".", H5_INDEX_NAME, H5_ITER_INC, k, nullptr, 0, H5P_DEFAULT);
+      check(len >= 0, "/");
+      std::string name(static_cast<size_t>(len) + 1, '\0');
+      check(H5Lget_name_by_idx(root, ".", H5_INDEX_NAME, H5_ITER_INC, k, name.data(), name.size(), H5P_DEFAULT) >= 0,
+            "/");
+      name.resize(static_cast<size_t>(len));
+      if (name.rfind("layer_", 0) != 0) continue;  // not a layer group: ignored
+      const std::string digits = name.substr(6);
+      bool ok = !digits.empty() && digits.size() <= 9;
+      for (char c : digits) ok = ok && c >= '0' && c <= '9';
+      const size_t index = ok ? static_cast<size_t>(std::stoul(digits)) : 0;
+      if (!ok || layer_name(index) != name)
+        fail("/" + name, "is not a valid layer group name (expected layer_000, layer_001, ...)");
+      if (index >= seen.size()) seen.resize(index + 1, false);
+      seen[index] = true;
+    }
+    if (seen.empty()) fail("/", "has no layer groups (expected /layer_000, /layer_001, ...)");
+    for (size_t i = 0; i < seen.size(); ++i)
+      if (!seen[i])
+        fail(layer_path(i), "is missing: layer groups must be contiguous from /layer_000 (found up to /" +
+                                      layer_name(seen.size() - 1) + ")");
+    return seen.size();
+  }
+
+  Hid open_group(hid_t parent, const std::string& name) {
+    const std::string leaf = name.substr(name.rfind('/') + 1);
+    const htri_t exists = H5Lexists(parent, leaf.c_str(), H5P_DEFAULT);
+    check(exists >= 0, name);
+    if (exists == 0) fail(name, "is missing (expected a group)");
+    Hid g(H5Gopen2(parent, leaf.c_str(), H5P_DEFAULT), H5Gclose);
+    if (!g.valid()) fail(name, "is not a group (or cannot be read)");
+    return g;
+  }
+
+  /// Opens attribute `name` of `obj` and checks it holds exactly `count` elements (0: scalar or
+  /// one element).
+  Hid open_attr(hid_t obj, const std::string& obj_name, const char* name, hsize_t count, std::string& what) {
+    what = (obj_name == "/" ? "root attribute " : obj_name + " attribute ") + std::string(name);
+    const htri_t exists = H5Aexists(obj, name);
+    check(exists >= 0, what);
+    if (exists == 0) {
+      if (obj_name == "/") throw InputError(path_ + ": " + what + " is missing");
+      fail(what, "is missing");
+    }
+    Hid a(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
+    check(a.valid(), what);
+    Hid space(H5Aget_space(a.get()), H5Sclose);
+    check(space.valid(), what);
+    const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+    const int rank = H5Sget_simple_extent_ndims(space.get());
+    const hsize_t want = count == 0 ? 1 : count;
+    if (n != static_cast<hssize_t>(want) || (count > 0 && rank != 1))
+      fail(what, count == 0 ? "must be a single value" : "must hold " + std::to_string(count) + " values");
+    return a;
+  }
+
+  void check_type(hid_t type, const std::string& what, H5T_class_t cls, size_t size, bool is_signed,
+                  const char* expected) const {
+    const H5T_class_t c = H5Tget_class(type);
+    const size_t sz = H5Tget_size(type);
+    bool ok = c == cls && sz == size;
+    if (ok && c == H5T_INTEGER) ok = (H5Tget_sign(type) == H5T_SGN_2) == is_signed;
+    if (!ok) {
+      std::string got = class_name(c);
+      if (c == H5T_INTEGER || c == H5T_FLOAT) got += std::to_string(sz * 8);
+      if (c == H5T_INTEGER && H5Tget_sign(type) == H5T_SGN_NONE) got = "u" + got;
+      fail(what, "has dtype " + got + ", expected " + expected);
+    }
+  }
+
+  std::string attr_string(hid_t obj, const std::string& obj_name, const char* name) {
+    std::string what;
+    Hid a = open_attr(obj, obj_name, name, 0, what);
+    Hid type(H5Aget_type(a.get()), H5Tclose);
+    check(type.valid(), what);
+    if (H5Tget_class(type.get()) != H5T_STRING) fail(what, "must be a string");
+    const htri_t vlen = H5Tis_variable_str(type.get());
+    check(vlen >= 0, what);
+    if (vlen > 0) {
+      Hid mem(H5Tcopy(H5T_C_S1), H5Tclose);
+      check(mem.valid() && H5Tset_size(mem.get(), H5T_VARIABLE) >= 0 &&
+                H5Tset_cset(mem.get(), H5Tget_cset(type.get())) >= 0,
+            what);
+      char* ptr = nullptr;
+      check(H5Aread(a.get(), mem.get(), &ptr) >= 0, what);
+      std::string out = ptr ? ptr : "";
+      if (ptr) H5free_memory(ptr);
+      return out;
+    }
+    const size_t size = H5Tget_size(type.get());
+    std::string out(size, '\0');
+    if (size > 0) check(H5Aread(a.get(), type.get(), out.data()) >= 0, what);
+    const size_t nul = out.find('\0');
+    if (nul != std::string::npos) out.resize(nul);
+    return out;
+  }
+
+  int64_t attr_int(hid_t obj, const std::string& obj_name, const char* name) {
+    std::string what;
+    Hid a = open_attr(obj, obj_name, name, 0, what);
+    Hid type(H5Aget_type(a.get()), H5Tclose);
+    check(type.valid(), what);
+    if (H5Tget_class(type.get()) != H5T_INTEGER) fail(what, "must be an integer");
+    int64_t v = 0;
+    check(H5Aread(a.get(), H5T_NATIVE_INT64, &v) >= 0, what);
+    return v;
+  }
+
+  uint64_t attr_uint(hid_t obj, const std::string& obj_name, const char* name) {
+    std::string what;
+    Hid a = open_attr(obj, obj_name, name, 0, what);
+    Hid type(H5Aget_type(a.get()), H5Tclose);
+    check(type.valid(), what);
+    if (H5Tget_class(type.get()) != H5T_INTEGER) fail(what, "must be an integer");
+    uint64_t v = 0;
+    check(H5Aread(a.get(), H5T_NATIVE_UINT64, &v) >= 0, what);
+    return v;
+  }
+
+  float attr_f32(hid_t obj, const std::string& obj_name, const char* name) {
+    std::string what;
+    Hid a = open_attr(obj, obj_name, name, 0, what);
+    Hid type(H5Aget_type(a.get()), H5Tclose);
+    check(type.valid(), what);
+    check_type(type.get(), what, H5T_FLOAT, 4, true, "float32");
+    float v = 0;
+    check(H5Aread(a.get(), H5T_NATIVE_FLOAT, &v) >= 0, what);
+    return v;
+  }
+
+  void attr_f64_vector(hid_t obj, const std::string& obj_name, const char* name, hsize_t count) {
+    std::string what;
+    Hid a = open_attr(obj, obj_name, name, count, what);
+    Hid type(H5Aget_type(a.get()), H5Tclose);
+    check(type.valid(), what);
+    check_type(type.get(), what, H5T_FLOAT, 8, true, "float64");
+    std::vector<double> v(count);
+    check(H5Aread(a.get(), H5T_NATIVE_DOUBLE, v.data()) >= 0, what);
+  }
+
+  /// Reads the 1-D dataset `name` (full path for messages; the leaf is opened in `parent`).
+  /// `ds_out`, when given, receives the open dataset.
+  template <typename T>
+  std::vector<T> dataset(hid_t parent, const std::string& name, const Expect& e, Hid* ds_out = nullptr) {
+    const std::string leaf = name.substr(name.rfind('/') + 1);
+    const htri_t exists = H5Lexists(parent, leaf.c_str(), H5P_DEFAULT);
+    check(exists >= 0, name);
+    if (exists == 0) fail(name, "is missing (expected a " + std::string(e.name) + " dataset)");
+    Hid ds(H5Dopen2(parent, leaf.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!ds.valid()) fail(name, "is not a dataset (or cannot be read)");
+    Hid type(H5Dget_type(ds.get()), H5Tclose);
+    check(type.valid(), name);
+    check_type(type.get(), name, e.cls, e.size, e.is_signed, e.name);
+    Hid space(H5Dget_space(ds.get()), H5Sclose);
+    check(space.valid(), name);
+    const int rank = H5Sget_simple_extent_ndims(space.get());
+    check(rank >= 0, name);
+    if (rank != 1) fail(name, "has rank " + std::to_string(rank) + ", expected 1");
+    hsize_t dims[1] = {0};
+    check(H5Sget_simple_extent_dims(space.get(), dims, nullptr) >= 0, name);
+    std::vector<T> out(static_cast<size_t>(dims[0]));
+    if (!out.empty()) check(H5Dread(ds.get(), e.mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) >= 0, name);
+    if (ds_out) *ds_out = std::move(ds);
+    return out;
+  }
+
+  ChannelStats channel_stats(hid_t g, const std::string& gname) {
+    ChannelStats s;
+    s.absmax = dataset<float>(g, gname + "/absmax", kF32);
+    const size_t c = s.absmax.size();
+    if (c == 0) fail(gname + "/absmax", "is empty");
+    s.min = dataset<float>(g, gname + "/min", kF32);
+    s.max = dataset<float>(g, gname + "/max", kF32);
+    s.sum_sq = dataset<double>(g, gname + "/sum_sq", kF64);
+    const std::pair<const char*, size_t> lens[] = {{"min", s.min.size()}, {"max", s.max.size()}, {"sum_sq", s.sum_sq.size()}};
+    for (const auto& [n, len] : lens)
+      if (len != c)
+        fail(gname + "/" + n, "has length " + std::to_string(len) + ", expected " + std::to_string(c) +
+                                  " (the length of " + gname + "/absmax)");
+    s.channels = static_cast<int64_t>(c);
+    s.token_absmax_hist = dataset<int64_t>(g, gname + "/token_absmax_hist", kI64);
+    if (s.token_absmax_hist.size() != static_cast<size_t>(ChannelStats::kHistBins))
+      fail(gname + "/token_absmax_hist", "has " + std::to_string(s.token_absmax_hist.size()) + " bins, expected " +
+                                             std::to_string(ChannelStats::kHistBins));
+    Hid pct_ds;
+    const std::vector<float> pct = dataset<float>(g, gname + "/token_absmax_percentiles", kF32, &pct_ds);
+    if (pct.size() != kTokenAbsmaxPercentiles.size())
+      fail(gname + "/token_absmax_percentiles", "has length " + std::to_string(pct.size()) + ", expected " +
+                                                    std::to_string(kTokenAbsmaxPercentiles.size()));
+    attr_f64_vector(pct_ds.get(), gname + "/token_absmax_percentiles", "percent", kTokenAbsmaxPercentiles.size());
+    s.tokens = attr_int(g, gname, "tokens");
+    if (s.tokens < 0) fail(gname, "attribute tokens is negative");
+    s.tensor_absmax = attr_f32(g, gname, "tensor_absmax");
+    int64_t sum = 0;
+    for (int64_t v : s.token_absmax_hist) {
+      if (v < 0) fail(gname + "/token_absmax_hist", "has a negative count");
+      sum += v;
+    }
+    if (sum != s.tokens)
+      fail(gname + "/token_absmax_hist", "sums to " + std::to_string(sum) + " tokens, but attribute tokens is " +
+                                             std::to_string(s.tokens));
+    return s;
+  }
+
+  std::string path_;
+  Hid file_;
+};
+
+}  // namespace
+
+void write_calibration_h5(const std::string& path, const CalibrationData& data) {
+  validate_for_write(data);
+  silence_hdf5();
+  write_file_atomic_with(path, [&](const std::string& tmp) {
+    Writer w(path, tmp);
+    w.write(data);
+  });
+}
+
+CalibrationData read_calibration_h5(const std::string& path) {
+  silence_hdf5();
+  return Reader(path).read();
+}
+
+}  // namespace sq

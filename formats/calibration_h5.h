@@ -1,0 +1,56 @@
+// The sq-calibrate output file: activation statistics of every decoder layer in HDF5
+// (layout: docs/calibration-format.md).
+//
+// Summary of format version 1:
+//   /                      attributes format="sqkit-calibration", format_version=1 (int32),
+//                          model_fingerprint, text_path, text_sha256, sqkit_version, created
+//                          (UTF-8 strings), samples, seq_len (int64), seed (uint64)
+//   /layer_000 … /layer_{n−1}   one group per decoder layer (3 digits, more when n > 1000)
+//     attn_input, attn_output, ffn_input, ffn_hidden   one group per linear input site,
+//                          attribute linears = "q_proj,k_proj,v_proj" etc., plus the site datasets
+//     k_cache, v_cache     keys before RoPE / values, the site datasets
+//     outputs              datasets q_proj … down_proj: f32 [out_features] per-output-channel absmax
+//   site datasets:  absmax, min, max f32 [C]; sum_sq f64 [C]; token_absmax_hist i64 [kHistBins];
+//                   token_absmax_percentiles f32 [7] (attribute percent f64 [7]);
+//                   attributes tokens (int64), tensor_absmax (f32)
+//
+// The HDF5 library (serial build) is not thread-safe: call these from one thread at a time. Both
+// functions switch off HDF5's automatic error printing (H5Eset_auto2) for the whole process; errors
+// are reported through the exceptions instead.
+#pragma once
+
+#include <string>
+
+#include "calib/activation_stats.h"
+
+namespace sq {
+
+/// Calibration file format written by write_calibration_h5 (the only version read_calibration_h5
+/// accepts).
+inline constexpr int kCalibrationFormatVersion = 1;
+
+/// Writes `data` to `path` in calibration format version 1. The file is written to a temporary
+/// file in the same directory and renamed over `path`, so `path` is never left partial.
+/// Deterministic: object timestamps are disabled, so the same `data` (including
+/// provenance.created) always gives byte-identical files.
+/// Throws std::invalid_argument when `data` is inconsistent (no layers, a layer without 4 input
+/// sites or 7 output vectors, a ChannelStats whose vectors disagree with `channels` or with each
+/// other, a histogram not of kHistBins bins or not summing to `tokens`, or widths that do not fit
+/// one LLaMA model — see read_calibration_h5); OutputError naming `path` when writing fails.
+void write_calibration_h5(const std::string& path, const CalibrationData& data);
+
+/// Reads a calibration file, validating everything before use: the format attribute, the version
+/// (another version → UnsupportedError "PATH: calibration format version 3 is not supported (this
+/// sqkit reads version 1)"), every root attribute, layer groups contiguous from layer_000, every
+/// group, dataset and attribute present with the right rank, dtype class/size and length:
+/// absmax/min/max/sum_sq of a group equally long (C ≥ 1), token_absmax_hist of
+/// ChannelStats::kHistBins bins with non-negative counts summing to `tokens`,
+/// token_absmax_percentiles of 7 values; and widths consistent with one LLaMA model, the same in
+/// every layer: ffn_input C = attn_input C = o_proj = down_proj lengths; q_proj length =
+/// attn_output C; k_proj = v_proj lengths = k_cache C = v_cache C; gate_proj = up_proj lengths =
+/// ffn_hidden C. Objects and attributes not listed in the format are ignored.
+/// Throws InputError naming the file and the group/dataset/attribute at fault when the file is
+/// missing, not HDF5, corrupt or truncated, or violates the format.
+CalibrationData read_calibration_h5(const std::string& path);
+
+}  // namespace sq

@@ -1,0 +1,74 @@
+// Hugging Face checkpoint directories (config.json + safetensors weights) for LLaMA-family models.
+//
+// Layout (as written by transformers' `save_pretrained(safe_serialization=True)`):
+//   DIR/config.json                         see formats/hf_config.h
+//   DIR/model.safetensors                   all weights, or, when sharded:
+//   DIR/model.safetensors.index.json        {"metadata": {"total_size": BYTES},
+//                                            "weight_map": {"tensor name": "shard file name", ...}}
+//   DIR/model-00001-of-00002.safetensors    the shards
+// Tensor names are sqkit's canonical names (core/checkpoint.h), which are the HF names.
+#pragma once
+
+#include <string>
+
+#include "core/checkpoint.h"
+#include "core/tensor.h"
+
+namespace sq {
+
+/// Loads the HF checkpoint directory `dir` as FP32 tensors.
+///
+/// Reads `dir/config.json` (parse_hf_config), then `dir/model.safetensors` if present, else
+/// `dir/model.safetensors.index.json` and the shards its "weight_map" names. Every tensor the
+/// config implies (core/checkpoint.h table; q/k/v biases when qkv_bias; lm_head.weight only when
+/// untied — a stored lm_head.weight is ignored when tied) is loaded with SafetensorsFile::load_f32
+/// (F32 zero-copy views keep their mapped file alive; F16/BF16 are widened) and its shape checked
+/// against the config. Other tensors (rotary_emb.inv_freq, ...) are ignored. For a Llama config
+/// with attention_bias, o_proj biases are accepted only when all zero (sqkit has none).
+/// The result has format "hf-safetensors", source `dir`, config.rope_layout HalfSplit.
+///
+/// Throws InputError naming the file / tensor when: `dir` has no config.json or no weights file;
+/// config.json is invalid (see parse_hf_config; UnsupportedError for unsupported features); the
+/// index is not a JSON object with a "weight_map" of strings, names a shard that is not a plain
+/// file name inside `dir` (contains '/' or '\\', is "." or "..") or does not exist, or maps a
+/// tensor to a shard that does not hold it; a safetensors file is invalid (see SafetensorsFile); a
+/// tensor is missing or has the wrong shape; a tensor's dtype is not F32/F16/BF16 (UnsupportedError).
+Checkpoint load_hf_checkpoint(const std::string& dir);
+
+/// Writes `ckpt` as a genuine HF checkpoint directory `dir` (created if needed; existing files of
+/// the same names are replaced, each atomically): config.json (make_hf_config_json, torch_dtype
+/// float32 / float16 / bfloat16), and `model.safetensors` when `shards` == 1, otherwise `shards`
+/// files `model-0000i-of-0000n.safetensors` (contiguous runs of the canonical tensor order, balanced
+/// by bytes, none empty) plus `model.safetensors.index.json`. A stale file of the other layout
+/// (single file vs index) is removed so the directory loads unambiguously. Safetensors metadata is
+/// {"format": "pt"} as transformers expects. Only the canonical tensors the config implies are
+/// written (other entries of ckpt.tensors are ignored; lm_head.weight only when untied). `dtype` is the storage dtype: "F32", "F16" or "BF16"
+/// (round-to-nearest-even).
+///
+/// RoPE: when ckpt.config.rope_layout is Interleaved (llama2.c source), q_proj / k_proj weights
+/// (and biases) are row-permuted with permute_qk_rows_for_half_split (n_heads for q, n_kv_heads
+/// for k), so the directory is a HalfSplit checkpoint as HF's `convert_llama_weights_to_hf.py`
+/// produces. A Llama config with qkv_bias gets attention_bias = true and zero o_proj biases.
+///
+/// Throws UsageError for a bad `dtype` or `shards` (< 1 or more than the number of tensors),
+/// InputError when a tensor of `ckpt` is missing or misshapen, UnsupportedError for a config HF
+/// cannot express (make_hf_config_json), OutputError when writing fails.
+void save_hf_checkpoint(const Checkpoint& ckpt, const std::string& dir, const std::string& dtype, int shards = 1);
+
+/// Reorders the rows of a q_proj / k_proj weight ([n_heads*head_dim, in]) or bias
+/// ([n_heads*head_dim]) from the interleaved RoPE layout (llama2.c / Meta: pairs (2i, 2i+1)) to the
+/// half-split layout (HF `rotate_half`: pairs (i, i + head_dim/2)), per head:
+///   new row h*head_dim + j*(head_dim/2) + i  =  old row h*head_dim + 2*i + j,   j in {0,1}.
+/// This is HF `convert_llama_weights_to_hf.py`'s
+///   permute(w) = w.view(n_heads, head_dim/2, 2, in).transpose(1, 2).reshape(n_heads*head_dim, in).
+/// `n_heads` is the head count of this projection: n_heads for q, n_kv_heads for k. Returns an
+/// owned tensor. Throws InputError when the shape does not match n_heads*head_dim rows, rank is
+/// not 1 or 2, or head_dim is not even and positive.
+Tensor permute_qk_rows_for_half_split(const Tensor& w, int n_heads, int head_dim);
+
+/// The inverse of permute_qk_rows_for_half_split (half-split -> interleaved):
+///   new row h*head_dim + 2*i + j  =  old row h*head_dim + j*(head_dim/2) + i.
+/// Same arguments and errors.
+Tensor permute_qk_rows_for_interleaved(const Tensor& w, int n_heads, int head_dim);
+
+}  // namespace sq

@@ -1,0 +1,116 @@
+// The sq-eval / sq-run command lines: exact outputs on the real model, and one clear line with
+// exit status 2 for every bad input (never a crash, a hang or a partial output file).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/process.h"
+#include "tests/support/test_data.h"
+
+namespace sq::test {
+namespace {
+
+int count_lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+TEST(SqRun, GreedyStoryIsExact) {
+  const auto r = run_process({tool("sq-run"), "-m", stories_model(), "--tokenizer", stories_tokenizer(), "-p", "Once upon a time",
+                              "-n", "40", "--temp", "0"});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  // Issue #2 acceptance 1: stdout is exactly the prompt and the generated text, one line.
+  EXPECT_EQ(r.out,
+            "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, "
+            "red ball.\n");
+  EXPECT_NE(r.err.find("tok/s"), std::string::npos);  // speed goes to stderr
+}
+
+TEST(SqRun, SeededSamplingIsReproducible) {
+  auto run = [](const char* seed) {
+    return run_process({tool("sq-run"), "-m", stories_model(), "--tokenizer", stories_tokenizer(), "-p", "The cat", "-n", "30",
+                        "--temp", "0.9", "--top-k", "40", "--top-p", "0.95", "--seed", seed, "-q"})
+        .out;
+  };
+  const std::string a = run("7"), b = run("7"), c = run("8");
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_EQ(a.rfind("The cat", 0), 0u);
+}
+
+TEST(SqEval, JsonOutputHasTheDocumentedFields) {
+  ScratchDir dir;
+  const auto r = run_process({tool("sq-eval"), "-m", stories_model(), "--tokenizer", stories_tokenizer(), "-f", tinystories_valid(),
+                              "-c", "256", "--protocol", "llamacpp", "--chunks", "40", "--json", dir.file("r.json")});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_NE(r.out.find("PPL"), std::string::npos);
+  const auto j = nlohmann::json::parse(read_file(dir.file("r.json")));
+  for (const char* key : {"ppl", "ppl_stderr", "nll_mean", "tokens_scored", "tokens_per_second", "protocol", "model"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_EQ(j["protocol"]["name"], "llamacpp");
+  EXPECT_EQ(j["protocol"]["ctx"], 256);
+  EXPECT_EQ(j["protocol"]["chunks"], 40);
+  EXPECT_EQ(j["tokens_scored"], 40 * 127);
+  EXPECT_EQ(j["model"]["parameter_count"], 260032);
+  EXPECT_GT(j["ppl"].get<double>(), 5.0);
+  EXPECT_LT(j["ppl"].get<double>(), 12.0);
+}
+
+
+
+/// Each bad input: exit 2, exactly one line on stderr naming the problem, no JSON file written.
+void expect_one_line_error(const std::string& tool_name, std::vector<std::string> args, const std::string& expected,
+                           const ScratchDir& dir) {
+  std::vector<std::string> argv = {tool(tool_name)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const auto r = run_process(argv, 60);
+  EXPECT_EQ(r.exit_status, 2) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find(expected), std::string::npos) << "stderr: " << r.err << "expected: " << expected;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out.json")));
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << "temporary left behind: " << e.path();
+}
+
+TEST(SqEval, BadInputsGiveOneLineAndExit2) {
+  ScratchDir dir;
+  write_file(dir.file("empty.txt"), "");
+  write_file(dir.file("short.txt"), "Once upon a time there was a cat.");
+  write_file(dir.file("garbage.bin"), std::string(100, '\x7f'));
+  const std::string json = dir.file("out.json");
+  const std::string m = stories_model(), t = stories_tokenizer(), f = tinystories_valid();
+  expect_one_line_error("sq-eval", {"-m", dir.file("nope.bin"), "--tokenizer", t, "-f", f, "--json", json}, "cannot open", dir);
+  expect_one_line_error("sq-eval", {"-m", m, "--tokenizer", dir.file("nope.bin"), "-f", f, "--json", json}, "cannot open", dir);
+  expect_one_line_error("sq-eval", {"-m", m, "--tokenizer", t, "-f", dir.file("nope.txt"), "--json", json}, "cannot open", dir);
+  expect_one_line_error("sq-eval", {"-m", m, "--tokenizer", t, "-f", dir.file("empty.txt"), "--json", json}, "empty", dir);
+  expect_one_line_error("sq-eval", {"-m", m, "--tokenizer", t, "-f", dir.file("short.txt"), "--json", json}, "too short", dir);
+  expect_one_line_error("sq-eval", {"-m", m, "--tokenizer", t, "-f", f, "-c", "1024", "--json", json},
+                        "exceeds the model's trained context of 512", dir);
+  expect_one_line_error("sq-eval", {"-m", m, "--tokenizer", llama2_tokenizer(), "-f", f, "--json", json},
+                        "has 32000 tokens but model", dir);
+  expect_one_line_error("sq-eval", {"-m", dir.file("garbage.bin"), "--tokenizer", t, "-f", f, "--json", json},
+                        "not a recognized model", dir);
+  expect_one_line_error("sq-eval", {"-m", m, "--tokenizer", t, "-f", f, "--protocol", "bogus", "--json", json},
+                        "--protocol must be", dir);
+  expect_one_line_error("sq-eval", {"-m", m, "-f", f, "--json", json}, "give --tokenizer", dir);
+  // --allow-long-context lifts the context check.
+  const auto r = run_process({tool("sq-eval"), "-m", m, "--tokenizer", t, "-f", f, "-c", "600", "--chunks", "1",
+                              "--allow-long-context", "-q"});
+  EXPECT_EQ(r.exit_status, 0) << r.err;
+}
+
+TEST(SqRun, BadInputsGiveOneLineAndExit2) {
+  ScratchDir dir;
+  const std::string m = stories_model(), t = stories_tokenizer();
+  expect_one_line_error("sq-run", {"-m", m, "--tokenizer", t, "-p", "Hi", "--temp", "-1"}, "--temp must be >= 0", dir);
+  expect_one_line_error("sq-run", {"-m", m, "--tokenizer", t, "-p", "Hi", "--top-p", "0"}, "--top-p must be in (0, 1]", dir);
+  expect_one_line_error("sq-run", {"-m", m, "--tokenizer", t, "-p", "Hi", "-n", "-3"}, "-n must be >= 0", dir);
+  expect_one_line_error("sq-run", {"-m", dir.file("missing"), "--tokenizer", t, "-p", "Hi"}, "cannot open", dir);
+  const auto r = run_process({tool("sq-run"), "--bogus-flag"});
+  EXPECT_EQ(r.exit_status, 2);
+}
+
+}  // namespace
+}  // namespace sq::test
