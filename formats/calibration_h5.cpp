@@ -2,6 +2,7 @@
 
 #include <hdf5.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -85,7 +86,15 @@ std::string layer_path(size_t i) {
   return buf;
 }
 
+// Names of the sites and projections, indexed by ActivationSite / Projection. They equal
+// activation_site_name() / projection_name() (lib/model/observer.h; tested), but are spelled out
+// here because sqkit_formats must not depend on the model library (static link order).
+const char* const kSiteNames[kActivationSites] = {"attn_input", "attn_output", "ffn_input", "ffn_hidden"};
 const char* const kSiteLinears[kActivationSites] = {"q_proj,k_proj,v_proj", "o_proj", "gate_proj,up_proj", "down_proj"};
+const char* const kProjectionNames[kProjections] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                    "down_proj"};
+const char* site_name(int s) { return kSiteNames[s]; }
+const char* proj_name(int p) { return kProjectionNames[p]; }
 constexpr const char* kKCache = "k_cache";
 constexpr const char* kVCache = "v_cache";
 constexpr const char* kOutputs = "outputs";
@@ -109,7 +118,7 @@ void check_layer_widths(const LayerStats& l, const std::string& prefix, Fail&& f
                                          prefix + "ffn_hidden/absmax",  prefix + "ffn_hidden/absmax",
                                          in};
   for (int p = 0; p < kProjections; ++p)
-    expect(prefix + "outputs/" + projection_name(static_cast<Projection>(p)),
+    expect(prefix + "outputs/" + proj_name(p),
            static_cast<int64_t>(l.output_absmax[static_cast<size_t>(p)].size()), want[p], ref[p]);
 }
 
@@ -118,7 +127,7 @@ template <typename Fail>
 void check_same_widths(const LayerStats& l0, const LayerStats& l, const std::string& prefix, Fail&& fail) {
   for (int s = 0; s < kActivationSites; ++s)
     if (l.inputs[static_cast<size_t>(s)].channels != l0.inputs[static_cast<size_t>(s)].channels)
-      fail(prefix + activation_site_name(static_cast<ActivationSite>(s)) + "/absmax",
+      fail(prefix + site_name(s) + "/absmax",
            "has length " + std::to_string(l.inputs[static_cast<size_t>(s)].channels) + ", but layer_000 has " +
                std::to_string(l0.inputs[static_cast<size_t>(s)].channels));
   if (l.keys.channels != l0.keys.channels)
@@ -165,7 +174,7 @@ class Writer {
       const std::string lname = layer_path(i);
       Hid lg = group(root, lname);
       for (int s = 0; s < kActivationSites; ++s) {
-        const std::string gname = lname + "/" + activation_site_name(static_cast<ActivationSite>(s));
+        const std::string gname = lname + "/" + site_name(s);
         Hid g = group(lg.get(), gname);
         attr_string(g.get(), gname, "linears", kSiteLinears[s]);
         channel_stats(g.get(), gname, l.inputs[static_cast<size_t>(s)]);
@@ -175,7 +184,7 @@ class Writer {
         Hid g = group(lg.get(), gname);
         for (int pr = 0; pr < kProjections; ++pr) {
           const auto& v = l.output_absmax[static_cast<size_t>(pr)];
-          dataset(g.get(), gname + "/" + projection_name(static_cast<Projection>(pr)), H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
+          dataset(g.get(), gname + "/" + proj_name(pr), H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
                   v.size(), v.data());
         }
       }
@@ -305,7 +314,7 @@ void validate_for_write(const CalibrationData& data) {
                                   " output vectors, expected " + std::to_string(kProjections));
     for (int s = 0; s < kActivationSites; ++s)
       validate_channel_stats_for_write(l.inputs[static_cast<size_t>(s)],
-                                       prefix + activation_site_name(static_cast<ActivationSite>(s)));
+                                       prefix + site_name(s));
     validate_channel_stats_for_write(l.keys, prefix + kKCache);
     validate_channel_stats_for_write(l.values, prefix + kVCache);
     check_layer_widths(l, prefix, fail);
@@ -396,7 +405,7 @@ class Reader {
       Hid lg = open_group(root, lname);
       l.inputs.resize(kActivationSites);
       for (int s = 0; s < kActivationSites; ++s) {
-        const std::string gname = lname + "/" + activation_site_name(static_cast<ActivationSite>(s));
+        const std::string gname = lname + "/" + site_name(s);
         Hid g = open_group(lg.get(), gname);
         const std::string linears = attr_string(g.get(), gname, "linears");
         if (linears != kSiteLinears[s])
@@ -409,7 +418,7 @@ class Reader {
         l.output_absmax.resize(kProjections);
         for (int pr = 0; pr < kProjections; ++pr)
           l.output_absmax[static_cast<size_t>(pr)] =
-              dataset<float>(g.get(), gname + "/" + projection_name(static_cast<Projection>(pr)), kF32);
+              dataset<float>(g.get(), gname + "/" + proj_name(pr), kF32);
       }
       {
         const std::string gname = lname + "/" + kKCache;
@@ -442,7 +451,7 @@ class Reader {
   size_t count_layers(hid_t root) {
     H5G_info_t info{};
     check(H5Gget_info(root, &info) >= 0, "/");
-    std::vector<bool> seen;
+    std::vector<size_t> indices;
     for (hsize_t k = 0; k < info.nlinks; ++k) {
       const ssize_t len = H5Lget_name_by_idx(root, ".", H5_INDEX_NAME, H5_ITER_INC, k, nullptr, 0, H5P_DEFAULT);
       check(len >= 0, "/");
@@ -457,15 +466,15 @@ class Reader {
       const size_t index = ok ? static_cast<size_t>(std::stoul(digits)) : 0;
       if (!ok || layer_name(index) != name)
         fail("/" + name, "is not a valid layer group name (expected layer_000, layer_001, ...)");
-      if (index >= seen.size()) seen.resize(index + 1, false);
-      seen[index] = true;
+      indices.push_back(index);
     }
-    if (seen.empty()) fail("/", "has no layer groups (expected /layer_000, /layer_001, ...)");
-    for (size_t i = 0; i < seen.size(); ++i)
-      if (!seen[i])
-        fail(layer_path(i), "is missing: layer groups must be contiguous from /layer_000 (found up to /" +
-                                      layer_name(seen.size() - 1) + ")");
-    return seen.size();
+    if (indices.empty()) fail("/", "has no layer groups (expected /layer_000, /layer_001, ...)");
+    std::sort(indices.begin(), indices.end());
+    for (size_t i = 0; i < indices.size(); ++i)
+      if (indices[i] != i)
+        fail(layer_path(i), "is missing: layer groups must be contiguous from /layer_000 (found up to " +
+                                layer_path(indices.back()) + ")");
+    return indices.size();
   }
 
   Hid open_group(hid_t parent, const std::string& name) {

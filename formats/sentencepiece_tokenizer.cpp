@@ -42,8 +42,10 @@ int byte_value(const std::string& piece) {
 }  // namespace
 
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& path)
+    : SentencePieceTokenizer(read_file_to_string(path), path) {}  // InputError "cannot open PATH: ..."
+
+SentencePieceTokenizer::SentencePieceTokenizer(const std::string& bytes, const std::string& path)
     : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
-  const std::string bytes = read_file_to_string(path);  // InputError "cannot open PATH: ..."
   if (bytes.empty()) throw InputError(path + ": empty file, expected a SentencePiece tokenizer.model");
   const auto status = sp_->LoadFromSerializedProto(bytes);
   if (!status.ok()) {

@@ -24,6 +24,8 @@ class SentencePieceTokenizer : public Tokenizer {
   /// Loads `path`. Throws InputError "cannot open PATH: reason" when the file cannot be read, and
   /// InputError naming the file plus SentencePiece's status message when it is not a valid model.
   explicit SentencePieceTokenizer(const std::string& path);
+  /// From the serialized model proto `bytes`; `path` only names the source in error messages.
+  SentencePieceTokenizer(const std::string& bytes, const std::string& path);
   ~SentencePieceTokenizer() override;
 
   /// SentencePiece `Encode` of `text`, with bos_id() first when `add_bos` and eos_id() last when

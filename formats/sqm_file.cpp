@@ -250,57 +250,66 @@ void SqmWriter::add_tensor(const std::string& name, SqmDType dtype, const std::v
                                 sqm_dtype_name(dtype) + " tensor must be zero");
 
   static const uint8_t kZeros[kSqmAlignment] = {};
-  const uint64_t aligned = round_up(pos_, kSqmAlignment);
-  if (aligned > pos_) write_all(kZeros, aligned - pos_);
-
   SqmTensorInfo e;
-  e.name = name;
-  e.dtype = dtype;
-  e.shape = shape;
-  e.offset = pos_;
-  e.raw_bytes = nbytes;
-  e.xxh3 = XXH3_64bits(bytes, nbytes);
+  try {  // any failure from here on leaves the temporary inconsistent: the writer is unusable
+    const uint64_t aligned = round_up(pos_, kSqmAlignment);
+    if (aligned > pos_) write_all(kZeros, aligned - pos_);
 
-  bool stored = false;
-  if (cctx_ && nbytes > 0) {
-    // Stream the zstd frame into the file; give up (rewind, store raw) as soon as it is not smaller.
-    ZSTD_CCtx_reset(cctx_, ZSTD_reset_session_only);
-    ZSTD_CCtx_setParameter(cctx_, ZSTD_c_compressionLevel, kZstdLevel);
-    ZSTD_CCtx_setParameter(cctx_, ZSTD_c_checksumFlag, 0);
-    ZSTD_CCtx_setParameter(cctx_, ZSTD_c_contentSizeFlag, 1);
-    ZSTD_CCtx_setPledgedSrcSize(cctx_, nbytes);
-    std::vector<uint8_t> out(ZSTD_CStreamOutSize());
-    ZSTD_inBuffer in{bytes, nbytes, 0};
-    uint64_t written = 0;
-    bool smaller = true;
-    for (;;) {
-      ZSTD_outBuffer ob{out.data(), out.size(), 0};
-      const size_t rem = ZSTD_compressStream2(cctx_, &ob, &in, ZSTD_e_end);
-      if (ZSTD_isError(rem))
-        throw std::runtime_error("zstd compression of tensor '" + name + "' failed: " + ZSTD_getErrorName(rem));
-      if (written + ob.pos >= nbytes) {
-        smaller = false;
-        break;
+    e.name = name;
+    e.dtype = dtype;
+    e.shape = shape;
+    e.offset = pos_;
+    e.raw_bytes = nbytes;
+    e.xxh3 = XXH3_64bits(bytes, nbytes);
+
+    bool stored = false;
+    if (cctx_ && nbytes > 0) {
+      // Stream the zstd frame into the file; give up (rewind, store raw) as soon as it is not smaller.
+      ZSTD_CCtx_reset(cctx_, ZSTD_reset_session_only);
+      ZSTD_CCtx_setParameter(cctx_, ZSTD_c_compressionLevel, kZstdLevel);
+      ZSTD_CCtx_setParameter(cctx_, ZSTD_c_checksumFlag, 0);
+      ZSTD_CCtx_setParameter(cctx_, ZSTD_c_contentSizeFlag, 1);
+      ZSTD_CCtx_setPledgedSrcSize(cctx_, nbytes);
+      std::vector<uint8_t> out(ZSTD_CStreamOutSize());
+      XxhState stored_hash;
+      ZSTD_inBuffer in{bytes, nbytes, 0};
+      uint64_t written = 0;
+      bool smaller = true;
+      for (;;) {
+        ZSTD_outBuffer ob{out.data(), out.size(), 0};
+        const size_t rem = ZSTD_compressStream2(cctx_, &ob, &in, ZSTD_e_end);
+        if (ZSTD_isError(rem))
+          throw std::runtime_error("zstd compression of tensor '" + name + "' failed: " + ZSTD_getErrorName(rem));
+        if (written + ob.pos >= nbytes) {
+          smaller = false;
+          break;
+        }
+        write_all(out.data(), ob.pos);
+        XXH3_64bits_update(stored_hash.s, out.data(), ob.pos);
+        written += ob.pos;
+        if (rem == 0) break;
       }
-      write_all(out.data(), ob.pos);
-      written += ob.pos;
-      if (rem == 0) break;
-    }
-    if (smaller) {
-      e.stored_bytes = written;
-      e.compressed = true;
-      stored = true;
-    } else if (written > 0) {
-      if (::lseek(fd_, static_cast<off_t>(e.offset), SEEK_SET) < 0 || ::ftruncate(fd_, static_cast<off_t>(e.offset)) != 0) {
-        failed_ = true;
-        throw OutputError("cannot write " + path_ + ": " + std::strerror(errno));
+      if (smaller) {
+        e.stored_bytes = written;
+        e.stored_xxh3 = XXH3_64bits_digest(stored_hash.s);
+        e.compressed = true;
+        stored = true;
+      } else if (written > 0) {
+        if (::lseek(fd_, static_cast<off_t>(e.offset), SEEK_SET) < 0 || ::ftruncate(fd_, static_cast<off_t>(e.offset)) != 0) {
+          failed_ = true;
+          throw OutputError("cannot write " + path_ + ": " + std::strerror(errno));
+        }
+        pos_ = e.offset;
       }
-      pos_ = e.offset;
     }
-  }
-  if (!stored) {
-    write_all(bytes, nbytes);
-    e.stored_bytes = nbytes;
+    if (!stored) {
+      write_all(bytes, nbytes);
+      e.stored_bytes = nbytes;
+      e.stored_xxh3 = e.xxh3;
+    }
+  } catch (...) {
+    failed_ = true;
+    throw;
   }
   index_[name] = entries_.size();
   entries_.push_back(std::move(e));
@@ -326,6 +335,7 @@ void SqmWriter::finish(const nlohmann::json& header) {
                      {"raw_bytes", e.raw_bytes},
                      {"compression", e.compression()},
                      {"xxh3", hex64(e.xxh3)}});
+    if (e.compressed) table.back()["stored_xxh3"] = hex64(e.stored_xxh3);
     any_compressed |= e.compressed;
   }
   std::string hs, ts;
@@ -538,7 +548,12 @@ void SqmFile::parse() {
                              "', which this sqkit does not support (none, zstd)");
     const auto hash = parse_hex64(str("xxh3"));
     if (!hash) fail(tw + ": \"xxh3\" is not 16 lowercase hexadecimal digits");
-    t.xxh3 = *hash;
+    t.xxh3 = t.stored_xxh3 = *hash;
+    if (t.compressed) {
+      const auto stored_hash = parse_hex64(str("stored_xxh3"));
+      if (!stored_hash) fail(tw + ": \"stored_xxh3\" is not 16 lowercase hexadecimal digits");
+      t.stored_xxh3 = *stored_hash;
+    }
 
     if (t.raw_bytes != expected)
       fail(tw + ": raw_bytes is " + std::to_string(t.raw_bytes) + " but " + dtype + " " + shape_str(t.shape) +
@@ -598,6 +613,7 @@ void SqmFile::verify_checksum(const SqmTensorInfo& t) const {
     if (XXH3_64bits(src, t.raw_bytes) != t.xxh3) fail(mismatch);
     return;
   }
+  if (XXH3_64bits(src, t.stored_bytes) != t.stored_xxh3) fail(mismatch);
   DCtx dctx;
   XxhState hash;
   std::vector<uint8_t> out(ZSTD_DStreamOutSize());

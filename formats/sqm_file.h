@@ -27,6 +27,7 @@
 //                  {"name": "model.layers.0.mlp.up_proj.weight", "dtype": "I8", "shape": [172, 64],
 //                   "offset": 128, "stored_bytes": 11008, "raw_bytes": 11008,
 //                   "compression": "none" | "zstd", "xxh3": "<16 lowercase hex digits>"}
+//                  plus, for "zstd" only, "stored_xxh3": "<16 hex digits>"
 //
 // The 128-byte preamble is written last (the writer streams tensor data first, then the header and
 // the table), so a file cut short while being written never carries a valid preamble.
@@ -35,11 +36,13 @@
 // memory (determined by dtype and shape, see sqm_byte_count); "stored_bytes" its size in the file:
 // equal to raw_bytes for "none", the size of one zstd frame (level 3) for "zstd", which the writer
 // keeps only when it is smaller than the raw bytes. "xxh3" is XXH3_64bits (seed 0) of the raw,
-// uncompressed bytes. An uncompressed tensor is 64-byte aligned inside the file, so a mapping of
-// the file gives aligned, zero-copy tensors.
+// uncompressed bytes; "stored_xxh3" that of the zstd frame (a zstd frame has bits a decoder
+// ignores, so only a checksum of the stored bytes catches every flipped bit). An uncompressed
+// tensor is 64-byte aligned inside the file, so a mapping of the file gives aligned, zero-copy
+// tensors.
 //
 // Every byte of a file is covered by a check: the preamble by preamble_xxh3, the header and table
-// by their checksums, the tensors by their xxh3, the padding by being zero.
+// by their checksums, the tensors by xxh3 / stored_xxh3, the padding by being zero.
 //
 // JSON header: the caller's object, unchanged except for the key "format", which the writer sets
 // to {"name": "sqkit.sqm", "version": 1, "alignment": 64, "tensor_count": N} (replacing any
@@ -119,6 +122,7 @@ struct SqmTensorInfo {
   uint64_t raw_bytes = 0;      ///< bytes once decompressed (= sqm_byte_count(dtype, shape))
   bool compressed = false;     ///< true: the stored bytes are one zstd frame
   uint64_t xxh3 = 0;           ///< XXH3_64bits of the raw bytes
+  uint64_t stored_xxh3 = 0;    ///< XXH3_64bits of the stored bytes (the zstd frame); == xxh3 when uncompressed
   /// Logical element count (sqm_numel(shape)).
   uint64_t numel() const { return sqm_numel(shape); }
   /// "zstd" or "none".
@@ -223,7 +227,8 @@ struct SqmBytes {
 ///    expansion (32768x) when compressed, offsets 64-aligned, inside the data region, in table order
 ///    with no overlap and 0-63 zero padding bytes in between;
 ///  * with verify_checksums, every tensor's XXH3 ("PATH: checksum mismatch in tensor 'NAME' (file
-///    corrupt)"); compressed tensors are checked by streaming decompression (bounded memory).
+///    corrupt)"); a compressed tensor's stored_xxh3 is checked first, then its raw XXH3 by
+///    streaming decompression (bounded memory).
 class SqmFile {
  public:
   /// Maps and validates `path` as described above. Throws InputError / UnsupportedError.
@@ -255,7 +260,8 @@ class SqmFile {
   /// tensor when absent or when the zstd data does not decompress to exactly raw_bytes bytes.
   SqmBytes raw(const std::string& name) const;
 
-  /// Recomputes every tensor's XXH3 (streaming decompression for compressed tensors). Throws
+  /// Recomputes every tensor's XXH3 (for a compressed tensor: the stored bytes' XXH3, then the raw
+  /// bytes' by streaming decompression). Throws
   /// InputError "PATH: checksum mismatch in tensor 'NAME' (file corrupt)" on the first mismatch.
   void verify_checksums() const;
   /// Recomputes the XXH3 of one tensor; throws as verify_checksums().

@@ -111,7 +111,9 @@ struct TextDocuments::Impl {
       const size_t ret = ZSTD_decompressStream(dctx, &out, &in);
       if (ZSTD_isError(ret)) throw InputError(path + ": corrupt zstd stream: " + ZSTD_getErrorName(ret));
       last_ret = ret;
-      flush_pending = out.pos == out.size;
+      // Output full mid-frame: the decoder may hold more output even without new input. (Not
+      // after a complete frame: calling again with no input would start reading a next frame.)
+      flush_pending = out.pos == out.size && ret != 0;
     }
     return out.pos;
   }
@@ -235,8 +237,9 @@ std::unique_ptr<TextDocuments> TextDocuments::open(const std::string& path) {
   if (::fstat(::fileno(impl->file), &st) == 0) impl->size = static_cast<int64_t>(st.st_size);
 
   // Detect compression from the first 4 bytes.
-  impl->head.resize(4);
-  impl->head.resize(impl->read_file(impl->head.data(), 4));
+  std::string head(4, '\0');
+  head.resize(impl->read_file(head.data(), head.size()));
+  impl->head = std::move(head);
   impl->head_pos = 0;
   impl->zstd = has_zstd_magic(impl->head);
   if (!impl->zstd && ends_with(path, ".zst"))

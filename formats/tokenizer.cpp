@@ -49,8 +49,10 @@ std::string hex_prefix(const uint8_t* data, size_t size) {
 // llama2.c first (it checks the exact end of the file, so a protobuf practically never passes).
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   auto file = MappedFile::open(path);  // InputError "cannot open PATH: reason"
-  const uint8_t* data = file->data();
-  const size_t size = file->size();
+  return load_tokenizer_from_bytes(file->data(), file->size(), path);
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer_from_bytes(const uint8_t* data, size_t size, const std::string& path) {
   if (size == 0) throw InputError(path + ": empty file, expected a tokenizer (tokenizer.model or tokenizer.bin)");
 
   int32_t first = 0;
@@ -59,7 +61,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   const bool maybe_sentencepiece = data[0] == 0x0A;
 
   if (maybe_llama2c && !maybe_sentencepiece) return std::make_unique<Llama2cTokenizer>(data, size, path);
-  if (maybe_sentencepiece && !maybe_llama2c) return std::make_unique<SentencePieceTokenizer>(path);
+  if (maybe_sentencepiece && !maybe_llama2c) return std::make_unique<SentencePieceTokenizer>(std::string(reinterpret_cast<const char*>(data), size), path);
   if (maybe_llama2c && maybe_sentencepiece) {
     std::string llama2c_error;
     try {
@@ -68,7 +70,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
       llama2c_error = e.what();
     }
     try {
-      return std::make_unique<SentencePieceTokenizer>(path);
+      return std::make_unique<SentencePieceTokenizer>(std::string(reinterpret_cast<const char*>(data), size), path);
     } catch (const InputError& e) {
       throw InputError(path + ": not a tokenizer: parsing as a llama2.c tokenizer.bin failed (" + llama2c_error +
                        ") and as a SentencePiece tokenizer.model failed (" + e.what() + ")");

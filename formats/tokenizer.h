@@ -2,6 +2,8 @@
 // `tokenizer.model` wrapper.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -38,5 +40,9 @@ class Tokenizer {
 /// Loads a tokenizer by file content: SentencePiece `tokenizer.model` (protobuf) or llama2.c
 /// `tokenizer.bin`. Throws InputError naming `path` when it is neither or is malformed.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
+
+/// Same, from the tokenizer file's bytes (e.g. embedded in a .sqm); `path` names the source in
+/// error messages.
+std::unique_ptr<Tokenizer> load_tokenizer_from_bytes(const uint8_t* data, size_t size, const std::string& path);
 
 }  // namespace sq

@@ -242,6 +242,19 @@ TEST_F(CalibrationH5, LayoutIsTheDocumentedOne) {
   EXPECT_GT(H5Aexists(f.id, "format_version"), 0);
 }
 
+TEST_F(CalibrationH5, GroupNamesMatchTheObserverNames) {
+  // calibration_h5.cpp spells the names out (no dependency on the model library); they must agree.
+  H5File f(file_);
+  for (int s = 0; s < sq::kActivationSites; ++s) {
+    const std::string g = std::string("/layer_001/") + sq::activation_site_name(static_cast<sq::ActivationSite>(s));
+    EXPECT_GT(H5Lexists(f.id, g.c_str(), H5P_DEFAULT), 0) << g;
+  }
+  for (int p = 0; p < sq::kProjections; ++p) {
+    const std::string d = std::string("/layer_001/outputs/") + sq::projection_name(static_cast<sq::Projection>(p));
+    EXPECT_GT(H5Lexists(f.id, d.c_str(), H5P_DEFAULT), 0) << d;
+  }
+}
+
 TEST_F(CalibrationH5, WrongFormatAttribute) {
   {
     H5File f(file_);

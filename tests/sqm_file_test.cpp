@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -299,7 +300,9 @@ TEST_P(SqmRoundTrip, FlippedBitInAnyTensorNamesThatTensor) {
         SCOPED_TRACE(t.name + " byte " + std::to_string(pos));
         const std::string msg =
             expect_error<sq::InputError>([&] { SqmFile::open(bad); }, {bad + ": ", "tensor '" + t.name + "'", "file corrupt"});
-        if (!t.compressed) EXPECT_EQ(msg, bad + ": checksum mismatch in tensor '" + t.name + "' (file corrupt)");
+        if (!t.compressed) {
+          EXPECT_EQ(msg, bad + ": checksum mismatch in tensor '" + t.name + "' (file corrupt)");
+        }
         ++checked;
       }
     }
@@ -326,21 +329,33 @@ TEST(SqmCorruption, EverySingleBitFlipAnywhereIsAnInputError) {
   }
   const std::string good = sq::test::read_file(path);
   ASSERT_NO_THROW(SqmFile::open(path));
+  sq::test::write_file(bad, good);
+  // Flip in place (no truncate-and-rewrite of the whole file per case).
+  std::fstream io(bad, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(io.good());
+  auto poke = [&](size_t pos, char c) {
+    io.seekp(static_cast<std::streamoff>(pos));
+    io.put(c);
+    io.flush();
+  };
+  int detected = 0;
   for (size_t pos = 0; pos < good.size(); ++pos) {
     for (int bit = 0; bit < 8; ++bit) {
-      std::string b = good;
-      b[pos] = static_cast<char>(b[pos] ^ (1 << bit));
-      sq::test::write_file(bad, b);
+      poke(pos, static_cast<char>(good[pos] ^ (1 << bit)));
       try {
         SqmFile::open(bad);
         ADD_FAILURE() << "flip of bit " << bit << " of byte " << pos << " went unnoticed";
       } catch (const sq::InputError& e) {
         EXPECT_EQ(std::string(e.what()).rfind(bad + ": ", 0), 0u) << e.what();
+        ++detected;
       } catch (const std::exception& e) {
         ADD_FAILURE() << "byte " << pos << " bit " << bit << ": wrong exception type: " << e.what();
       }
     }
+    poke(pos, good[pos]);
   }
+  EXPECT_EQ(detected, static_cast<int>(8 * good.size()));
+  EXPECT_NO_THROW(SqmFile::open(bad));  // restored
 }
 
 TEST(SqmCorruption, HeaderTablePreambleAndPaddingFlips) {
@@ -404,9 +419,10 @@ TEST(SqmCorruption, NotAnSqmFile) {
   sq::test::write_file(path, "SQKIT");
   expect_error<sq::InputError>([&] { SqmFile::open(path); }, {"truncated"});
   expect_error<sq::InputError>([&] { SqmFile::open(dir.file("missing.sqm")); }, {"cannot open", "missing.sqm"});
-  if (fs::exists(sq::test::stories_model()))
+  if (fs::exists(sq::test::stories_model())) {
     EXPECT_EQ(expect_error<sq::InputError>([&] { SqmFile::open(sq::test::stories_model()); }, {}),
               sq::test::stories_model() + ": not an sqkit .sqm file");
+  }
 }
 
 TEST(SqmCorruption, StructuralErrorsWithValidChecksums) {
@@ -439,6 +455,12 @@ TEST(SqmCorruption, StructuralErrorsWithValidChecksums) {
         "unaccounted bytes at the end of the data region");
   check([](auto&, auto& t) { t[10]["raw_bytes"] = 6401; t[10]["shape"] = {6401}; }, "does not declare raw_bytes");
   check([](auto& h, auto&) { h.erase("format"); }, "lacks the \"format\" object");
+  check([](auto&, auto& t) { t[10].erase("stored_xxh3"); }, "lacks \"stored_xxh3\"");
+  // The zstd frame is intact (stored_xxh3 matches) but the raw checksum differs: found by decompressing.
+  EXPECT_EQ(check([](auto&, auto& t) { t[10]["xxh3"] = "0123456789abcdef"; }, "checksum mismatch"),
+            bad + ": checksum mismatch in tensor 'model.layers.1.compressible.weight' (file corrupt)");
+  sq::test::write_file(bad, rewrite(good, [](auto&, auto& t) { t[10]["xxh3"] = "0123456789abcdef"; }));
+  EXPECT_NO_THROW(SqmFile::open(bad, /*verify_checksums=*/false)->raw("model.layers.1.compressible.weight"));
   check([](auto& h, auto&) { h = nlohmann::json::array(); }, "not a JSON object");
   check([](auto&, auto& t) { t = nlohmann::json::object(); }, "not a JSON array");
   check([](auto&, auto& t) { t[11]["stored_bytes"] = uint64_t{1} << 40; }, "outside the data region");
@@ -618,7 +640,7 @@ TEST(SqInspect, JsonAndTensorList) {
   ASSERT_EQ(r.exit_status, 0) << r.err;
   EXPECT_NE(r.out.find("tensors:        6 (1 zstd-compressed)\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("NAME"), std::string::npos);
-  for (const std::string& row : {"model.layers.0.mlp.down_proj.weight      I4x2   [8, 8]            32  none\n",
+  for (const std::string row : {"model.layers.0.mlp.down_proj.weight      I4x2   [8, 8]            32  none\n",
                                  "tokenizer.bin                            U8     [100]            100  none\n"})
     EXPECT_NE(r.out.find(row), std::string::npos) << "missing:\n" << row << "in:\n" << r.out;
   EXPECT_NE(r.out.find("zstd (128 raw)\n"), std::string::npos) << r.out;

@@ -3,20 +3,41 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
 #include "formats/hf_checkpoint.h"
 #include "formats/llama2c_checkpoint.h"
+#include "formats/sqm_file.h"
+#include "model/sqm_model.h"
 
 namespace sq {
+
+namespace {
+bool looks_like_sqm(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return false;
+  char magic[8] = {};
+  const size_t n = std::fread(magic, 1, 8, f);
+  std::fclose(f);
+  return n == 8 && std::memcmp(magic, "SQKITMDL", 8) == 0;
+}
+}  // namespace
 
 LoadedModel load_model(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw InputError("cannot open " + path + ": " + std::strerror(errno));
   Checkpoint ck;
   LoadedModel out;
+  out.path = path;
+  if (!S_ISDIR(st.st_mode) && looks_like_sqm(path)) {
+    out.sqm = SqmFile::open(path);
+    out.model = build_model_from_sqm(out.sqm);
+    out.format = "sqm";
+    return out;
+  }
   if (S_ISDIR(st.st_mode)) {
     ck = load_hf_checkpoint(path);
     const auto tok = std::filesystem::path(path) / "tokenizer.model";
@@ -30,6 +51,7 @@ LoadedModel load_model(const std::string& path) {
   out.model = std::make_unique<LlamaModel>(LlamaModel::from_checkpoint(ck));
   out.path = path;
   out.format = ck.format;
+  out.checkpoint = std::move(ck);
   return out;
 }
 
@@ -40,10 +62,15 @@ LoadedModel load_model(const std::string& path) {
 namespace sq {
 
 std::unique_ptr<Tokenizer> open_tokenizer_for(const LoadedModel& loaded, const std::string& tokenizer_path) {
-  const std::string path = tokenizer_path.empty() ? loaded.default_tokenizer : tokenizer_path;
-  if (path.empty())
+  std::unique_ptr<Tokenizer> tok;
+  std::string path = tokenizer_path.empty() ? loaded.default_tokenizer : tokenizer_path;
+  if (tokenizer_path.empty() && loaded.sqm) {
+    tok = tokenizer_from_sqm(*loaded.sqm);
+    path = loaded.path + " (embedded tokenizer)";
+  }
+  if (!tok && path.empty())
     throw UsageError("no tokenizer for " + loaded.path + ": give --tokenizer (a tokenizer.bin or tokenizer.model)");
-  auto tok = load_tokenizer(path);
+  if (!tok) tok = load_tokenizer(path);
   const int model_vocab = loaded.model->config().vocab_size;
   if (tok->vocab_size() != model_vocab)
     throw InputError("tokenizer " + path + " has " + std::to_string(tok->vocab_size()) + " tokens but model " + loaded.path +

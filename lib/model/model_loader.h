@@ -4,19 +4,27 @@
 #include <memory>
 #include <string>
 
+#include "core/checkpoint.h"
 #include "model/llama_model.h"
 
 namespace sq {
 
+class SqmFile;
+
 struct LoadedModel {
   std::unique_ptr<LlamaModel> model;
   std::string path;
-  std::string format;              ///< "llama2c", "hf-safetensors"
+  std::string format;              ///< "llama2c", "hf-safetensors", "sqm"
   std::string default_tokenizer;   ///< tokenizer file found beside the model ("" when none)
+  /// The FP32 checkpoint the model was built from (llama2c / HF; tensors are views of the mapped
+  /// files). Empty for .sqm files.
+  Checkpoint checkpoint;
+  std::shared_ptr<SqmFile> sqm;    ///< the packed file, for format "sqm"
 };
 
 /// Detects the format of `path` and loads it: a directory is a Hugging Face checkpoint
-/// (config.json + safetensors); a file with a llama2.c header is a llama2.c checkpoint.
+/// (config.json + safetensors); a file starting with "SQKITMDL" is a packed .sqm model (checksums
+/// verified); a file with a llama2.c header is a llama2.c checkpoint.
 /// Throws InputError ("cannot open PATH: ...", "PATH: not a recognized model ...") or the
 /// format reader's InputError/UnsupportedError.
 LoadedModel load_model(const std::string& path);
@@ -26,8 +34,8 @@ LoadedModel load_model(const std::string& path);
 namespace sq {
 class Tokenizer;
 
-/// Opens the tokenizer for `loaded`: `tokenizer_path` when non-empty, else the one found beside the
-/// model. Throws UsageError when there is none ("give --tokenizer") and InputError when its
+/// Opens the tokenizer for `loaded`: `tokenizer_path` when non-empty, else the one embedded in a
+/// .sqm file, else the one found beside the model. Throws UsageError when there is none ("give --tokenizer") and InputError when its
 /// vocabulary size differs from the model's (naming both sizes and files).
 std::unique_ptr<Tokenizer> open_tokenizer_for(const LoadedModel& loaded, const std::string& tokenizer_path);
 }  // namespace sq

@@ -14,15 +14,27 @@ enum class ActivationSite : int {
 };
 inline constexpr int kActivationSites = 4;
 /// "attn_input", "attn_output", "ffn_input", "ffn_hidden" (HDF5 group names, docs/formats.md).
-const char* activation_site_name(ActivationSite site);
+inline const char* activation_site_name(ActivationSite site) {
+  static const char* names[kActivationSites] = {"attn_input", "attn_output", "ffn_input", "ffn_hidden"};
+  return names[static_cast<int>(site)];
+}
 
 /// The seven projections of a decoder layer, in a fixed order.
 enum class Projection : int { Q = 0, K, V, O, Gate, Up, Down };
 inline constexpr int kProjections = 7;
 /// "q_proj", "k_proj", ... (canonical tensor-name component).
-const char* projection_name(Projection p);
+inline const char* projection_name(Projection p) {
+  static const char* names[kProjections] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  return names[static_cast<int>(p)];
+}
 /// The input site of a projection (Q/K/V → AttnInput, O → AttnOutput, Gate/Up → FfnInput, Down → FfnHidden).
-ActivationSite projection_input_site(Projection p);
+inline ActivationSite projection_input_site(Projection p) {
+  static const ActivationSite sites[kProjections] = {ActivationSite::AttnInput, ActivationSite::AttnInput,
+                                                      ActivationSite::AttnInput, ActivationSite::AttnOutput,
+                                                      ActivationSite::FfnInput,  ActivationSite::FfnInput,
+                                                      ActivationSite::FfnHidden};
+  return sites[static_cast<int>(p)];
+}
 
 /// Receives activations during LlamaModel::forward (called on the forwarding thread, in layer
 /// order; pointers are valid only during the call). All tensors are row-major [n, width].

@@ -1,0 +1,54 @@
+#include "calib/calibration_run.h"
+
+#include <ctime>
+
+#include "calib/stats_collector.h"
+#include "calib/window_sampler.h"
+#include "core/error.h"
+#include "formats/fingerprint.h"
+#include "formats/tokenizer.h"
+
+namespace sq {
+
+namespace {
+std::string utc_now_iso8601() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+}  // namespace
+
+CalibrationData run_calibration(const LoadedModel& loaded, const Tokenizer& tok, const CalibrationOptions& o) {
+  const ModelConfig& c = loaded.model->config();
+  if (o.samples < 1) throw UsageError("--samples must be at least 1, got " + std::to_string(o.samples));
+  if (o.seq_len < 2) throw UsageError("--seq-len must be at least 2, got " + std::to_string(o.seq_len));
+  if (o.seq_len > c.max_seq_len)
+    throw UsageError("--seq-len " + std::to_string(o.seq_len) + " exceeds the model's trained context of " +
+                     std::to_string(c.max_seq_len) + " tokens");
+  if (loaded.checkpoint.tensors.empty())
+    throw UsageError(loaded.path + ": calibrate the original (unquantized) checkpoint, not a " + loaded.format + " file");
+
+  CalibrationData data;
+  CalibrationProvenance& p = data.provenance;
+  p.model_fingerprint = model_fingerprint(loaded.checkpoint);
+  p.text_path = o.text_path;
+  p.text_sha256 = sha256_file_hex(o.text_path);
+  p.samples = o.samples;
+  p.seq_len = o.seq_len;
+  p.seed = o.seed;
+  p.sqkit_version = SQ_VERSION;
+  p.created = utc_now_iso8601();
+
+  const auto windows = sample_calibration_windows(o.text_path, tok, o.samples, o.seq_len, o.seed, [&](int64_t bytes) {
+    if (o.progress) o.progress("reading", bytes, -1);
+  });
+  data.layers = collect_activation_stats(*loaded.model, windows, [&](int64_t done, int64_t total) {
+    if (o.progress) o.progress("running", done, total);
+  });
+  return data;
+}
+
+}  // namespace sq

@@ -1,0 +1,275 @@
+#include "calib/converter.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "calib/window_sampler.h"
+#include "core/error.h"
+#include "formats/calibration_h5.h"
+#include "formats/fingerprint.h"
+#include "formats/mapped_file.h"
+#include "formats/safetensors.h"
+#include "formats/tokenizer.h"
+#include "model/sqm_model.h"
+#include "model/w8a8_linear.h"
+
+namespace sq {
+
+ConvertScheme parse_scheme(const std::string& s) {
+  if (s == "f32") return ConvertScheme::F32;
+  if (s == "f16") return ConvertScheme::F16;
+  if (s == "bf16") return ConvertScheme::BF16;
+  if (s == "w8a8") return ConvertScheme::W8A8;
+  throw UsageError("--scheme must be f32, f16, bf16 or w8a8, got '" + s + "'");
+}
+
+const char* scheme_name(ConvertScheme s) {
+  switch (s) {
+    case ConvertScheme::F32: return "f32";
+    case ConvertScheme::F16: return "f16";
+    case ConvertScheme::BF16: return "bf16";
+    case ConvertScheme::W8A8: return "w8a8";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr ActivationSite kSmoothedSites[] = {ActivationSite::AttnInput, ActivationSite::FfnInput, ActivationSite::AttnOutput};
+
+/// Writes a float tensor in the scheme's float dtype.
+void write_float(SqmWriter& w, const std::string& name, const Tensor& t, ConvertScheme scheme) {
+  if (scheme == ConvertScheme::F16 || scheme == ConvertScheme::BF16) {
+    std::vector<uint16_t> h(static_cast<size_t>(t.numel()));
+    for (size_t i = 0; i < h.size(); ++i) h[i] = scheme == ConvertScheme::F16 ? float_to_half(t.data()[i]) : float_to_bf16(t.data()[i]);
+    w.add_tensor(name, scheme == ConvertScheme::F16 ? SqmDType::F16 : SqmDType::BF16, t.shape(), h.data(), h.size() * 2);
+  } else {
+    w.add_tensor(name, SqmDType::F32, t.shape(), t.data(), static_cast<size_t>(t.numel()) * 4);
+  }
+}
+
+/// Per-input-channel expansion of smoothing factors (AttnOutput factors are per KV channel).
+std::vector<float> expand_factors(const ModelConfig& c, ActivationSite site, const std::vector<float>& s) {
+  const std::vector<float> ones(site == ActivationSite::AttnOutput ? size_t(c.n_heads) * c.head_dim : s.size(), 1.0f);
+  const std::vector<float> inv = smoothed_absmax(c, site, ones, s);  // 1/s per input channel
+  std::vector<float> out(inv.size());
+  for (size_t j = 0; j < inv.size(); ++j) out[j] = 1.0f / inv[j];
+  return out;
+}
+
+/// Captures up to `max_rows` rows of each smoothable linear input of every layer.
+class ActivationCapture final : public ActivationObserver {
+ public:
+  ActivationCapture(int n_layers, int64_t stride) : stride_(stride), rows_(size_t(n_layers) * kActivationSites) {}
+  void on_linear_input(int layer, ActivationSite site, const float* x, int64_t n, int64_t width) override {
+    auto& r = rows_[size_t(layer) * kActivationSites + size_t(site)];
+    for (int64_t t = 0; t < n; t += stride_) r.data.insert(r.data.end(), x + t * width, x + (t + 1) * width);
+    r.width = width;
+  }
+  struct Rows {
+    std::vector<float> data;  ///< [rows, width]
+    int64_t width = 0;
+    int64_t count() const { return width ? static_cast<int64_t>(data.size()) / width : 0; }
+  };
+  const Rows& get(int layer, ActivationSite site) const { return rows_[size_t(layer) * kActivationSites + size_t(site)]; }
+
+ private:
+  int64_t stride_;
+  std::vector<Rows> rows_;
+};
+
+/// Static activation step of a site: Δ = (smoothed) calibrated absmax / 127.
+float static_step(const ModelConfig& c, const LayerStats& st, ActivationSite site, const std::vector<float>* factors) {
+  const ChannelStats& cs = st.inputs[size_t(site)];
+  float m = cs.tensor_absmax;
+  if (factors) {
+    const auto sm = smoothed_absmax(c, site, cs.absmax, *factors);
+    m = *std::max_element(sm.begin(), sm.end());
+  }
+  return int8_step(m);
+}
+
+/// Output MSE of the site's linears, FP32 vs W8A8 (real INT8 path), after smoothing with `s`.
+double group_mse(const Checkpoint& layer_ck, int layer, ActivationSite site, const std::vector<float>* s,
+                 const ActivationCapture::Rows& X, const LayerStats& st, const ConvertOptions& o) {
+  Checkpoint ck = layer_ck;
+  std::vector<float> xs = X.data;
+  if (s) {
+    apply_smoothing(ck, layer, site, *s);
+    const auto e = expand_factors(ck.config, site, *s);
+    for (int64_t r = 0; r < X.count(); ++r)
+      for (int64_t j = 0; j < X.width; ++j) xs[size_t(r * X.width + j)] /= e[size_t(j)];
+  }
+  const float step = o.act == ActQuant::PerTensorStatic ? static_step(ck.config, st, site, s) : 0.0f;
+  double mse = 0;
+  for (const auto& name : smoothing_linears(layer, site)) {
+    const Tensor& w_orig = layer_ck.tensors.at(name + ".weight");
+    const int64_t out = w_orig.dim(0), n = X.count();
+    std::vector<float> ref(size_t(n * out)), got(size_t(n * out));
+    DenseLinear(w_orig).forward(X.data.data(), n, ref.data());
+    W8A8Linear(ck.tensors.at(name + ".weight"), o.weight, o.act, step).forward(xs.data(), n, got.data());
+    for (size_t i = 0; i < ref.size(); ++i) mse += double(ref[i] - got[i]) * (ref[i] - got[i]);
+  }
+  return mse;
+}
+
+void write_linear(SqmWriter& w, const Checkpoint& ck, const std::string& base, const ConvertOptions& o, float step) {
+  const Tensor& W = ck.tensors.at(base + ".weight");
+  const int64_t out = W.dim(0), in = W.dim(1);
+  std::vector<int8_t> q(size_t(out * in));
+  std::vector<float> scales(o.weight == WeightGranularity::PerChannel ? size_t(out) : 1);
+  quantize_weight(W.data(), out, in, o.weight, q.data(), scales.data());
+  w.add_tensor(base + ".weight", SqmDType::I8, {out, in}, q.data(), q.size());
+  w.add_tensor(base + ".weight_scale", SqmDType::F32, {int64_t(scales.size())}, scales.data(), scales.size() * 4);
+  if (o.act == ActQuant::PerTensorStatic) w.add_tensor(base + ".input_scale", SqmDType::F32, {1}, &step, 4);
+  if (ck.has(base + ".bias")) write_float(w, base + ".bias", ck.tensors.at(base + ".bias"), ConvertScheme::F32);
+}
+
+}  // namespace
+
+ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, const std::string& out_path) {
+  const Checkpoint& base = src.checkpoint;
+  if (base.tensors.empty()) throw UsageError(src.path + ": convert from the original checkpoint, not a " + src.format + " file");
+  const ModelConfig& c = base.config;
+  const bool w8a8 = o.scheme == ConvertScheme::W8A8;
+  if (!(o.alpha >= 0.0f && o.alpha <= 1.0f)) throw UsageError("--alpha must be in [0, 1] or 'auto', got " + std::to_string(o.alpha));
+  const bool needs_calib = w8a8 && (o.smooth || o.act == ActQuant::PerTensorStatic);
+  if (needs_calib && o.calib_path.empty())
+    throw UsageError(std::string("--calib is required for ") + (o.smooth ? "SmoothQuant smoothing" : "static (O3) activation scales") +
+                     " (run sq-calibrate first)");
+  if (w8a8 && o.quantize_head && o.act == ActQuant::PerTensorStatic)
+    throw UsageError("--quantize-head needs a dynamic activation mode (the LM head input has no calibrated static scale)");
+
+  CalibrationData calib;
+  if (!o.calib_path.empty()) {
+    calib = read_calibration_h5(o.calib_path);
+    const std::string fp = model_fingerprint(base);
+    if (calib.provenance.model_fingerprint != fp)
+      throw InputError(o.calib_path + " was recorded for another model (fingerprint " + calib.provenance.model_fingerprint.substr(0, 12) +
+                       "…, this model " + fp.substr(0, 12) + "…)");
+    if (static_cast<int>(calib.layers.size()) != c.n_layers)
+      throw InputError(o.calib_path + ": " + std::to_string(calib.layers.size()) + " layers, the model has " + std::to_string(c.n_layers));
+  }
+
+  // --alpha auto: activations of the FP32 model on calibration windows (smoothing earlier layers
+  // does not change the function, so these are also the inputs of the smoothed model).
+  std::unique_ptr<ActivationCapture> capture;
+  if (w8a8 && o.smooth && o.alpha_auto) {
+    const std::string text = o.alpha_text.empty() ? calib.provenance.text_path : o.alpha_text;
+    if (o.tokenizer_path.empty()) throw UsageError("--alpha auto needs the tokenizer (give --tokenizer)");
+    auto tok = load_tokenizer(o.tokenizer_path);
+    const auto windows = sample_calibration_windows(text, *tok, o.alpha_windows, calib.provenance.seq_len, calib.provenance.seed);
+    const int64_t total_rows = o.alpha_windows * calib.provenance.seq_len;
+    const int64_t stride = std::max<int64_t>(1, (total_rows + o.alpha_max_rows - 1) / o.alpha_max_rows);
+    capture = std::make_unique<ActivationCapture>(c.n_layers, stride);
+    for (const auto& w : windows) {
+      KVCache cache(c, static_cast<int64_t>(w.size()));
+      Workspace ws;
+      src.model->forward(w.data(), static_cast<int64_t>(w.size()), cache, ws, nullptr, LogitsFor::None, capture.get());
+    }
+  }
+
+  ConvertSummary summary;
+  SqmWriter out(out_path, o.write);
+  write_float(out, names::kEmbed, base.tensors.at(names::kEmbed), w8a8 ? ConvertScheme::F32 : o.scheme);
+  const char* linear_suffixes[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                   "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+  nlohmann::json alphas = nlohmann::json::array();
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = names::layer(l);
+    Checkpoint layer;  // this layer's tensors only: smoothing clones what it touches, freed after the layer
+    layer.config = c;
+    layer.source = base.source;
+    for (const auto& [name, t] : base.tensors)
+      if (name.rfind(p, 0) == 0) layer.tensors[name] = t;
+    std::map<ActivationSite, std::vector<float>> factors;
+    if (w8a8 && o.smooth) {
+      const Checkpoint original = layer;
+      for (ActivationSite site : kSmoothedSites) {
+        if (site == ActivationSite::AttnOutput && !o.smooth_vo) continue;
+        float alpha = o.alpha;
+        if (capture) {
+          double best = -1;  // grid 0.30, 0.35, ..., 0.95; the first minimum wins
+          for (int k = 0; k <= 13; ++k) {
+            const float a = 0.30f + 0.05f * static_cast<float>(k);
+            const auto s = compute_group_factors(original, calib.layers[size_t(l)], l, site, a);
+            const double e = group_mse(original, l, site, &s, capture->get(l, site), calib.layers[size_t(l)], o);
+            if (best < 0 || e < best) {
+              best = e;
+              alpha = a;
+            }
+          }
+        }
+        const auto s = compute_group_factors(original, calib.layers[size_t(l)], l, site, alpha);
+        apply_smoothing(layer, l, site, s);
+        factors[site] = s;
+        summary.groups.push_back({l, site, alpha, s});
+        alphas.push_back({{"layer", l}, {"site", activation_site_name(site)}, {"alpha", alpha}});
+      }
+    }
+    write_float(out, p + "input_layernorm.weight", layer.tensors.at(p + "input_layernorm.weight"), w8a8 ? ConvertScheme::F32 : o.scheme);
+    write_float(out, p + "post_attention_layernorm.weight", layer.tensors.at(p + "post_attention_layernorm.weight"),
+                w8a8 ? ConvertScheme::F32 : o.scheme);
+    for (int k = 0; k < kProjections; ++k) {
+      const std::string name = p + linear_suffixes[k];
+      if (!w8a8) {
+        write_float(out, name + ".weight", layer.tensors.at(name + ".weight"), o.scheme);
+        if (layer.has(name + ".bias")) write_float(out, name + ".bias", layer.tensors.at(name + ".bias"), o.scheme);
+        continue;
+      }
+      const ActivationSite site = projection_input_site(static_cast<Projection>(k));
+      float step = 0.0f;
+      if (o.act == ActQuant::PerTensorStatic) {
+        auto it = factors.find(site);
+        step = static_step(c, calib.layers[size_t(l)], site, it == factors.end() ? nullptr : &it->second);
+      }
+      write_linear(out, layer, name, o, step);
+    }
+    if (o.progress) o.progress(l + 1, c.n_layers);
+  }
+  write_float(out, names::kFinalNorm, base.tensors.at(names::kFinalNorm), w8a8 ? ConvertScheme::F32 : o.scheme);
+  if (w8a8 && o.quantize_head) {
+    Checkpoint head;
+    head.tensors["lm_head.weight"] = c.tied_embeddings ? base.tensors.at(names::kEmbed) : base.tensors.at(names::kLmHead);
+    write_linear(out, head, "lm_head", o, 0.0f);
+  } else if (!c.tied_embeddings) {
+    write_float(out, names::kLmHead, base.tensors.at(names::kLmHead), w8a8 ? ConvertScheme::F32 : o.scheme);
+  }
+
+  nlohmann::json header;
+  header["producer"] = std::string("sqkit ") + SQ_VERSION + " sq-convert";
+  header["model_config"] = model_config_to_json(c);
+  header["source"] = {{"format", src.format}, {"fingerprint", model_fingerprint(base)}};
+  if (!o.tokenizer_path.empty()) {
+    const std::string bytes = read_file_to_string(o.tokenizer_path);
+    const bool spm = !bytes.empty() && bytes[0] == 0x0A;
+    const std::string tname = spm ? "tokenizer.model" : "tokenizer.bin";
+    out.add_tensor(tname, SqmDType::U8, {int64_t(bytes.size())}, bytes.data(), bytes.size());
+    header["tokenizer"] = {{"format", spm ? "sentencepiece" : "llama2c"}, {"tensor", tname}};
+  }
+  nlohmann::json q = {{"scheme", scheme_name(o.scheme)}};
+  if (w8a8) {
+    q["weight"] = to_string(o.weight);
+    q["act"] = to_string(o.act);
+    q["preset"] = o.preset;
+    q["quantize_head"] = o.quantize_head;
+    q["smoothing"] = {{"enabled", o.smooth},
+                      {"alpha", o.smooth ? (o.alpha_auto ? nlohmann::json("auto") : nlohmann::json(o.alpha)) : nlohmann::json(nullptr)},
+                      {"smooth_vo", o.smooth_vo},
+                      {"groups", alphas}};
+  }
+  header["quantization"] = q;
+  if (!o.calib_path.empty()) {
+    const auto& pv = calib.provenance;
+    header["calibration"] = {{"file_sha256", sha256_file_hex(o.calib_path)}, {"model_fingerprint", pv.model_fingerprint},
+                             {"text", pv.text_path}, {"text_sha256", pv.text_sha256}, {"samples", pv.samples},
+                             {"seq_len", pv.seq_len}, {"seed", pv.seed}, {"sqkit_version", pv.sqkit_version}};
+  }
+  out.finish(header);
+  summary.file_bytes = out.bytes_written();
+  return summary;
+}
+
+}  // namespace sq

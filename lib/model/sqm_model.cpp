@@ -1,0 +1,160 @@
+#include "model/sqm_model.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "formats/safetensors.h"
+#include "formats/tokenizer.h"
+#include "model/w8a8_linear.h"
+#include "quant/int8_quantize.h"
+
+namespace sq {
+
+nlohmann::json model_config_to_json(const ModelConfig& c) {
+  return {{"architecture", c.architecture}, {"dim", c.dim},           {"hidden_dim", c.hidden_dim},
+          {"n_layers", c.n_layers},         {"n_heads", c.n_heads},   {"n_kv_heads", c.n_kv_heads},
+          {"head_dim", c.head_dim},         {"vocab_size", c.vocab_size}, {"max_seq_len", c.max_seq_len},
+          {"norm_eps", c.norm_eps},         {"rope_theta", c.rope_theta}, {"rope_layout", rope_layout_name(c.rope_layout)},
+          {"tied_embeddings", c.tied_embeddings}, {"qkv_bias", c.qkv_bias}, {"bos_id", c.bos_id}, {"eos_id", c.eos_id}};
+}
+
+ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& source) {
+  if (!j.is_object()) throw InputError(source + ": header has no 'model_config' object");
+  auto field = [&](const char* key) -> const nlohmann::json& {
+    if (!j.contains(key)) throw InputError(source + ": model_config has no '" + key + "'");
+    return j.at(key);
+  };
+  ModelConfig c;
+  try {
+    c.architecture = field("architecture").get<std::string>();
+    c.dim = field("dim").get<int>();
+    c.hidden_dim = field("hidden_dim").get<int>();
+    c.n_layers = field("n_layers").get<int>();
+    c.n_heads = field("n_heads").get<int>();
+    c.n_kv_heads = field("n_kv_heads").get<int>();
+    c.head_dim = field("head_dim").get<int>();
+    c.vocab_size = field("vocab_size").get<int>();
+    c.max_seq_len = field("max_seq_len").get<int>();
+    c.norm_eps = field("norm_eps").get<float>();
+    c.rope_theta = field("rope_theta").get<float>();
+    const std::string layout = field("rope_layout").get<std::string>();
+    if (layout == "interleaved") c.rope_layout = RopeLayout::Interleaved;
+    else if (layout == "half-split") c.rope_layout = RopeLayout::HalfSplit;
+    else throw InputError(source + ": model_config.rope_layout '" + layout + "' is not 'interleaved' or 'half-split'");
+    c.tied_embeddings = field("tied_embeddings").get<bool>();
+    c.qkv_bias = field("qkv_bias").get<bool>();
+    c.bos_id = field("bos_id").get<int>();
+    c.eos_id = field("eos_id").get<int>();
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(source + ": model_config has a field of the wrong type (" + e.what() + ")");
+  }
+  c.validate(source);
+  return c;
+}
+
+namespace {
+
+/// FP32 tensor `name` with the expected shape: zero-copy for uncompressed F32, widened otherwise.
+Tensor load_float(const std::shared_ptr<SqmFile>& f, const std::string& name, const std::vector<int64_t>& shape) {
+  if (!f->has(name)) throw InputError(f->path() + ": tensor '" + name + "' is missing (expected shape " + shape_to_string(shape) + ")");
+  const SqmTensorInfo& info = f->info(name);
+  if (info.shape != shape)
+    throw InputError(f->path() + ": tensor '" + name + "' has shape " + shape_to_string(info.shape) + ", expected " + shape_to_string(shape));
+  const SqmBytes raw = f->raw(name);
+  const int64_t n = static_cast<int64_t>(info.numel());
+  switch (info.dtype) {
+    case SqmDType::F32:
+      if (!info.compressed && reinterpret_cast<uintptr_t>(raw.data) % alignof(float) == 0)
+        return Tensor::view(shape, reinterpret_cast<const float*>(raw.data), f);
+      {
+        std::vector<float> v(static_cast<size_t>(n));
+        std::memcpy(v.data(), raw.data, raw.size);
+        return Tensor::from_vector(shape, std::move(v));
+      }
+    case SqmDType::F16:
+    case SqmDType::BF16: {
+      std::vector<float> v(static_cast<size_t>(n));
+      const auto* h = reinterpret_cast<const uint16_t*>(raw.data);
+      for (int64_t i = 0; i < n; ++i) v[size_t(i)] = info.dtype == SqmDType::F16 ? half_to_float(h[i]) : bf16_to_float(h[i]);
+      return Tensor::from_vector(shape, std::move(v));
+    }
+    default:
+      throw InputError(f->path() + ": tensor '" + name + "' has dtype " + sqm_dtype_name(info.dtype) + ", expected F32, F16 or BF16");
+  }
+}
+
+ActQuant parse_act(const std::string& s, const std::string& source) {
+  if (s == "per-token") return ActQuant::PerToken;
+  if (s == "per-tensor-dynamic") return ActQuant::PerTensorDynamic;
+  if (s == "per-tensor-static") return ActQuant::PerTensorStatic;
+  throw InputError(source + ": header quantization.act '" + s + "' is not per-token, per-tensor-dynamic or per-tensor-static");
+}
+
+std::unique_ptr<Linear> load_linear(const std::shared_ptr<SqmFile>& f, const std::string& base, int64_t out, int64_t in,
+                                    bool has_bias, const nlohmann::json& quant) {
+  const std::string wname = base + ".weight";
+  Tensor bias = has_bias ? load_float(f, base + ".bias", {out}) : Tensor();
+  if (!f->has(wname)) throw InputError(f->path() + ": tensor '" + wname + "' is missing");
+  const SqmTensorInfo& info = f->info(wname);
+  if (info.dtype != SqmDType::I8) return std::make_unique<DenseLinear>(load_float(f, wname, {out, in}), bias);
+  if (info.shape != std::vector<int64_t>{out, in})
+    throw InputError(f->path() + ": tensor '" + wname + "' has shape " + shape_to_string(info.shape) + ", expected " +
+                     shape_to_string({out, in}));
+  const std::string sname = base + ".weight_scale";
+  if (!f->has(sname)) throw InputError(f->path() + ": tensor '" + sname + "' is missing");
+  const int64_t n_scales = static_cast<int64_t>(f->info(sname).numel());
+  if (n_scales != out && n_scales != 1)
+    throw InputError(f->path() + ": tensor '" + sname + "' has " + std::to_string(n_scales) + " scales, expected " +
+                     std::to_string(out) + " (per-channel) or 1 (per-tensor)");
+  const Tensor scales = load_float(f, sname, f->info(sname).shape);
+  const std::string act_name = quant.value("act", std::string("per-token"));
+  const ActQuant act = parse_act(act_name, f->path());
+  float static_step = 0.0f;
+  if (act == ActQuant::PerTensorStatic) static_step = load_float(f, base + ".input_scale", {1}).data()[0];
+  const SqmBytes raw = f->raw(wname);
+  std::vector<int8_t> q(raw.size);
+  std::memcpy(q.data(), raw.data, raw.size);
+  return std::make_unique<W8A8Linear>(std::move(q), std::vector<float>(scales.data(), scales.data() + n_scales), out, in,
+                                      n_scales == 1 ? WeightGranularity::PerTensor : WeightGranularity::PerChannel, act,
+                                      static_step, bias);
+}
+
+}  // namespace
+
+std::unique_ptr<LlamaModel> build_model_from_sqm(const std::shared_ptr<SqmFile>& f) {
+  const nlohmann::json& h = f->header();
+  const ModelConfig c = model_config_from_json(h.contains("model_config") ? h.at("model_config") : nlohmann::json(), f->path());
+  const nlohmann::json quant = h.value("quantization", nlohmann::json::object());
+  const int64_t d = c.dim, q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim, hid = c.hidden_dim;
+  std::vector<LlamaLayer> layers(static_cast<size_t>(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = names::layer(l);
+    LlamaLayer& L = layers[static_cast<size_t>(l)];
+    L.attn_norm = load_float(f, p + "input_layernorm.weight", {d});
+    L.q_proj = load_linear(f, p + "self_attn.q_proj", q, d, c.qkv_bias, quant);
+    L.k_proj = load_linear(f, p + "self_attn.k_proj", kv, d, c.qkv_bias, quant);
+    L.v_proj = load_linear(f, p + "self_attn.v_proj", kv, d, c.qkv_bias, quant);
+    L.o_proj = load_linear(f, p + "self_attn.o_proj", d, q, false, quant);
+    L.ffn_norm = load_float(f, p + "post_attention_layernorm.weight", {d});
+    L.gate_proj = load_linear(f, p + "mlp.gate_proj", hid, d, false, quant);
+    L.up_proj = load_linear(f, p + "mlp.up_proj", hid, d, false, quant);
+    L.down_proj = load_linear(f, p + "mlp.down_proj", d, hid, false, quant);
+  }
+  Tensor embed = load_float(f, names::kEmbed, {c.vocab_size, d});
+  // A tied head is the embedding, unless the converter stored a (quantized) lm_head of its own.
+  std::unique_ptr<Linear> head = c.tied_embeddings && !f->has(names::kLmHead)
+                                     ? std::make_unique<DenseLinear>(embed)
+                                     : load_linear(f, "lm_head", c.vocab_size, d, false, quant);
+  return std::make_unique<LlamaModel>(c, embed, std::move(layers), load_float(f, names::kFinalNorm, {d}), std::move(head));
+}
+
+std::unique_ptr<Tokenizer> tokenizer_from_sqm(const SqmFile& f) {
+  const nlohmann::json& h = f.header();
+  if (!h.contains("tokenizer") || !h.at("tokenizer").contains("tensor")) return nullptr;
+  const std::string name = h.at("tokenizer").at("tensor").get<std::string>();
+  if (!f.has(name)) throw InputError(f.path() + ": header names tokenizer tensor '" + name + "' but the file has none");
+  const SqmBytes raw = f.raw(name);
+  return load_tokenizer_from_bytes(raw.data, raw.size, f.path() + ":" + name);
+}
+
+}  // namespace sq

@@ -1,0 +1,31 @@
+// Builds a runnable LlamaModel from a packed .sqm file (formats/sqm_file.h, docs/formats.md).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "formats/sqm_file.h"
+#include "model/llama_model.h"
+
+namespace sq {
+
+class Tokenizer;
+
+/// Parses the header's "model_config" object (ModelConfig field names) and validates it.
+/// Throws InputError naming `source` and the missing/invalid field.
+ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& source);
+/// The inverse of model_config_from_json.
+nlohmann::json model_config_to_json(const ModelConfig& c);
+
+/// Builds the model stored in `file`:
+///  * linears whose `<name>.weight` is I8 become W8A8Linear with `<name>.weight_scale` (F32 [out] =
+///    per-channel or [1] = per-tensor), the activation mode from header.quantization.act, and for
+///    static activations `<name>.input_scale` (F32 [1], the step Δ);
+///  * F32 / F16 / BF16 tensors are used as FP32 (F32 uncompressed: zero-copy views into the mapping).
+/// Throws InputError naming the file and tensor for anything missing or inconsistent.
+std::unique_ptr<LlamaModel> build_model_from_sqm(const std::shared_ptr<SqmFile>& file);
+
+/// The tokenizer embedded in `file` (header.tokenizer.tensor), or nullptr when there is none.
+std::unique_ptr<Tokenizer> tokenizer_from_sqm(const SqmFile& file);
+
+}  // namespace sq

@@ -1,0 +1,539 @@
+#include "quant/int8_gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <stdexcept>
+#include <tuple>
+#include <vector>
+
+#include "core/error.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define SQ_INT8_VNNI 1
+// GCC 12's AVX-512 headers trip -W(maybe-)uninitialized on their own "undefined vector" idiom
+// when inlined; the warning points into the header, so silence it for the header only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#else
+#define SQ_INT8_VNNI 0
+#endif
+
+namespace sq {
+
+namespace {
+
+/// Products below this many multiply-adds run on the calling thread (an OpenMP fork costs more).
+constexpr int64_t kParallelMinMacs = int64_t(1) << 22;
+
+constexpr int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+void check_gemm_sizes(const char* what, int64_t m, int64_t n, int64_t k) {
+  if (m < 0 || n < 0 || k < 0)
+    throw std::invalid_argument(std::string(what) + ": negative size m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                                " k=" + std::to_string(k));
+  if (k > kInt8GemmMaxK)
+    throw std::invalid_argument(std::string(what) + ": k = " + std::to_string(k) + " exceeds " + std::to_string(kInt8GemmMaxK) +
+                                " (INT32 accumulators could overflow)");
+}
+
+/// The one dequantization expression every backend evaluates (see Int8Dequant).
+inline float dequant_one(int32_t acc, int64_t i, int64_t j, const Int8Dequant& dq) {
+  const float sa = dq.a_scales ? dq.a_scales[dq.a_per_row ? i : 0] : 1.0f;
+  const float sb = dq.b_scales ? dq.b_scales[dq.b_per_col ? j : 0] : 1.0f;
+  const float s = sa * sb;
+  return dq.bias ? std::fma(static_cast<float>(acc), s, dq.bias[j]) : static_cast<float>(acc) * s;
+}
+
+/// 64-byte aligned byte buffer (packed weights: every panel row is whole cache lines).
+struct AlignedBytes {
+  std::vector<int8_t> storage;
+  int8_t* data = nullptr;
+  int64_t size = 0;
+  void resize(int64_t bytes) {
+    storage.assign(static_cast<size_t>(bytes + 64), 0);
+    const auto addr = reinterpret_cast<uintptr_t>(storage.data());
+    data = storage.data() + ((64 - addr % 64) % 64);
+    size = bytes;
+  }
+};
+
+/// Per-thread scratch buffer (grown on demand, reused across calls).
+template <typename T>
+T* thread_scratch(int64_t count) {
+  static thread_local std::vector<T> buf;
+  if (static_cast<int64_t>(buf.size()) < count + 64) buf.resize(static_cast<size_t>(count + 64));
+  const auto addr = reinterpret_cast<uintptr_t>(buf.data());
+  return buf.data() + ((64 - addr % 64) % 64) / sizeof(T);
+}
+
+// ---------------------------------------------------------------------------------------------
+// VNNI backend
+// ---------------------------------------------------------------------------------------------
+
+constexpr int kMR = 8;             // rows of A per micro-kernel call
+constexpr int kNV = 3;             // 16-column vectors per panel
+constexpr int kNR = 16 * kNV;      // panel width (columns of B / C)
+constexpr int64_t kMC = 512;       // rows of A per outer block (A block stays in L3)
+
+#if SQ_INT8_VNNI
+
+/// acc[r][v] (16 int32 lanes = 16 output columns) over MR rows × NV vectors, initialised with the
+/// u8-shift compensation, accumulated over kq groups of 4 k, then stored as int32 or dequantized.
+/// a: biased u8 rows (stride lda); b: panel [kq][NV·16][4] s8; comp: [NV·16] = −128·colsum.
+template <int MR, int NV, bool kF32>
+void vnni_kernel(const uint8_t* a, int64_t lda, const int8_t* b, int64_t kq, const int32_t* comp, __mmask16 last_mask, void* out,
+                 int64_t ldo, int64_t i0, int64_t j0, const Int8Dequant& dq) {
+  __m512i acc[MR][NV];
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) {
+    const __m512i c = _mm512_loadu_si512(comp + 16 * v);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) acc[r][v] = c;
+  }
+  for (int64_t q = 0; q < kq; ++q) {
+    __m512i bv[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512(b + (q * NV + v) * 64);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      int32_t a4;
+      std::memcpy(&a4, a + r * lda + 4 * q, 4);
+      const __m512i av = _mm512_set1_epi32(a4);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], av, bv[v]);
+    }
+  }
+  if constexpr (!kF32) {
+    int32_t* c = static_cast<int32_t*>(out) + i0 * ldo + j0;
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) {
+        if (v == NV - 1) _mm512_mask_storeu_epi32(c + r * ldo + 16 * v, last_mask, acc[r][v]);
+        else _mm512_storeu_si512(c + r * ldo + 16 * v, acc[r][v]);
+      }
+  } else {
+    float* y = static_cast<float*>(out) + i0 * ldo + j0;
+    __m512 sb[NV], bias[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      const __mmask16 mk = v == NV - 1 ? last_mask : __mmask16(0xFFFF);
+      sb[v] = !dq.b_scales ? _mm512_set1_ps(1.0f)
+              : dq.b_per_col ? _mm512_maskz_loadu_ps(mk, dq.b_scales + j0 + 16 * v)
+                             : _mm512_set1_ps(dq.b_scales[0]);
+      bias[v] = dq.bias ? _mm512_maskz_loadu_ps(mk, dq.bias + j0 + 16 * v) : _mm512_setzero_ps();
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const float sa = dq.a_scales ? dq.a_scales[dq.a_per_row ? i0 + r : 0] : 1.0f;
+      const __m512 vsa = _mm512_set1_ps(sa);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) {
+        const __m512 s = _mm512_mul_ps(vsa, sb[v]);
+        const __m512 f = _mm512_cvtepi32_ps(acc[r][v]);
+        const __m512 res = dq.bias ? _mm512_fmadd_ps(f, s, bias[v]) : _mm512_mul_ps(f, s);
+        if (v == NV - 1) _mm512_mask_storeu_ps(y + r * ldo + 16 * v, last_mask, res);
+        else _mm512_storeu_ps(y + r * ldo + 16 * v, res);
+      }
+    }
+  }
+}
+
+using KernelFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, const int32_t*, __mmask16, void*, int64_t, int64_t,
+                          int64_t, const Int8Dequant&);
+
+template <bool kF32, int MR>
+constexpr std::array<KernelFn, kNV> kernel_row() {
+  return {&vnni_kernel<MR, 1, kF32>, &vnni_kernel<MR, 2, kF32>, &vnni_kernel<MR, 3, kF32>};
+}
+
+template <bool kF32>
+constexpr std::array<std::array<KernelFn, kNV>, kMR> kernel_table() {
+  return {kernel_row<kF32, 1>(), kernel_row<kF32, 2>(), kernel_row<kF32, 3>(), kernel_row<kF32, 4>(),
+          kernel_row<kF32, 5>(), kernel_row<kF32, 6>(), kernel_row<kF32, 7>(), kernel_row<kF32, 8>()};
+}
+
+#endif  // SQ_INT8_VNNI
+
+bool cpu_has_vnni() {
+#if SQ_INT8_VNNI
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// oneDNN backend helpers
+// ---------------------------------------------------------------------------------------------
+
+using dnnl_dt = dnnl::memory::data_type;
+using dnnl_tag = dnnl::memory::format_tag;
+
+dnnl::engine& dnnl_engine() {
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+
+dnnl::stream& dnnl_stream() {
+  static thread_local dnnl::stream s(dnnl_engine());
+  return s;
+}
+
+}  // namespace
+
+const char* to_string(Int8Backend b) {
+  switch (b) {
+    case Int8Backend::Auto: return "auto";
+    case Int8Backend::Vnni: return "vnni";
+    case Int8Backend::OneDnn: return "onednn";
+    case Int8Backend::Reference: return "reference";
+  }
+  return "unknown";
+}
+
+bool int8_backend_available(Int8Backend b) { return b != Int8Backend::Vnni || cpu_has_vnni(); }
+
+Int8Backend resolve_int8_backend(Int8Backend b) {
+  if (b != Int8Backend::Auto) return b;
+  return cpu_has_vnni() ? Int8Backend::Vnni : Int8Backend::OneDnn;
+}
+
+void int8_gemm_reference(const int8_t* A, const int8_t* B, int32_t* C, int64_t m, int64_t n, int64_t k) {
+  check_gemm_sizes("int8_gemm_reference", m, n, k);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t acc = 0;
+      for (int64_t t = 0; t < k; ++t) acc += int64_t(A[i * k + t]) * int64_t(B[j * k + t]);
+      C[i * n + j] = static_cast<int32_t>(acc);
+    }
+}
+
+void int8_gemm_dequant_reference(const int8_t* A, const int8_t* B, const Int8Dequant& dq, float* y, int64_t m, int64_t n,
+                                 int64_t k) {
+  check_gemm_sizes("int8_gemm_dequant_reference", m, n, k);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t acc = 0;
+      for (int64_t t = 0; t < k; ++t) acc += int64_t(A[i * k + t]) * int64_t(B[j * k + t]);
+      y[i * n + j] = dequant_one(static_cast<int32_t>(acc), i, j, dq);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// PackedInt8Weights
+// ---------------------------------------------------------------------------------------------
+
+struct PackedInt8Weights::Impl {
+  Int8Backend backend = Int8Backend::Reference;
+  int64_t n = 0, k = 0;
+  int64_t kq = 0;        // ceil(k / 4): groups of 4 along k
+  int64_t kpad = 0;      // padded_k(): row stride of biased-u8 activations
+  int64_t panels = 0;    // VNNI: ceil(n / kNR)
+  std::vector<int32_t> comp;  // −128 · Σ_k B[j, k], [panels·kNR] (VNNI) or [n]
+  AlignedBytes packed;        // VNNI panels / Reference plain copy
+
+  // oneDNN
+  dnnl::memory::desc dnnl_weights_md;
+  dnnl::memory dnnl_weights;
+  mutable std::mutex dnnl_mutex;
+  mutable std::map<std::tuple<int64_t, bool, int64_t>, dnnl::matmul> dnnl_cache;
+
+  int64_t panel_width(int64_t p) const { return std::min<int64_t>(kNR, round_up(n - p * kNR, 16)); }
+  const int8_t* panel(int64_t p) const { return packed.data + p * kq * kNR * 4; }
+
+  void pack_vnni(const int8_t* B);
+  void prepare_onednn(const int8_t* B);
+  dnnl::matmul& onednn_primitive(int64_t m, bool biased_u8, int64_t lda) const;
+  void run_onednn(const void* A, bool biased_u8, int64_t lda, int64_t m, int32_t* C) const;
+  template <bool kF32>
+  void run_vnni(const uint8_t* Au, int64_t lda, int64_t m, void* out, const Int8Dequant& dq) const;
+  const uint8_t* to_biased(const int8_t* A, int64_t m) const;
+};
+
+void PackedInt8Weights::Impl::pack_vnni(const int8_t* B) {
+  panels = (n + kNR - 1) / kNR;
+  packed.resize(panels * kq * kNR * 4);
+  comp.assign(static_cast<size_t>(panels * kNR), 0);
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t w = panel_width(p);
+    int8_t* dst = packed.data + p * kq * kNR * 4;
+    for (int64_t c = 0; c < w; ++c) {
+      const int64_t j = p * kNR + c;
+      if (j >= n) break;
+      const int8_t* row = B + j * k;
+      int64_t colsum = 0;
+      for (int64_t t = 0; t < k; ++t) {
+        dst[((t / 4) * w + c) * 4 + t % 4] = row[t];
+        colsum += row[t];
+      }
+      comp[static_cast<size_t>(j)] = static_cast<int32_t>(-128 * colsum);
+    }
+  }
+}
+
+void PackedInt8Weights::Impl::prepare_onednn(const int8_t* B) {
+  comp.assign(static_cast<size_t>(n), 0);
+  for (int64_t j = 0; j < n; ++j) {
+    int64_t colsum = 0;
+    for (int64_t t = 0; t < k; ++t) colsum += B[j * k + t];
+    comp[static_cast<size_t>(j)] = static_cast<int32_t>(-128 * colsum);
+  }
+  try {
+    // Let oneDNN choose its blocked weight layout for a prefill-sized product; the same layout is
+    // reused for every row count (the brgemm kernels' weight layout depends on n and k only).
+    const dnnl::memory::desc src({512, k}, dnnl_dt::s8, dnnl_tag::ab);
+    const dnnl::memory::desc wany({k, n}, dnnl_dt::s8, dnnl_tag::any);
+    const dnnl::memory::desc dst({512, n}, dnnl_dt::s32, dnnl_tag::ab);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wany, dst), dnnl_engine());
+    dnnl_weights_md = pd.weights_desc();
+    // B[n, k] row-major is the [k, n] matrix with strides (1, k): format tag "ba".
+    const dnnl::memory::desc plain({k, n}, dnnl_dt::s8, dnnl_tag::ba);
+    dnnl::memory user(plain, dnnl_engine(), const_cast<int8_t*>(B));
+    dnnl_weights = dnnl::memory(dnnl_weights_md, dnnl_engine());
+    dnnl::reorder(user, dnnl_weights).execute(dnnl_stream(), user, dnnl_weights);
+    dnnl_stream().wait();
+  } catch (const dnnl::error& e) {
+    throw UnsupportedError(std::string("INT8 GEMM: oneDNN cannot prepare s8 weights [") + std::to_string(n) + ", " +
+                           std::to_string(k) + "]: " + e.what());
+  }
+}
+
+dnnl::matmul& PackedInt8Weights::Impl::onednn_primitive(int64_t m, bool biased_u8, int64_t lda) const {
+  std::lock_guard<std::mutex> lock(dnnl_mutex);
+  const auto key = std::make_tuple(m, biased_u8, lda);
+  auto it = dnnl_cache.find(key);
+  if (it != dnnl_cache.end()) return it->second;
+  try {
+    const dnnl::memory::desc src({m, k}, biased_u8 ? dnnl_dt::u8 : dnnl_dt::s8, dnnl::memory::dims{lda, 1});
+    const dnnl::memory::desc dst({m, n}, dnnl_dt::s32, dnnl_tag::ab);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, dnnl_weights_md, dst), dnnl_engine());
+    return dnnl_cache.emplace(key, dnnl::matmul(pd)).first->second;
+  } catch (const dnnl::error& e) {
+    throw UnsupportedError("INT8 GEMM: oneDNN has no matmul for m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                           " k=" + std::to_string(k) + ": " + e.what());
+  }
+}
+
+void PackedInt8Weights::Impl::run_onednn(const void* A, bool biased_u8, int64_t lda, int64_t m, int32_t* C) const {
+  dnnl::matmul& mm = onednn_primitive(m, biased_u8, lda);
+  const dnnl::memory::desc src({m, k}, biased_u8 ? dnnl_dt::u8 : dnnl_dt::s8, dnnl::memory::dims{lda, 1});
+  const dnnl::memory::desc dst({m, n}, dnnl_dt::s32, dnnl_tag::ab);
+  dnnl::memory a(src, dnnl_engine(), const_cast<void*>(A));
+  dnnl::memory c(dst, dnnl_engine(), C);
+  mm.execute(dnnl_stream(), {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, dnnl_weights}, {DNNL_ARG_DST, c}});
+  dnnl_stream().wait();
+}
+
+template <bool kF32>
+void PackedInt8Weights::Impl::run_vnni(const uint8_t* Au, int64_t lda, int64_t m, void* out, const Int8Dequant& dq) const {
+#if SQ_INT8_VNNI
+  static constexpr auto table = kernel_table<kF32>();
+  const bool par = m * n * k >= kParallelMinMacs && panels > 1 && omp_get_max_threads() > 1;
+  const __mmask16 tail_mask = n % 16 ? static_cast<__mmask16>((1u << (n % 16)) - 1) : __mmask16(0xFFFF);
+#pragma omp parallel if (par)
+  for (int64_t ic = 0; ic < m; ic += kMC) {
+    const int64_t iend = std::min(m, ic + kMC);
+    // Each thread owns a fixed set of column panels: its B panels stay in its own L2, and the
+    // partition (hence every result) is independent of scheduling.
+#pragma omp for schedule(static) nowait
+    for (int64_t p = 0; p < panels; ++p) {
+      const int64_t w = panel_width(p);
+      const int nv = static_cast<int>(w / 16);
+      const __mmask16 mask = p == panels - 1 ? tail_mask : __mmask16(0xFFFF);
+      const int8_t* bp = panel(p);
+      const int32_t* cp = comp.data() + p * kNR;
+      for (int64_t i = ic; i < iend; i += kMR) {
+        const int mr = static_cast<int>(std::min<int64_t>(kMR, iend - i));
+        table[static_cast<size_t>(mr - 1)][static_cast<size_t>(nv - 1)](Au + i * lda, lda, bp, kq, cp, mask, out, n, i, p * kNR, dq);
+      }
+    }
+  }
+#else
+  (void)Au, (void)lda, (void)m, (void)out, (void)dq;
+  throw UnsupportedError("INT8 GEMM: this build has no AVX-512-VNNI kernel");
+#endif
+}
+
+const uint8_t* PackedInt8Weights::Impl::to_biased(const int8_t* A, int64_t m) const {
+  uint8_t* Au = thread_scratch<uint8_t>(m * kpad);
+#pragma omp parallel for schedule(static) if (m * k >= (int64_t(1) << 20))
+  for (int64_t i = 0; i < m; ++i) {
+    const int8_t* src = A + i * k;
+    uint8_t* dst = Au + i * kpad;
+#pragma omp simd
+    for (int64_t t = 0; t < k; ++t) dst[t] = static_cast<uint8_t>(static_cast<uint8_t>(src[t]) ^ 0x80u);
+    for (int64_t t = k; t < kpad; ++t) dst[t] = 0x80;
+  }
+  return Au;
+}
+
+PackedInt8Weights::PackedInt8Weights(const int8_t* B, int64_t n, int64_t k, Int8Backend backend) : impl_(std::make_unique<Impl>()) {
+  if (n <= 0 || k <= 0) throw std::invalid_argument("PackedInt8Weights: empty weight [" + std::to_string(n) + ", " + std::to_string(k) + "]");
+  check_gemm_sizes("PackedInt8Weights", 0, n, k);
+  Impl& w = *impl_;
+  w.backend = resolve_int8_backend(backend);
+  if (!int8_backend_available(w.backend))
+    throw UnsupportedError(std::string("INT8 GEMM backend '") + to_string(w.backend) + "' is not available on this machine/build");
+  w.n = n;
+  w.k = k;
+  w.kq = (k + 3) / 4;
+  w.kpad = round_up(k, 64);
+  switch (w.backend) {
+    case Int8Backend::Vnni: w.pack_vnni(B); break;
+    case Int8Backend::OneDnn: w.prepare_onednn(B); break;
+    default:
+      w.packed.resize(n * k);
+      std::memcpy(w.packed.data, B, static_cast<size_t>(n * k));
+      break;
+  }
+}
+
+PackedInt8Weights::~PackedInt8Weights() = default;
+PackedInt8Weights::PackedInt8Weights(PackedInt8Weights&&) noexcept = default;
+PackedInt8Weights& PackedInt8Weights::operator=(PackedInt8Weights&&) noexcept = default;
+
+int64_t PackedInt8Weights::n() const { return impl_->n; }
+int64_t PackedInt8Weights::k() const { return impl_->k; }
+Int8Backend PackedInt8Weights::backend() const { return impl_->backend; }
+int64_t PackedInt8Weights::padded_k() const { return impl_->kpad; }
+
+int64_t PackedInt8Weights::packed_bytes() const {
+  const Impl& w = *impl_;
+  const int64_t dnnl_bytes = w.backend == Int8Backend::OneDnn ? static_cast<int64_t>(w.dnnl_weights_md.get_size()) : 0;
+  return w.packed.size + dnnl_bytes + static_cast<int64_t>(w.comp.size() * sizeof(int32_t));
+}
+
+void PackedInt8Weights::unpack(int8_t* B) const {
+  const Impl& w = *impl_;
+  switch (w.backend) {
+    case Int8Backend::Vnni:
+      for (int64_t j = 0; j < w.n; ++j) {
+        const int64_t p = j / kNR, c = j % kNR, width = w.panel_width(p);
+        const int8_t* src = w.panel(p);
+        for (int64_t t = 0; t < w.k; ++t) B[j * w.k + t] = src[((t / 4) * width + c) * 4 + t % 4];
+      }
+      break;
+    case Int8Backend::OneDnn: {
+      const dnnl::memory::desc plain({w.k, w.n}, dnnl_dt::s8, dnnl_tag::ba);
+      dnnl::memory user(plain, dnnl_engine(), B);
+      dnnl::memory packed = w.dnnl_weights;
+      dnnl::reorder(packed, user).execute(dnnl_stream(), packed, user);
+      dnnl_stream().wait();
+      break;
+    }
+    default: std::memcpy(B, w.packed.data, static_cast<size_t>(w.n * w.k)); break;
+  }
+}
+
+void PackedInt8Weights::gemm_s32(const int8_t* A, int64_t m, int32_t* C) const {
+  const Impl& w = *impl_;
+  check_gemm_sizes("PackedInt8Weights::gemm_s32", m, w.n, w.k);
+  if (m == 0) return;
+  switch (w.backend) {
+    case Int8Backend::Vnni: w.run_vnni<false>(w.to_biased(A, m), w.kpad, m, C, Int8Dequant{}); break;
+    case Int8Backend::OneDnn: w.run_onednn(A, false, w.k, m, C); break;
+    default: int8_gemm_reference(A, w.packed.data, C, m, w.n, w.k); break;
+  }
+}
+
+namespace {
+
+/// In-place dequantization of an s32 result stored in y's memory (oneDNN backend): y[i, j] =
+/// dequant(acc[i, j] + comp[j]) with comp null meaning 0.
+void dequant_inplace(float* y, int64_t m, int64_t n, const int32_t* comp, const Int8Dequant& dq) {
+#pragma omp parallel for schedule(static) if (m * n >= (int64_t(1) << 18))
+  for (int64_t i = 0; i < m; ++i) {
+    float* row = y + i * n;
+    for (int64_t j = 0; j < n; ++j) {
+      int32_t acc;
+      std::memcpy(&acc, row + j, sizeof acc);
+      if (comp) acc += comp[j];
+      row[j] = dequant_one(acc, i, j, dq);
+    }
+  }
+}
+
+}  // namespace
+
+void PackedInt8Weights::gemm_f32(const int8_t* A, int64_t m, const Int8Dequant& dq, float* y) const {
+  const Impl& w = *impl_;
+  check_gemm_sizes("PackedInt8Weights::gemm_f32", m, w.n, w.k);
+  if (m == 0) return;
+  switch (w.backend) {
+    case Int8Backend::Vnni: w.run_vnni<true>(w.to_biased(A, m), w.kpad, m, y, dq); break;
+    case Int8Backend::OneDnn:
+      static_assert(sizeof(float) == sizeof(int32_t));
+      w.run_onednn(A, false, w.k, m, reinterpret_cast<int32_t*>(y));
+      dequant_inplace(y, m, w.n, nullptr, dq);
+      break;
+    default: int8_gemm_dequant_reference(A, w.packed.data, dq, y, m, w.n, w.k); break;
+  }
+}
+
+void PackedInt8Weights::gemm_f32_biased(const uint8_t* Au, int64_t lda, int64_t m, const Int8Dequant& dq, float* y) const {
+  const Impl& w = *impl_;
+  check_gemm_sizes("PackedInt8Weights::gemm_f32_biased", m, w.n, w.k);
+  if (lda < w.k) throw std::invalid_argument("PackedInt8Weights::gemm_f32_biased: lda " + std::to_string(lda) + " < k " + std::to_string(w.k));
+  if (m == 0) return;
+  switch (w.backend) {
+    case Int8Backend::Vnni:
+      if (lda % 4 == 0) {
+        w.run_vnni<true>(Au, lda, m, y, dq);
+      } else {
+        uint8_t* copy = thread_scratch<uint8_t>(m * w.kpad);
+        for (int64_t i = 0; i < m; ++i) {
+          std::memcpy(copy + i * w.kpad, Au + i * lda, static_cast<size_t>(w.k));
+          std::memset(copy + i * w.kpad + w.k, 0x80, static_cast<size_t>(w.kpad - w.k));
+        }
+        w.run_vnni<true>(copy, w.kpad, m, y, dq);
+      }
+      break;
+    case Int8Backend::OneDnn:
+      w.run_onednn(Au, true, lda, m, reinterpret_cast<int32_t*>(y));
+      dequant_inplace(y, m, w.n, w.comp.data(), dq);
+      break;
+    default: {
+      const int8_t* B = w.packed.data;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < w.n; ++j) {
+          int64_t acc = 0;
+          for (int64_t t = 0; t < w.k; ++t) acc += (int64_t(Au[i * lda + t]) - 128) * int64_t(B[j * w.k + t]);
+          y[i * w.n + j] = dequant_one(static_cast<int32_t>(acc), i, j, dq);
+        }
+      break;
+    }
+  }
+}
+
+void int8_gemm(const int8_t* A, const int8_t* B, int32_t* C, int64_t m, int64_t n, int64_t k, Int8Backend backend) {
+  check_gemm_sizes("int8_gemm", m, n, k);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    std::fill(C, C + m * n, 0);
+    return;
+  }
+  if (resolve_int8_backend(backend) == Int8Backend::Reference) return int8_gemm_reference(A, B, C, m, n, k);
+  PackedInt8Weights(B, n, k, backend).gemm_s32(A, m, C);
+}
+
+void int8_gemm_dequant(const int8_t* A, const int8_t* B, const Int8Dequant& dq, float* y, int64_t m, int64_t n, int64_t k,
+                       Int8Backend backend) {
+  check_gemm_sizes("int8_gemm_dequant", m, n, k);
+  if (m == 0 || n == 0) return;
+  if (k == 0 || resolve_int8_backend(backend) == Int8Backend::Reference) return int8_gemm_dequant_reference(A, B, dq, y, m, n, k);
+  PackedInt8Weights(B, n, k, backend).gemm_f32(A, m, dq, y);
+}
+
+}  // namespace sq

@@ -1,0 +1,122 @@
+// INT8 GEMM for W8A8 linear layers: C[m, n] = A[m, k] · B[n, k]ᵀ with INT32 accumulation, and the
+// fused variant that applies the quantization scales to the INT32 result (SmoothQuant §3.1,
+// Figure 3.1: scales may only index the outer dimensions — token i and output channel j — so the
+// integer product can be rescaled after the fact):
+//
+//   y[i, j] = sa[i or 0] · sb[j or 0] · acc[i, j]  (+ bias[j]),   acc[i, j] = Σ_k A[i, k] · B[j, k]
+//
+// Layouts: A is row-major [m, k] (activations, one row per token); B is row-major [n, k] (the
+// nn.Linear weight layout, [out, in]); C / y are row-major [m, n]. Values of A and B must lie in
+// [−127, 127] (what int8_quantize.h produces); −128 is not supported by the VNNI path's u8 trick.
+//
+// Backends (all give bit-identical results, see `Int8Dequant`):
+//   - Vnni: sqkit's own AVX-512-VNNI kernel. vpdpbusd multiplies u8 × s8, so activations are
+//     shifted to u8 (a + 128) and the shift is undone with a per-column compensation
+//     −128 · Σ_k B[j, k] precomputed when the weights are packed (it is the accumulators' initial
+//     value, so it costs nothing per call). Weights are packed once into 48-column panels
+//     ([k/4][48][4] bytes) that the 8×48 register-blocked micro-kernel streams; the dequantization
+//     is fused into the kernel's store. Fastest on this machine (see lib/bench/w8a8_bench.h).
+//   - OneDnn: oneDNN's matmul primitive (s8/u8 × s8 → s32, weights reordered once into oneDNN's
+//     blocked layout, one cached primitive per row count m) followed by sqkit's dequantization pass.
+//   - Reference: scalar loops, for tests and as the portable fallback.
+// `Auto` picks Vnni when the CPU (and the build) has AVX-512-VNNI, else OneDnn.
+//
+// Threading: large products use all OpenMP threads (omp_get_max_threads()); products under about
+// 4M multiply-adds run on the calling thread. Results never depend on the thread count (integer
+// accumulation is exact; each output element's float epilogue is computed the same way).
+// Limits: |acc| must fit in int32, guaranteed for k ≤ 131072 (127·127·k < 2³¹); larger k throws.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace sq {
+
+/// Which INT8 GEMM implementation runs (see file comment).
+enum class Int8Backend { Auto, Vnni, OneDnn, Reference };
+
+/// "auto" / "vnni" / "onednn" / "reference".
+const char* to_string(Int8Backend b);
+
+/// True when `b` can run here (Vnni needs an AVX-512-VNNI build and CPU; Auto and Reference always).
+bool int8_backend_available(Int8Backend b);
+
+/// What `Int8Backend::Auto` resolves to on this machine: Vnni if available, else OneDnn.
+Int8Backend resolve_int8_backend(Int8Backend b);
+
+/// Largest supported reduction length k (so that every INT32 result is exact).
+inline constexpr int64_t kInt8GemmMaxK = 131072;
+
+/// Dequantization epilogue applied to the INT32 product (SmoothQuant §3.1, Eq. 3.1 inverted):
+///   y[i, j] = fma(float(acc[i, j]), sa·sb, bias[j])   with sa = a_scales[a_per_row ? i : 0],
+///                                                         sb = b_scales[b_per_col ? j : 0],
+/// or float(acc)·(sa·sb) without bias. A null a_scales / b_scales means 1. Every backend evaluates
+/// exactly this expression (single rounding of sa·sb, then one fused multiply-add), so their
+/// outputs are bit-identical.
+struct Int8Dequant {
+  const float* a_scales = nullptr;  ///< activation steps: [m] when a_per_row, else [1]
+  bool a_per_row = false;           ///< per-token (true) or per-tensor (false) activation scale
+  const float* b_scales = nullptr;  ///< weight steps: [n] when b_per_col, else [1]
+  bool b_per_col = false;           ///< per-output-channel (true) or per-tensor (false) weight scale
+  const float* bias = nullptr;      ///< optional FP32 bias [n]
+};
+
+/// Scalar reference: C[i, j] = Σ_k A[i, k] · B[j, k] in 64-bit, stored as int32.
+/// A: [m, k] row-major s8; B: [n, k] row-major s8; C: [m, n] row-major s32.
+/// Throws std::invalid_argument for negative sizes or k > kInt8GemmMaxK.
+void int8_gemm_reference(const int8_t* A, const int8_t* B, int32_t* C, int64_t m, int64_t n, int64_t k);
+
+/// Scalar reference of the fused GEMM: y[m, n] (FP32, row-major) = `dq` applied to A · Bᵀ.
+/// Throws like `int8_gemm_reference`.
+void int8_gemm_dequant_reference(const int8_t* A, const int8_t* B, const Int8Dequant& dq, float* y, int64_t m, int64_t n,
+                                 int64_t k);
+
+/// INT8 weights B[n, k] prepared once for repeated products (packing / reordering is done at
+/// construction, never per call). Immutable after construction; all methods are const and safe to
+/// call concurrently from several threads.
+class PackedInt8Weights {
+ public:
+  /// Packs B: [n, k] row-major s8 (values in [−127, 127]) for `backend` (Auto resolves now).
+  /// Throws std::invalid_argument for n ≤ 0, k ≤ 0 or k > kInt8GemmMaxK, UnsupportedError (core/
+  /// error.h) when the backend is unavailable here or oneDNN cannot build the primitive.
+  PackedInt8Weights(const int8_t* B, int64_t n, int64_t k, Int8Backend backend = Int8Backend::Auto);
+  ~PackedInt8Weights();
+  PackedInt8Weights(PackedInt8Weights&&) noexcept;
+  PackedInt8Weights& operator=(PackedInt8Weights&&) noexcept;
+
+  int64_t n() const;  ///< rows of B (output features)
+  int64_t k() const;  ///< columns of B (input features, the reduction length)
+  Int8Backend backend() const;  ///< the resolved backend (never Auto)
+  /// Row stride the biased-u8 fast path expects: k rounded up to a multiple of 64.
+  int64_t padded_k() const;
+  /// Bytes held by the packed representation (incl. padding and compensation terms).
+  int64_t packed_bytes() const;
+  /// Copies the weights back out as B[n, k] row-major s8 (inverse of the packing).
+  void unpack(int8_t* B) const;
+
+  /// C[m, n] (s32, row-major) = A[m, k] (s8, row-major) · Bᵀ; exact. m ≥ 0.
+  void gemm_s32(const int8_t* A, int64_t m, int32_t* C) const;
+  /// y[m, n] (f32, row-major) = dq(A[m, k] · Bᵀ) (see `Int8Dequant`).
+  void gemm_f32(const int8_t* A, int64_t m, const Int8Dequant& dq, float* y) const;
+  /// Fast path of `gemm_f32`: A given in the biased unsigned form Au[i, j] = A[i, j] + 128 (u8),
+  /// row stride `lda` ≥ k (bytes beyond k in a row are ignored), as written by
+  /// `quantize_activations_u8`. With lda a multiple of 4 (e.g. padded_k()) the VNNI backend reads
+  /// it in place; otherwise it is copied first. Throws std::invalid_argument when lda < k.
+  void gemm_f32_biased(const uint8_t* Au, int64_t lda, int64_t m, const Int8Dequant& dq, float* y) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// One-shot C[m, n] (s32) = A[m, k] · B[n, k]ᵀ (s8, row-major). Packs B on every call — use
+/// PackedInt8Weights for repeated products. Throws like PackedInt8Weights' constructor.
+void int8_gemm(const int8_t* A, const int8_t* B, int32_t* C, int64_t m, int64_t n, int64_t k,
+               Int8Backend backend = Int8Backend::Auto);
+
+/// One-shot fused y[m, n] (f32) = dq(A[m, k] · B[n, k]ᵀ); packs B on every call.
+void int8_gemm_dequant(const int8_t* A, const int8_t* B, const Int8Dequant& dq, float* y, int64_t m, int64_t n, int64_t k,
+                       Int8Backend backend = Int8Backend::Auto);
+
+}  // namespace sq

@@ -1,0 +1,67 @@
+// sq-calibrate: record activation statistics of a model on sample text (HDF5, docs/formats.md).
+#include <omp.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "calib/calibration_run.h"
+#include "core/error.h"
+#include "core/progress.h"
+#include "core/tool_main.h"
+#include "formats/calibration_h5.h"
+#include "formats/tokenizer.h"
+#include "model/model_loader.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"sq-calibrate: run a model over N random windows of L tokens of a text and record per-channel "
+               "activation statistics (absmax, min/max, sum of squares, per-token absmax percentiles; K/V cache ranges)."};
+  std::string model_path, tokenizer_path, out_path;
+  sq::CalibrationOptions opt;
+  int threads = 0;
+  bool force = false, quiet = false;
+  app.add_option("-m,--model", model_path, "Model: llama2.c .bin or Hugging Face checkpoint directory")->required();
+  app.add_option("--tokenizer", tokenizer_path, "Tokenizer (tokenizer.bin or tokenizer.model); default: the model's own");
+  app.add_option("-f,--file", opt.text_path, "Calibration text: plain text or JSON Lines with a 'text' field, optionally .zst")
+      ->required();
+  app.add_option("--samples", opt.samples, "Number of random windows (N)")->capture_default_str();
+  app.add_option("--seq-len", opt.seq_len, "Tokens per window (L)")->capture_default_str();
+  app.add_option("--seed", opt.seed, "Sampling seed")->capture_default_str();
+  app.add_option("-o,--output", out_path, "Output calibration file (.h5)")->required();
+  app.add_option("-t,--threads", threads, "Threads (default: all cores)");
+  app.add_flag("--force", force, "Replace an existing output file");
+  app.add_flag("-q,--quiet", quiet, "No progress bar");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : sq::kExitInput;
+  }
+  return sq::run_tool("sq-calibrate", [&]() {
+    if (threads > 0) omp_set_num_threads(threads);
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    for (const std::string& in : {model_path, opt.text_path, tokenizer_path})
+      if (!in.empty() && fs::equivalent(in, out_path, ec))
+        throw sq::UsageError("-o " + out_path + " is one of the inputs; refusing to overwrite it");
+    if (fs::exists(out_path) && !force) throw sq::UsageError(out_path + " exists; use --force to replace it");
+
+    sq::LoadedModel loaded = sq::load_model(model_path);
+    auto tokenizer = sq::open_tokenizer_for(loaded, tokenizer_path);
+    std::unique_ptr<sq::ProgressBar> bar;
+    opt.progress = [&](const char* phase, int64_t done, int64_t total) {
+      if (std::string(phase) == "running") {
+        if (!bar) bar = std::make_unique<sq::ProgressBar>("sq-calibrate", total, "windows", !quiet);
+        bar->update(done, static_cast<double>(done * opt.seq_len), "tok");
+      }
+    };
+    const sq::CalibrationData data = sq::run_calibration(loaded, *tokenizer, opt);
+    if (bar) bar->finish();
+    sq::write_calibration_h5(out_path, data);
+    int64_t tokens = data.layers.empty() ? 0 : data.layers[0].inputs[0].tokens;
+    std::printf("sq-calibrate: %lld windows x %lld tokens (%lld tokens) of %s -> %s\n", static_cast<long long>(opt.samples),
+                static_cast<long long>(opt.seq_len), static_cast<long long>(tokens), opt.text_path.c_str(), out_path.c_str());
+    std::printf("model fingerprint %s\n", data.provenance.model_fingerprint.c_str());
+    return sq::kExitOk;
+  });
+}

@@ -1,0 +1,179 @@
+// sq-inspect: summary of a packed model file (.sqm): producer, model config, tokenizer, quantization
+// recipe, calibration provenance, tensor bytes by dtype and bits per weight (docs/formats.md).
+//
+// Bits per weight = 8 x (raw bytes of every tensor whose name does not start with "tokenizer")
+//                     / (logical elements of every tensor whose name ends with ".weight").
+// The numerator counts everything the model needs besides its tokenizer (quantized weights, scales,
+// zero points, codebooks, norms, biases); the denominator counts logical weight elements (an I4x2
+// tensor of shape [n, k] counts n*k). Raw (uncompressed) bytes are used, so the figure does not
+// depend on --compress. "n/a" when no tensor is named *.weight.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/error.h"
+#include "core/tool_main.h"
+#include "formats/sqm_file.h"
+
+namespace {
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+bool ends_with(const std::string& s, const std::string& p) {
+  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+}
+
+/// A JSON value for display: strings without quotes, everything else compact JSON.
+std::string show(const nlohmann::json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+/// Prints "label:" and then the object's members as indented "key  value" lines (or the value on
+/// the same line when it is not an object).
+void print_section(const char* label, const nlohmann::json& v) {
+  if (!v.is_object()) {
+    std::printf("%-15s %s\n", (std::string(label) + ":").c_str(), show(v).c_str());
+    return;
+  }
+  std::printf("%s:%s\n", label, v.empty() ? " {}" : "");
+  size_t width = 0;
+  for (const auto& [k, _] : v.items()) width = std::max(width, k.size());
+  for (const auto& [k, val] : v.items())
+    std::printf("  %-*s  %s\n", static_cast<int>(width), k.c_str(), show(val).c_str());
+}
+
+struct DtypeTotals {
+  int64_t tensors = 0;
+  uint64_t raw_bytes = 0;
+  uint64_t stored_bytes = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"sq-inspect: summarize a packed model file (.sqm): producer, model config, quantization recipe, "
+               "calibration provenance, bytes by dtype and bits per weight (docs/formats.md)."};
+  std::string path;
+  bool json = false, list_tensors = false, no_verify = false;
+  app.add_option("file", path, "The .sqm file")->required();
+  app.add_flag("--json", json, "Print the summary as JSON on stdout");
+  app.add_flag("--tensors", list_tensors, "List every tensor (name, dtype, shape, bytes, compression)");
+  app.add_flag("--no-verify", no_verify, "Skip the per-tensor checksum verification (faster on big files)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : sq::kExitInput;
+  }
+
+  return sq::run_tool("sq-inspect", [&]() {
+    const auto file = sq::SqmFile::open(path, !no_verify);
+    const nlohmann::json& header = file->header();
+
+    std::map<std::string, DtypeTotals> by_dtype;
+    uint64_t total_raw = 0, total_stored = 0, weight_bytes = 0, weight_elements = 0;
+    int64_t compressed = 0;
+    for (const auto& t : file->tensors()) {
+      auto& d = by_dtype[sq::sqm_dtype_name(t.dtype)];
+      d.tensors += 1;
+      d.raw_bytes += t.raw_bytes;
+      d.stored_bytes += t.stored_bytes;
+      total_raw += t.raw_bytes;
+      total_stored += t.stored_bytes;
+      compressed += t.compressed ? 1 : 0;
+      if (!starts_with(t.name, "tokenizer")) weight_bytes += t.raw_bytes;
+      if (ends_with(t.name, ".weight")) weight_elements += t.numel();
+    }
+    const bool has_bpw = weight_elements > 0;
+    const double bpw = has_bpw ? 8.0 * static_cast<double>(weight_bytes) / static_cast<double>(weight_elements) : 0.0;
+
+    if (json) {
+      nlohmann::json j;
+      j["file"] = path;
+      j["file_bytes"] = file->file_size();
+      j["format_version"] = file->version();
+      j["header"] = header;
+      j["tensor_count"] = file->tensors().size();
+      j["compressed_tensor_count"] = compressed;
+      nlohmann::json bd = nlohmann::json::object();
+      for (const auto& [name, d] : by_dtype)
+        bd[name] = {{"tensors", d.tensors}, {"raw_bytes", d.raw_bytes}, {"stored_bytes", d.stored_bytes}};
+      j["bytes_by_dtype"] = bd;
+      j["total_raw_bytes"] = total_raw;
+      j["total_stored_bytes"] = total_stored;
+      j["weight_bytes"] = weight_bytes;
+      j["weight_elements"] = weight_elements;
+      j["bits_per_weight"] = has_bpw ? nlohmann::json(bpw) : nlohmann::json(nullptr);
+      if (list_tensors) {
+        nlohmann::json arr = nlohmann::json::array();
+        for (const auto& t : file->tensors())
+          arr.push_back({{"name", t.name},
+                         {"dtype", sq::sqm_dtype_name(t.dtype)},
+                         {"shape", t.shape},
+                         {"offset", t.offset},
+                         {"raw_bytes", t.raw_bytes},
+                         {"stored_bytes", t.stored_bytes},
+                         {"compression", t.compression()}});
+        j["tensors"] = arr;
+      }
+      std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+      return sq::kExitOk;
+    }
+
+    std::printf("%-15s %s\n", "file:", path.c_str());
+    std::printf("%-15s .sqm version %u, %llu bytes\n", "format:", file->version(),
+                static_cast<unsigned long long>(file->file_size()));
+    std::printf("%-15s %s\n", "producer:", header.contains("producer") ? show(header["producer"]).c_str() : "(not recorded)");
+    for (const char* key : {"model_config", "tokenizer", "quantization", "calibration"}) {
+      if (header.contains(key)) print_section(key, header[key]);
+      else if (std::string(key) == "quantization") std::printf("%-15s %s\n", "quantization:", "(none recorded)");
+      else if (std::string(key) == "model_config") std::printf("%-15s %s\n", "model_config:", "(not recorded)");
+    }
+    std::string others;
+    for (const auto& [k, _] : header.items())
+      if (k != "format" && k != "producer" && k != "model_config" && k != "tokenizer" && k != "quantization" &&
+          k != "calibration")
+        others += (others.empty() ? "" : ", ") + k;
+    if (!others.empty()) std::printf("%-15s %s\n", "other keys:", others.c_str());
+    std::printf("%-15s %zu (%lld zstd-compressed)\n", "tensors:", file->tensors().size(), static_cast<long long>(compressed));
+    std::printf("bytes by dtype:\n");
+    for (const auto& [name, d] : by_dtype) {
+      std::printf("  %-5s %llu bytes in %lld tensor%s", name.c_str(), static_cast<unsigned long long>(d.raw_bytes),
+                  static_cast<long long>(d.tensors), d.tensors == 1 ? "" : "s");
+      if (d.stored_bytes != d.raw_bytes) std::printf(" (%llu stored)", static_cast<unsigned long long>(d.stored_bytes));
+      std::printf("\n");
+    }
+    std::printf("%-15s %llu raw, %llu stored\n", "total bytes:", static_cast<unsigned long long>(total_raw),
+                static_cast<unsigned long long>(total_stored));
+    if (has_bpw)
+      std::printf("%-15s %.4f (8 x %llu non-tokenizer bytes / %llu elements of *.weight tensors)\n", "bits/weight:", bpw,
+                  static_cast<unsigned long long>(weight_bytes), static_cast<unsigned long long>(weight_elements));
+    else
+      std::printf("%-15s n/a (no tensor named *.weight)\n", "bits/weight:");
+
+    if (list_tensors) {
+      size_t wn = 4, ws = 5;
+      for (const auto& t : file->tensors()) {
+        wn = std::max(wn, t.name.size());
+        ws = std::max(ws, shape_str(t.shape).size());
+      }
+      std::printf("\n%-*s  %-5s  %-*s  %12s  %s\n", static_cast<int>(wn), "NAME", "DTYPE", static_cast<int>(ws), "SHAPE",
+                  "BYTES", "COMPRESSION");
+      for (const auto& t : file->tensors()) {
+        std::printf("%-*s  %-5s  %-*s  %12llu  %s", static_cast<int>(wn), t.name.c_str(), sq::sqm_dtype_name(t.dtype),
+                    static_cast<int>(ws), shape_str(t.shape).c_str(), static_cast<unsigned long long>(t.stored_bytes),
+                    t.compression());
+        if (t.compressed) std::printf(" (%llu raw)", static_cast<unsigned long long>(t.raw_bytes));
+        std::printf("\n");
+      }
+    }
+    return sq::kExitOk;
+  });
+}
