@@ -173,7 +173,18 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
 
   ConvertSummary summary;
   SqmWriter out(out_path, o.write);
-  write_float(out, names::kEmbed, base.tensors.at(names::kEmbed), w8a8 ? ConvertScheme::F32 : o.scheme);
+  if (w8a8 && o.quantize_head) {
+    // INT8 embedding rows with per-row scales (per-channel of the tied head). Weight granularity
+    // is per-channel regardless of --weight: one outlier token must not coarsen every row.
+    ConvertOptions rows = o;
+    rows.weight = WeightGranularity::PerChannel;
+    rows.act = ActQuant::PerToken;  // no input_scale tensor for the embedding
+    Checkpoint emb;
+    emb.tensors["model.embed_tokens.weight"] = base.tensors.at(names::kEmbed);
+    write_linear(out, emb, "model.embed_tokens", rows, 0.0f);
+  } else {
+    write_float(out, names::kEmbed, base.tensors.at(names::kEmbed), w8a8 ? ConvertScheme::F32 : o.scheme);
+  }
   const char* linear_suffixes[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                                    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
   nlohmann::json alphas = nlohmann::json::array();
@@ -230,11 +241,11 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
     if (o.progress) o.progress(l + 1, c.n_layers);
   }
   write_float(out, names::kFinalNorm, base.tensors.at(names::kFinalNorm), w8a8 ? ConvertScheme::F32 : o.scheme);
-  if (w8a8 && o.quantize_head) {
+  if (w8a8 && o.quantize_head && !c.tied_embeddings) {
     Checkpoint head;
-    head.tensors["lm_head.weight"] = c.tied_embeddings ? base.tensors.at(names::kEmbed) : base.tensors.at(names::kLmHead);
+    head.tensors["lm_head.weight"] = base.tensors.at(names::kLmHead);
     write_linear(out, head, "lm_head", o, 0.0f);
-  } else if (!c.tied_embeddings) {
+  } else if (!c.tied_embeddings && !(w8a8 && o.quantize_head)) {
     write_float(out, names::kLmHead, base.tensors.at(names::kLmHead), w8a8 ? ConvertScheme::F32 : o.scheme);
   }
 

@@ -3,23 +3,35 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <set>
+#include <sstream>
 
 #include "bench/fp32_bench.h"
+#include "bench/w8a8_bench.h"
+#include "bench/w8a8_model_bench.h"
+#include "core/error.h"
 #include "core/tool_main.h"
 #include "formats/atomic_file.h"
+#include "formats/hf_checkpoint.h"
+#include "model/synthetic.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"sq-bench: sqkit speed benchmarks (results are ratios measured in the same run)."};
+  CLI::App app{"sq-bench: sqkit speed benchmarks (each result is a ratio measured in the same run).\n"
+               "Suites: fp32 (sgemm at LLaMA-7B shapes vs synthetic-model prefill), w8a8-linear (INT8 linear vs sgemm), "
+               "w8a8-prefill (W8A8 vs FP32 synthetic-model prefill)."};
   sq::bench::Fp32BenchOptions fp32;
-  std::string json_path, stories_model, stories_tok, stories_text;
-  int threads = 0, eval_ctx = 256;
+  std::string json_path, suites = "fp32,w8a8-linear,w8a8-prefill", eval_model, eval_tok, eval_text, synthetic_dir;
+  int threads = 0, eval_ctx = 256, synthetic_layers = 16;
+  app.add_option("--suite", suites, "Comma-separated suites to run")->capture_default_str();
   app.add_option("--tokens", fp32.tokens, "GEMM rows / prefill length")->capture_default_str();
   app.add_option("--layers", fp32.layers, "Layers of the synthetic model")->capture_default_str();
   app.add_option("--min-seconds", fp32.min_seconds, "Minimum measuring time per item")->capture_default_str();
-  app.add_option("--eval-model", stories_model, "Also measure sq-eval throughput (llamacpp protocol) on this model");
-  app.add_option("--eval-tokenizer", stories_tok, "Tokenizer for --eval-model");
-  app.add_option("--eval-text", stories_text, "Text for --eval-model");
+  app.add_option("--eval-model", eval_model, "Also measure sq-eval throughput (llamacpp protocol) on this model");
+  app.add_option("--eval-tokenizer", eval_tok, "Tokenizer for --eval-model");
+  app.add_option("--eval-text", eval_text, "Text for --eval-model");
   app.add_option("--eval-ctx", eval_ctx, "Context for --eval-model")->capture_default_str();
+  app.add_option("--write-synthetic", synthetic_dir, "Only write the synthetic 1B-class model as an HF F32 checkpoint directory");
+  app.add_option("--synthetic-layers", synthetic_layers, "Layers for --write-synthetic")->capture_default_str();
   app.add_option("--json", json_path, "Write all results as JSON");
   app.add_option("-t,--threads", threads, "Threads (default: all cores)");
   try {
@@ -29,9 +41,25 @@ int main(int argc, char** argv) {
   }
   return sq::run_tool("sq-bench", [&]() {
     if (threads > 0) omp_set_num_threads(threads);
+    if (!synthetic_dir.empty()) {
+      const sq::Checkpoint ck = sq::make_synthetic_checkpoint(sq::synthetic_1b_config(synthetic_layers));
+      sq::save_hf_checkpoint(ck, synthetic_dir, "F32");
+      std::printf("wrote synthetic %d-layer model (%lld parameters) to %s\n", synthetic_layers,
+                  static_cast<long long>(ck.config.parameter_count()), synthetic_dir.c_str());
+      return sq::kExitOk;
+    }
+    std::set<std::string> want;
+    std::stringstream ss(suites);
+    for (std::string s; std::getline(ss, s, ',');) {
+      if (s != "fp32" && s != "w8a8-linear" && s != "w8a8-prefill") throw sq::UsageError("unknown --suite '" + s + "'");
+      want.insert(s);
+    }
     nlohmann::json all;
-    all["fp32"] = sq::bench::run_fp32_bench(fp32);
-    if (!stories_model.empty()) all["eval_speed"] = sq::bench::run_eval_speed_bench(stories_model, stories_tok, stories_text, eval_ctx);
+    all["threads"] = omp_get_max_threads();
+    if (want.count("fp32")) all["fp32"] = sq::bench::run_fp32_bench(fp32);
+    if (want.count("w8a8-linear")) all["w8a8_linear"] = sq::bench::run_w8a8_linear_bench(fp32.tokens, fp32.min_seconds);
+    if (want.count("w8a8-prefill")) all["w8a8_prefill"] = sq::bench::run_w8a8_prefill_bench(fp32.layers, fp32.tokens, fp32.min_seconds);
+    if (!eval_model.empty()) all["eval_speed"] = sq::bench::run_eval_speed_bench(eval_model, eval_tok, eval_text, eval_ctx);
     if (!json_path.empty()) sq::write_file_atomic(json_path, all.dump(2) + "\n");
     return sq::kExitOk;
   });

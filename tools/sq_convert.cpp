@@ -8,6 +8,7 @@
 
 #include "calib/converter.h"
 #include "core/error.h"
+#include "core/memory_probe.h"
 #include "core/progress.h"
 #include "core/tool_main.h"
 #include "model/model_loader.h"
@@ -19,7 +20,7 @@ int main(int argc, char** argv) {
                "dynamic, O3 = per-tensor static (calibrated). Without a preset: per-channel weights, per-token activations."};
   std::string model_path, out_path, alpha = "0.5", preset, weight, act, scheme = "w8a8";
   sq::ConvertOptions o;
-  bool no_smooth = false, quiet = false;
+  bool no_smooth = false, quiet = false, report_memory = false;
   int threads = 0;
   app.add_option("-m,--model", model_path, "Model: llama2.c .bin or Hugging Face checkpoint directory")->required();
   app.add_option("--tokenizer", o.tokenizer_path, "Tokenizer to embed in the output (default: the model's own, if any)");
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output", out_path, "Output .sqm file")->required();
   app.add_option("-t,--threads", threads, "Threads (default: all cores)");
   app.add_flag("-q,--quiet", quiet, "No progress bar");
+  app.add_flag("--report-memory", report_memory, "Print the peak anonymous resident memory (sampled RssAnon) on stderr");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -82,6 +84,8 @@ int main(int argc, char** argv) {
       if (!in.empty() && fs::equivalent(in, out_path, ec))
         throw sq::UsageError("-o " + out_path + " is one of the inputs; refusing to overwrite it");
 
+    std::unique_ptr<sq::PeakRssAnonSampler> mem;
+    if (report_memory) mem = std::make_unique<sq::PeakRssAnonSampler>();
     sq::LoadedModel src = sq::load_model(model_path);
     if (o.tokenizer_path.empty()) o.tokenizer_path = src.default_tokenizer;
     std::unique_ptr<sq::ProgressBar> bar;
@@ -91,6 +95,10 @@ int main(int argc, char** argv) {
     };
     const sq::ConvertSummary s = sq::convert_model(src, o, out_path);
     if (bar) bar->finish();
+    if (mem) {
+      mem->stop();
+      std::fprintf(stderr, "sq-convert: peak RssAnon %.1f MiB\n", static_cast<double>(mem->peak_bytes()) / (1 << 20));
+    }
     std::printf("sq-convert: %s -> %s (%s, %.2f MiB)\n", model_path.c_str(), out_path.c_str(), scheme.c_str(),
                 static_cast<double>(s.file_bytes) / (1 << 20));
     if (!s.groups.empty()) {

@@ -57,6 +57,16 @@ LlamaModel LlamaModel::from_checkpoint(const Checkpoint& ck) {
   return LlamaModel(c, embed, std::move(layers), ck.get(names::kFinalNorm, {d}), std::move(head));
 }
 
+void LlamaModel::set_quantized_embedding(std::vector<int8_t> q, std::vector<float> scales) {
+  const size_t v = static_cast<size_t>(config_.vocab_size), d = static_cast<size_t>(config_.dim);
+  if (q.size() != v * d || scales.size() != v)
+    throw std::invalid_argument("set_quantized_embedding: expected " + std::to_string(v) + " x " + std::to_string(d) +
+                                " values and " + std::to_string(v) + " scales");
+  embed_q_ = std::move(q);
+  embed_scales_ = std::move(scales);
+  embed_ = Tensor();
+}
+
 void LlamaModel::forward(const int32_t* tokens, int64_t n, KVCache& cache, Workspace& ws, float* logits,
                          LogitsFor which, ActivationObserver* obs) const {
   const ModelConfig& c = config_;
@@ -84,7 +94,13 @@ void LlamaModel::forward(const int32_t* tokens, int64_t n, KVCache& cache, Works
     const int32_t tok = tokens[t];
     if (tok < 0 || tok >= c.vocab_size)
       throw std::out_of_range("token id " + std::to_string(tok) + " outside the vocabulary of " + std::to_string(c.vocab_size));
-    std::memcpy(x + t * d, embed_.data() + int64_t(tok) * d, static_cast<size_t>(d) * sizeof(float));
+    if (embed_q_.empty()) {
+      std::memcpy(x + t * d, embed_.data() + int64_t(tok) * d, static_cast<size_t>(d) * sizeof(float));
+    } else {
+      const int8_t* row = embed_q_.data() + int64_t(tok) * d;
+      const float scale = embed_scales_[static_cast<size_t>(tok)];
+      for (int64_t j = 0; j < d; ++j) x[t * d + j] = static_cast<float>(row[j]) * scale;
+    }
     ws.positions[static_cast<size_t>(t)] = static_cast<int32_t>(p0 + t);
   }
 

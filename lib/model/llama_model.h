@@ -54,7 +54,12 @@ class LlamaModel {
 
   const ModelConfig& config() const { return config_; }
   const std::vector<LlamaLayer>& layers() const { return layers_; }
+  /// FP32 token embedding [vocab, dim]; empty when the embedding is stored quantized.
   const Tensor& embedding() const { return embed_; }
+  /// Stores the token embedding as symmetric INT8 rows instead: q [vocab, dim] row-major,
+  /// scales [vocab] (row r dequantizes as q[r, :] · scales[r]). Lookups dequantize one row per
+  /// token; nothing else changes. Throws std::invalid_argument on a size mismatch.
+  void set_quantized_embedding(std::vector<int8_t> q, std::vector<float> scales);
   const Tensor& final_norm() const { return final_norm_; }
   const Linear& lm_head() const { return *lm_head_; }
 
@@ -70,6 +75,7 @@ class LlamaModel {
   /// Mutable access for converters that rebuild layers (e.g. replacing DenseLinear by a quantized Linear).
   std::vector<LlamaLayer>& mutable_layers() { return layers_; }
   void set_lm_head(std::unique_ptr<Linear> head) { lm_head_ = std::move(head); }
+  std::unique_ptr<Linear> release_lm_head() { return std::move(lm_head_); }
 
  private:
   void attention(const float* q, const float* keys, const float* values, int64_t n, int64_t p0, float* out,
@@ -77,6 +83,8 @@ class LlamaModel {
 
   ModelConfig config_;
   Tensor embed_;
+  std::vector<int8_t> embed_q_;      ///< [vocab, dim] when quantized
+  std::vector<float> embed_scales_;  ///< [vocab] when quantized
   std::vector<LlamaLayer> layers_;
   Tensor final_norm_;
   std::unique_ptr<Linear> lm_head_;

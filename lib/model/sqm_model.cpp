@@ -140,12 +140,26 @@ std::unique_ptr<LlamaModel> build_model_from_sqm(const std::shared_ptr<SqmFile>&
     L.up_proj = load_linear(f, p + "mlp.up_proj", hid, d, false, quant);
     L.down_proj = load_linear(f, p + "mlp.down_proj", d, hid, false, quant);
   }
-  Tensor embed = load_float(f, names::kEmbed, {c.vocab_size, d});
-  // A tied head is the embedding, unless the converter stored a (quantized) lm_head of its own.
-  std::unique_ptr<Linear> head = c.tied_embeddings && !f->has(names::kLmHead)
-                                     ? std::make_unique<DenseLinear>(embed)
-                                     : load_linear(f, "lm_head", c.vocab_size, d, false, quant);
-  return std::make_unique<LlamaModel>(c, embed, std::move(layers), load_float(f, names::kFinalNorm, {d}), std::move(head));
+  // --quantize-head: the embedding is INT8 rows (+ per-row scales); a tied LM head is the same
+  // INT8 matrix run as a W8A8 linear with per-output-channel (= per-row) scales.
+  const bool embed_q = f->has(names::kEmbed) && f->info(names::kEmbed).dtype == SqmDType::I8;
+  Tensor embed = embed_q ? Tensor() : load_float(f, names::kEmbed, {c.vocab_size, d});
+  std::unique_ptr<Linear> head;
+  if (c.tied_embeddings && !f->has(names::kLmHead))
+    head = embed_q ? load_linear(f, "model.embed_tokens", c.vocab_size, d, false, quant) : std::make_unique<DenseLinear>(embed);
+  else
+    head = load_linear(f, "lm_head", c.vocab_size, d, false, quant);
+  auto model = std::make_unique<LlamaModel>(c, embed, std::move(layers), load_float(f, names::kFinalNorm, {d}), std::move(head));
+  if (embed_q) {
+    const SqmBytes q = f->raw(names::kEmbed);
+    const std::string sname = "model.embed_tokens.weight_scale";
+    if (!f->has(sname) || f->info(sname).numel() != static_cast<uint64_t>(c.vocab_size))
+      throw InputError(f->path() + ": INT8 embedding needs '" + sname + "' with " + std::to_string(c.vocab_size) + " per-row scales");
+    const Tensor scales = load_float(f, sname, {c.vocab_size});
+    model->set_quantized_embedding(std::vector<int8_t>(reinterpret_cast<const int8_t*>(q.data), reinterpret_cast<const int8_t*>(q.data) + q.size),
+                                   std::vector<float>(scales.data(), scales.data() + c.vocab_size));
+  }
+  return model;
 }
 
 std::unique_ptr<Tokenizer> tokenizer_from_sqm(const SqmFile& f) {
