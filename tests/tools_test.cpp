@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "formats/hf_checkpoint.h"
+#include "formats/llama2c_checkpoint.h"
 #include "tests/support/process.h"
 #include "tests/support/test_data.h"
 
@@ -99,6 +101,33 @@ TEST(SqEval, BadInputsGiveOneLineAndExit2) {
   const auto r = run_process({tool("sq-eval"), "-m", m, "--tokenizer", t, "-f", f, "-c", "600", "--chunks", "1",
                               "--allow-long-context", "-q"});
   EXPECT_EQ(r.exit_status, 0) << r.err;
+}
+
+TEST(SqEval, BadHfCheckpointsGiveOneLineAndExit2) {
+  ScratchDir dir;
+  const std::string hf = dir.file("hf");
+  save_hf_checkpoint(load_llama2c_checkpoint(stories_model()), hf, "F32");
+  const std::string t = stories_tokenizer(), f = tinystories_valid(), json = dir.file("out.json");
+  const std::string config = read_file(hf + "/config.json"), weights = read_file(hf + "/model.safetensors");
+  auto with_config = [&](const std::string& from, const std::string& to) {
+    std::string c = config;
+    c.replace(c.find(from), from.size(), to);
+    write_file(hf + "/config.json", c);
+  };
+  with_config("LlamaForCausalLM", "GPT2LMHeadModel");
+  expect_one_line_error("sq-eval", {"-m", hf, "--tokenizer", t, "-f", f, "--json", json}, "GPT2LMHeadModel", dir);
+  with_config("\"hidden_size\"", "\"hidden_sizes\"");
+  expect_one_line_error("sq-eval", {"-m", hf, "--tokenizer", t, "-f", f, "--json", json}, "hidden_size", dir);
+  write_file(hf + "/config.json", config);
+  write_file(hf + "/model.safetensors", weights.substr(0, weights.size() - 1000));
+  expect_one_line_error("sq-eval", {"-m", hf, "--tokenizer", t, "-f", f, "--json", json}, "model.safetensors", dir);
+  std::string big_header = weights;
+  big_header[5] = '\x7f';  // header length (u64 LE) now far larger than the file
+  write_file(hf + "/model.safetensors", big_header);
+  expect_one_line_error("sq-eval", {"-m", hf, "--tokenizer", t, "-f", f, "--json", json}, "model.safetensors", dir);
+  write_file(hf + "/model.safetensors", weights);
+  const auto ok = run_process({tool("sq-eval"), "-m", hf, "--tokenizer", t, "-f", f, "--chunks", "2", "-c", "128", "-q"});
+  EXPECT_EQ(ok.exit_status, 0) << ok.err;
 }
 
 TEST(SqRun, BadInputsGiveOneLineAndExit2) {
