@@ -206,7 +206,7 @@ TEST(Int8Quantize, BiasedU8LayoutPadsWithQuantizedZero) {
 
 TEST(Int8Quantize, ThreadCountIndependent) {
   ThreadCount restore;
-  const int64_t n = 300, k = 1000;  // above the parallel threshold
+  const int64_t n = 1100, k = 4000;  // above the parallel threshold (4M elements)
   const auto x = normal(n * k, 21);
   for (ActQuant mode : {ActQuant::PerToken, ActQuant::PerTensorDynamic, ActQuant::PerTensorStatic}) {
     std::vector<int8_t> q1(static_cast<size_t>(n * k)), q2(q1.size());
@@ -419,12 +419,15 @@ TEST(W8A8Linear, MatchesDenseLinearWithinQuantizationNoise) {
       std::printf("  %-36s rel. Frobenius error %.3f%% (noise model %.3f%%)\n", lin.format().c_str(), 100 * err, 100 * expected);
       EXPECT_GT(expected, 0.005);  // sanity of the model: ~1 % for this data
       EXPECT_LT(expected, 0.02);
-      // The noise model is an expectation over ~n·out = 19200 outputs, so the measured error sits
-      // within a few per cent of it; ±50 % leaves room for the model's approximations while still
-      // proving the product really ran on INT8 values (a FP32 product would give ~1e-7).
-      EXPECT_LT(err, 1.5 * expected);
-      EXPECT_GT(err, 0.5 * expected);
-      EXPECT_LT(rel_frobenius(y, y_ref), 1.5 * expected);
+      // The noise model is an expectation; the measurement averages n·out = 19200 squared errors
+      // (each a sum of in = 512 independent rounding terms), so its statistical spread is ~1 %,
+      // and the model's approximations (dropped Δx·Δw term, noise not exactly uniform near the
+      // clamped absmax) are a few per cent. Measured here: within 3 % of the model. ±20 % keeps a
+      // wide margin while still proving the product ran on INT8 values with the stated steps (a
+      // FP32 product would give ~1e-7; a wrong scale or an off-by-one step would leave the band).
+      EXPECT_LT(err, 1.2 * expected);
+      EXPECT_GT(err, 0.8 * expected);
+      EXPECT_LT(rel_frobenius(y, y_ref), 1.2 * expected);
     }
 }
 

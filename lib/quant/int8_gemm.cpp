@@ -88,19 +88,24 @@ constexpr int64_t kMC = 512;       // rows of A per outer block (A block stays i
 
 #if SQ_INT8_VNNI
 
-/// acc[r][v] (16 int32 lanes = 16 output columns) over MR rows × NV vectors, initialised with the
-/// u8-shift compensation, accumulated over kq groups of 4 k, then stored as int32 or dequantized.
+/// The register-blocked core: acc[r][v] (16 int32 lanes = 16 output columns) for MR rows × NV
+/// vectors, accumulated over kq groups of 4 k with vpdpbusd, plus the u8-shift compensation, stored as int32 to dst (row stride ldd; the last vector masked by last_mask).
 /// a: biased u8 rows (stride lda); b: panel [kq][NV·16][4] s8; comp: [NV·16] = −128·colsum.
-template <int MR, int NV, bool kF32>
-void vnni_kernel(const uint8_t* a, int64_t lda, const int8_t* b, int64_t kq, const int32_t* comp, __mmask16 last_mask, void* out,
-                 int64_t ldo, int64_t i0, int64_t j0, const Int8Dequant& dq) {
+/// Kept out of line so that the accumulators get registers of their own (inlined together with
+/// the FP32 epilogue, GCC spills them).
+template <int MR, int NV>
+__attribute__((noinline)) void vnni_accumulate(const uint8_t* a, int64_t lda, const int8_t* b, int64_t kq, const int32_t* comp,
+                                               int32_t* dst, int64_t ldd, __mmask16 last_mask) {
   __m512i acc[MR][NV];
 #pragma GCC unroll 8
-  for (int v = 0; v < NV; ++v) {
-    const __m512i c = _mm512_loadu_si512(comp + 16 * v);
+  for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) acc[r][v] = c;
-  }
+    for (int v = 0; v < NV; ++v) {
+      acc[r][v] = _mm512_setzero_si512();
+      // Opaque to the optimizer: with 24 provably equal initial values GCC's register allocator
+      // coalesces them badly and spills accumulators inside the loop.
+      asm("" : "+v"(acc[r][v]));
+    }
   for (int64_t q = 0; q < kq; ++q) {
     __m512i bv[NV];
 #pragma GCC unroll 8
@@ -114,19 +119,31 @@ void vnni_kernel(const uint8_t* a, int64_t lda, const int8_t* b, int64_t kq, con
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], av, bv[v]);
     }
   }
+  __m512i cv[NV];
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) cv[v] = _mm512_loadu_si512(comp + 16 * v);
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      acc[r][v] = _mm512_add_epi32(acc[r][v], cv[v]);
+      if (v == NV - 1) _mm512_mask_storeu_epi32(dst + r * ldd + 16 * v, last_mask, acc[r][v]);
+      else _mm512_storeu_si512(dst + r * ldd + 16 * v, acc[r][v]);
+    }
+}
+
+/// One MR × (NV·16) output tile: int32 straight into C, or through a small on-stack tile and the
+/// fused dequantization (Int8Dequant) into y.
+template <int MR, int NV, bool kF32>
+void vnni_kernel(const uint8_t* a, int64_t lda, const int8_t* b, int64_t kq, const int32_t* comp, __mmask16 last_mask, void* out,
+                 int64_t ldo, int64_t i0, int64_t j0, const Int8Dequant& dq) {
   if constexpr (!kF32) {
-    int32_t* c = static_cast<int32_t*>(out) + i0 * ldo + j0;
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) {
-        if (v == NV - 1) _mm512_mask_storeu_epi32(c + r * ldo + 16 * v, last_mask, acc[r][v]);
-        else _mm512_storeu_si512(c + r * ldo + 16 * v, acc[r][v]);
-      }
+    vnni_accumulate<MR, NV>(a, lda, b, kq, comp, static_cast<int32_t*>(out) + i0 * ldo + j0, ldo, last_mask);
   } else {
+    alignas(64) int32_t tile[MR][NV * 16];
+    vnni_accumulate<MR, NV>(a, lda, b, kq, comp, &tile[0][0], NV * 16, __mmask16(0xFFFF));
     float* y = static_cast<float*>(out) + i0 * ldo + j0;
     __m512 sb[NV], bias[NV];
-#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
       const __mmask16 mk = v == NV - 1 ? last_mask : __mmask16(0xFFFF);
       sb[v] = !dq.b_scales ? _mm512_set1_ps(1.0f)
@@ -134,14 +151,11 @@ void vnni_kernel(const uint8_t* a, int64_t lda, const int8_t* b, int64_t kq, con
                              : _mm512_set1_ps(dq.b_scales[0]);
       bias[v] = dq.bias ? _mm512_maskz_loadu_ps(mk, dq.bias + j0 + 16 * v) : _mm512_setzero_ps();
     }
-#pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
-      const float sa = dq.a_scales ? dq.a_scales[dq.a_per_row ? i0 + r : 0] : 1.0f;
-      const __m512 vsa = _mm512_set1_ps(sa);
-#pragma GCC unroll 8
+      const __m512 vsa = _mm512_set1_ps(dq.a_scales ? dq.a_scales[dq.a_per_row ? i0 + r : 0] : 1.0f);
       for (int v = 0; v < NV; ++v) {
         const __m512 s = _mm512_mul_ps(vsa, sb[v]);
-        const __m512 f = _mm512_cvtepi32_ps(acc[r][v]);
+        const __m512 f = _mm512_cvtepi32_ps(_mm512_load_si512(&tile[r][16 * v]));
         const __m512 res = dq.bias ? _mm512_fmadd_ps(f, s, bias[v]) : _mm512_mul_ps(f, s);
         if (v == NV - 1) _mm512_mask_storeu_ps(y + r * ldo + 16 * v, last_mask, res);
         else _mm512_storeu_ps(y + r * ldo + 16 * v, res);
@@ -179,6 +193,8 @@ bool cpu_has_vnni() {
 // ---------------------------------------------------------------------------------------------
 
 using dnnl_dt = dnnl::memory::data_type;
+/// Bound on cached oneDNN primitives per weight matrix (one per distinct row count m).
+constexpr size_t kMaxCachedPrimitives = 64;
 using dnnl_tag = dnnl::memory::format_tag;
 
 dnnl::engine& dnnl_engine() {
@@ -255,7 +271,7 @@ struct PackedInt8Weights::Impl {
 
   void pack_vnni(const int8_t* B);
   void prepare_onednn(const int8_t* B);
-  dnnl::matmul& onednn_primitive(int64_t m, bool biased_u8, int64_t lda) const;
+  dnnl::matmul onednn_primitive(int64_t m, bool biased_u8, int64_t lda) const;
   void run_onednn(const void* A, bool biased_u8, int64_t lda, int64_t m, int32_t* C) const;
   template <bool kF32>
   void run_vnni(const uint8_t* Au, int64_t lda, int64_t m, void* out, const Int8Dequant& dq) const;
@@ -310,11 +326,15 @@ void PackedInt8Weights::Impl::prepare_onednn(const int8_t* B) {
   }
 }
 
-dnnl::matmul& PackedInt8Weights::Impl::onednn_primitive(int64_t m, bool biased_u8, int64_t lda) const {
+/// The cached matmul primitive for (m, src type, lda), created on first use (creation costs far
+/// more than a small product). Returned by value: the handle is reference-counted, so a
+/// concurrent cache reset cannot free a primitive that is executing.
+dnnl::matmul PackedInt8Weights::Impl::onednn_primitive(int64_t m, bool biased_u8, int64_t lda) const {
   std::lock_guard<std::mutex> lock(dnnl_mutex);
   const auto key = std::make_tuple(m, biased_u8, lda);
   auto it = dnnl_cache.find(key);
   if (it != dnnl_cache.end()) return it->second;
+  if (dnnl_cache.size() >= kMaxCachedPrimitives) dnnl_cache.clear();  // e.g. many distinct prompt lengths
   try {
     const dnnl::memory::desc src({m, k}, biased_u8 ? dnnl_dt::u8 : dnnl_dt::s8, dnnl::memory::dims{lda, 1});
     const dnnl::memory::desc dst({m, n}, dnnl_dt::s32, dnnl_tag::ab);
@@ -327,7 +347,7 @@ dnnl::matmul& PackedInt8Weights::Impl::onednn_primitive(int64_t m, bool biased_u
 }
 
 void PackedInt8Weights::Impl::run_onednn(const void* A, bool biased_u8, int64_t lda, int64_t m, int32_t* C) const {
-  dnnl::matmul& mm = onednn_primitive(m, biased_u8, lda);
+  dnnl::matmul mm = onednn_primitive(m, biased_u8, lda);
   const dnnl::memory::desc src({m, k}, biased_u8 ? dnnl_dt::u8 : dnnl_dt::s8, dnnl::memory::dims{lda, 1});
   const dnnl::memory::desc dst({m, n}, dnnl_dt::s32, dnnl_tag::ab);
   dnnl::memory a(src, dnnl_engine(), const_cast<void*>(A));
@@ -345,9 +365,10 @@ void PackedInt8Weights::Impl::run_vnni(const uint8_t* Au, int64_t lda, int64_t m
 #pragma omp parallel if (par)
   for (int64_t ic = 0; ic < m; ic += kMC) {
     const int64_t iend = std::min(m, ic + kMC);
-    // Each thread owns a fixed set of column panels: its B panels stay in its own L2, and the
-    // partition (hence every result) is independent of scheduling.
-#pragma omp for schedule(static) nowait
+    // Panels are handed out dynamically: when other processes take CPU time from one thread the
+    // other picks up its share. Each panel is computed entirely by one thread in a fixed order, so
+    // the results do not depend on which thread ran it.
+#pragma omp for schedule(dynamic, 1) nowait
     for (int64_t p = 0; p < panels; ++p) {
       const int64_t w = panel_width(p);
       const int nv = static_cast<int>(w / 16);
@@ -368,8 +389,7 @@ void PackedInt8Weights::Impl::run_vnni(const uint8_t* Au, int64_t lda, int64_t m
 
 const uint8_t* PackedInt8Weights::Impl::to_biased(const int8_t* A, int64_t m) const {
   uint8_t* Au = thread_scratch<uint8_t>(m * kpad);
-#pragma omp parallel for schedule(static) if (m * k >= (int64_t(1) << 20))
-  for (int64_t i = 0; i < m; ++i) {
+  for (int64_t i = 0; i < m; ++i) {  // a few MB at most: not worth a parallel region
     const int8_t* src = A + i * k;
     uint8_t* dst = Au + i * kpad;
 #pragma omp simd
@@ -453,7 +473,7 @@ namespace {
 /// In-place dequantization of an s32 result stored in y's memory (oneDNN backend): y[i, j] =
 /// dequant(acc[i, j] + comp[j]) with comp null meaning 0.
 void dequant_inplace(float* y, int64_t m, int64_t n, const int32_t* comp, const Int8Dequant& dq) {
-#pragma omp parallel for schedule(static) if (m * n >= (int64_t(1) << 18))
+#pragma omp parallel for schedule(dynamic, 16) if (m * n >= (int64_t(1) << 22))
   for (int64_t i = 0; i < m; ++i) {
     float* row = y + i * n;
     for (int64_t j = 0; j < n; ++j) {
