@@ -8,6 +8,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "model/w8a8_linear.h"
 #include "ops/ops.h"
 
 namespace sq {
@@ -18,6 +19,25 @@ constexpr int64_t kQueryBlock = 64;
 
 void ensure(std::vector<float>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
+
+/// Runs linears that read the same input x [n, in] into their outputs. When all of them are W8A8
+/// linears that quantize their input identically, x is quantized once (straight into the INT8
+/// kernel's layout) and shared; otherwise each linear runs on its own.
+void run_sharing_input(std::initializer_list<std::pair<const Linear*, float*>> linears, const float* x, int64_t n) {
+  const W8A8Linear* first = dynamic_cast<const W8A8Linear*>(linears.begin()->first);
+  bool shared = first != nullptr;
+  for (const auto& [lin, y] : linears) {
+    const auto* q = dynamic_cast<const W8A8Linear*>(lin);
+    shared = shared && q && q->shares_input_quantization(*first);
+  }
+  if (!shared) {
+    for (const auto& [lin, y] : linears) lin->forward(x, n, y);
+    return;
+  }
+  static thread_local W8A8Linear::QuantizedInput qx;
+  first->quantize_input_u8(x, n, qx);
+  for (const auto& [lin, y] : linears) static_cast<const W8A8Linear*>(lin)->forward_prequantized(qx, y);
 }
 }  // namespace
 
@@ -109,9 +129,8 @@ void LlamaModel::forward(const int32_t* tokens, int64_t n, KVCache& cache, Works
     const LlamaLayer& L = layers_[static_cast<size_t>(l)];
     // --- attention block: x += o_proj(attention(rope(q), rope(k), v)) on RMSNorm(x) ---
     ops::rms_norm(x, L.attn_norm.data(), xn, n, static_cast<int>(d), c.norm_eps);
-    L.q_proj->forward(xn, n, ws.q.data());  // q[n, n_heads*hd]
-    L.k_proj->forward(xn, n, ws.k.data());  // k[n, n_kv*hd]
-    L.v_proj->forward(xn, n, ws.v.data());  // v[n, n_kv*hd]
+    // q[n, n_heads*hd], k[n, n_kv*hd], v[n, n_kv*hd]
+    run_sharing_input({{L.q_proj.get(), ws.q.data()}, {L.k_proj.get(), ws.k.data()}, {L.v_proj.get(), ws.v.data()}}, xn, n);
     if (obs) {
       obs->on_linear_input(l, ActivationSite::AttnInput, xn, n, d);
       obs->on_linear_output(l, Projection::Q, ws.q.data(), n, qw);
@@ -135,8 +154,7 @@ void LlamaModel::forward(const int32_t* tokens, int64_t n, KVCache& cache, Works
 
     // --- FFN block: x += down(silu(gate(xn)) * up(xn)) on RMSNorm(x) ---
     ops::rms_norm(x, L.ffn_norm.data(), xn, n, static_cast<int>(d), c.norm_eps);
-    L.gate_proj->forward(xn, n, ws.gate.data());  // [n, hidden]
-    L.up_proj->forward(xn, n, ws.up.data());      // [n, hidden]
+    run_sharing_input({{L.gate_proj.get(), ws.gate.data()}, {L.up_proj.get(), ws.up.data()}}, xn, n);  // [n, hidden] each
     if (obs) {
       obs->on_linear_input(l, ActivationSite::FfnInput, xn, n, d);
       obs->on_linear_output(l, Projection::Gate, ws.gate.data(), n, hid);

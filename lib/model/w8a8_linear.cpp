@@ -103,6 +103,26 @@ void W8A8Linear::forward_quantized(const int8_t* xq, const float* x_scales, int6
   packed_.gemm_f32(xq, n, dequant(x_scales), y);
 }
 
+bool W8A8Linear::shares_input_quantization(const W8A8Linear& o) const {
+  return in_ == o.in_ && aq_ == o.aq_ && static_step_ == o.static_step_ && packed_.padded_k() == o.packed_.padded_k() &&
+         packed_.backend() == o.packed_.backend();
+}
+
+void W8A8Linear::quantize_input_u8(const float* x, int64_t n, QuantizedInput& out) const {
+  out.n = n;
+  out.ld = packed_.padded_k();
+  out.q.resize(static_cast<size_t>(n * out.ld));
+  out.scales.resize(static_cast<size_t>(act_scale_count(aq_, n)));
+  quantize_activations_u8(x, n, in_, aq_, static_step_, out.q.data(), out.ld, out.scales.data());
+}
+
+void W8A8Linear::forward_prequantized(const QuantizedInput& in, float* y) const {
+  if (in.n == 0) return;
+  if (in.ld != packed_.padded_k())
+    throw std::invalid_argument("W8A8Linear::forward_prequantized: input quantized for another row width");
+  packed_.gemm_f32_biased(in.q.data(), in.ld, in.n, dequant(in.scales.data()), y);
+}
+
 std::string W8A8Linear::format() const { return std::string("w8a8-") + to_string(wg_) + "-" + to_string(aq_); }
 
 int64_t W8A8Linear::weight_bytes() const {

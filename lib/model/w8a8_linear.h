@@ -55,6 +55,21 @@ class W8A8Linear final : public Linear {
   /// steps x_scales: [n] when act_quant() is PerToken, else [1].
   void forward_quantized(const int8_t* xq, const float* x_scales, int64_t n, float* y) const;
 
+  /// An input quantized once, in the layout the VNNI kernel reads (biased u8 rows of `ld` bytes),
+  /// for several linears that read the same activation (q/k/v; gate/up).
+  struct QuantizedInput {
+    std::vector<uint8_t> q;      ///< [n, ld] biased u8 (q + 128)
+    std::vector<float> scales;   ///< [n] (PerToken) or [1]
+    int64_t n = 0, ld = 0;
+  };
+  /// True when `other` quantizes its input exactly like this layer (same width, padded width,
+  /// activation mode and static step), so one QuantizedInput serves both.
+  bool shares_input_quantization(const W8A8Linear& other) const;
+  /// Quantizes x [n, in] FP32 into `out` (buffers reused across calls).
+  void quantize_input_u8(const float* x, int64_t n, QuantizedInput& out) const;
+  /// y [n, out] from an input produced by quantize_input_u8 of a layer that shares_input_quantization.
+  void forward_prequantized(const QuantizedInput& in, float* y) const;
+
   /// "w8a8-<weight granularity>-<activation mode>", e.g. "w8a8-per-channel-per-token".
   std::string format() const override;
   /// INT8 weight bytes + FP32 scales + FP32 bias (if any).
