@@ -10,7 +10,7 @@ T=$DATA/stories260K/tok512.bin
 VALID=$DATA/tinystories/tinystories-valid-1000.txt
 OUT=${SQ_EXAMPLE_OUT:-build/example}
 bash scripts/install-deps.sh
-bash scripts/build.sh
+bash scripts/build.sh -DSQ_BUILD_TESTS=OFF   # the main job needs only the tools
 mkdir -p "$OUT"
 B=build/bin
 echo "== sq-calibrate: 128 windows x 256 tokens of tinystories-train-2MiB.txt =="
