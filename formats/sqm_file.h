@@ -237,6 +237,7 @@ class SqmFile {
   SqmFile(const SqmFile&) = delete;
   SqmFile& operator=(const SqmFile&) = delete;
 
+  /// The path the file was opened from.
   const std::string& path() const { return path_; }
   /// Size of the file in bytes.
   uint64_t file_size() const { return file_->size(); }
@@ -250,6 +251,7 @@ class SqmFile {
   const std::vector<SqmTensorInfo>& tensors() const { return tensors_; }
   /// Tensor names in table order.
   std::vector<std::string> names() const;
+  /// Whether the file holds a tensor called `name`.
   bool has(const std::string& name) const { return index_.count(name) != 0; }
   /// The entry `name`; throws InputError "PATH: no tensor 'NAME'" when absent.
   const SqmTensorInfo& info(const std::string& name) const;

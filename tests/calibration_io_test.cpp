@@ -1,6 +1,8 @@
 // Tests of the calibration HDF5 file (round trip, determinism, validation of corrupt files) and of
 // the SHA-256 / model fingerprint helpers.
 #include <gtest/gtest.h>
+
+#include "tests/support/expect_error.h"
 #include <hdf5.h>
 
 #include <cmath>
@@ -114,20 +116,6 @@ void expect_data_equal(const CalibrationData& a, const CalibrationData& b) {
   }
 }
 
-/// The message of the InputError (or subclass) that `f` throws; fails the test if none.
-template <typename E = InputError, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "unexpected exception type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no exception thrown";
-  return "";
-}
 
 // ---- HDF5 editing helpers for the corruption tests ----
 
@@ -260,7 +248,7 @@ TEST_F(CalibrationH5, WrongFormatAttribute) {
     H5File f(file_);
     set_string_attr(f.id, "format", "something-else");
   }
-  const std::string msg = error_of([&] { sq::read_calibration_h5(file_); });
+  const std::string msg = sq::test::expect_error<InputError>([&] { sq::read_calibration_h5(file_); });
   EXPECT_NE(msg.find(file_), std::string::npos) << msg;
   EXPECT_NE(msg.find("not a sqkit calibration file"), std::string::npos) << msg;
   EXPECT_NE(msg.find("something-else"), std::string::npos) << msg;
@@ -271,7 +259,7 @@ TEST_F(CalibrationH5, UnknownVersionIsUnsupported) {
     H5File f(file_);
     set_int_attr(f.id, "format_version", 3);
   }
-  const std::string msg = error_of<sq::UnsupportedError>([&] { sq::read_calibration_h5(file_); });
+  const std::string msg = sq::test::expect_error<sq::UnsupportedError>([&] { sq::read_calibration_h5(file_); });
   EXPECT_EQ(msg, file_ + ": calibration format version 3 is not supported (this sqkit reads version 1)");
 }
 
@@ -280,7 +268,7 @@ TEST_F(CalibrationH5, MissingDataset) {
     H5File f(file_);
     EXPECT_GE(H5Ldelete(f.id, "/layer_001/ffn_hidden/sum_sq", H5P_DEFAULT), 0);
   }
-  const std::string msg = error_of([&] { sq::read_calibration_h5(file_); });
+  const std::string msg = sq::test::expect_error<InputError>([&] { sq::read_calibration_h5(file_); });
   EXPECT_NE(msg.find(file_), std::string::npos) << msg;
   EXPECT_NE(msg.find("/layer_001/ffn_hidden/sum_sq is missing"), std::string::npos) << msg;
 }
@@ -290,7 +278,7 @@ TEST_F(CalibrationH5, MissingRootAttribute) {
     H5File f(file_);
     EXPECT_GE(H5Adelete(f.id, "text_sha256"), 0);
   }
-  const std::string msg = error_of([&] { sq::read_calibration_h5(file_); });
+  const std::string msg = sq::test::expect_error<InputError>([&] { sq::read_calibration_h5(file_); });
   EXPECT_NE(msg.find("root attribute text_sha256 is missing"), std::string::npos) << msg;
 }
 
@@ -299,7 +287,7 @@ TEST_F(CalibrationH5, LengthMismatchInAGroup) {
     H5File f(file_);
     replace_dataset(f.id, "/layer_000/attn_input/min", H5T_IEEE_F32LE, kDim - 1);
   }
-  const std::string msg = error_of([&] { sq::read_calibration_h5(file_); });
+  const std::string msg = sq::test::expect_error<InputError>([&] { sq::read_calibration_h5(file_); });
   EXPECT_NE(msg.find(file_), std::string::npos) << msg;
   EXPECT_NE(msg.find("/layer_000/attn_input/min has length 11, expected 12"), std::string::npos) << msg;
 }
@@ -309,7 +297,7 @@ TEST_F(CalibrationH5, LengthMismatchAcrossGroups) {
     H5File f(file_);
     replace_dataset(f.id, "/layer_001/outputs/gate_proj", H5T_IEEE_F32LE, kHidden + 1);
   }
-  const std::string msg = error_of([&] { sq::read_calibration_h5(file_); });
+  const std::string msg = sq::test::expect_error<InputError>([&] { sq::read_calibration_h5(file_); });
   EXPECT_NE(msg.find("/layer_001/outputs/gate_proj has length 21, expected 20"), std::string::npos) << msg;
 }
 
@@ -318,7 +306,7 @@ TEST_F(CalibrationH5, WrongDtype) {
     H5File f(file_);
     replace_dataset(f.id, "/layer_000/k_cache/sum_sq", H5T_IEEE_F32LE, kKv);
   }
-  const std::string msg = error_of([&] { sq::read_calibration_h5(file_); });
+  const std::string msg = sq::test::expect_error<InputError>([&] { sq::read_calibration_h5(file_); });
   EXPECT_NE(msg.find("/layer_000/k_cache/sum_sq has dtype float32, expected float64"), std::string::npos) << msg;
 }
 
@@ -327,7 +315,7 @@ TEST_F(CalibrationH5, WrongHistogramLength) {
     H5File f(file_);
     replace_dataset(f.id, "/layer_000/v_cache/token_absmax_hist", H5T_STD_I64LE, 100);
   }
-  const std::string msg = error_of([&] { sq::read_calibration_h5(file_); });
+  const std::string msg = sq::test::expect_error<InputError>([&] { sq::read_calibration_h5(file_); });
   EXPECT_NE(msg.find("/layer_000/v_cache/token_absmax_hist has 100 bins, expected 1536"), std::string::npos) << msg;
 }
 
@@ -336,7 +324,7 @@ TEST_F(CalibrationH5, LayerGroupsMustBeContiguous) {
     H5File f(file_);
     EXPECT_GE(H5Ldelete(f.id, "/layer_000", H5P_DEFAULT), 0);
   }
-  const std::string msg = error_of([&] { sq::read_calibration_h5(file_); });
+  const std::string msg = sq::test::expect_error<InputError>([&] { sq::read_calibration_h5(file_); });
   EXPECT_NE(msg.find("/layer_000 is missing"), std::string::npos) << msg;
 }
 
@@ -344,18 +332,18 @@ TEST_F(CalibrationH5, TruncatedFile) {
   const std::string bytes = read_file(file_);
   const std::string cut = dir_.file("cut.h5");
   write_file(cut, bytes.substr(0, bytes.size() / 2));
-  const std::string msg = error_of([&] { sq::read_calibration_h5(cut); });
+  const std::string msg = sq::test::expect_error<InputError>([&] { sq::read_calibration_h5(cut); });
   EXPECT_NE(msg.find(cut), std::string::npos) << msg;
 }
 
 TEST_F(CalibrationH5, GarbageAndMissingFiles) {
   const std::string garbage = dir_.file("garbage.h5");
   write_file(garbage, std::string(5000, 'x'));
-  std::string msg = error_of([&] { sq::read_calibration_h5(garbage); });
+  std::string msg = sq::test::expect_error<InputError>([&] { sq::read_calibration_h5(garbage); });
   EXPECT_NE(msg.find(garbage + ": not an HDF5 file"), std::string::npos) << msg;
 
   const std::string missing = dir_.file("missing.h5");
-  msg = error_of([&] { sq::read_calibration_h5(missing); });
+  msg = sq::test::expect_error<InputError>([&] { sq::read_calibration_h5(missing); });
   EXPECT_NE(msg.find(missing), std::string::npos) << msg;
   EXPECT_NE(msg.find("No such file"), std::string::npos) << msg;
 }
@@ -405,7 +393,7 @@ TEST(Sha256, FileMatchesSha256Sums) {
   const std::string big(3 * 1048576 + 17, 'a');
   write_file(dir.file("big.txt"), big);
   EXPECT_EQ(sq::sha256_file_hex(dir.file("big.txt")), sq::sha256_hex(big));
-  const std::string msg = error_of([&] { sq::sha256_file_hex(dir.file("missing")); });
+  const std::string msg = sq::test::expect_error<InputError>([&] { sq::sha256_file_hex(dir.file("missing")); });
   EXPECT_NE(msg.find(dir.file("missing")), std::string::npos) << msg;
 }
 

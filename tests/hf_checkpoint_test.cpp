@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/expect_error.h"
+
 #include <bit>
 #include <cstring>
 #include <filesystem>
@@ -21,19 +23,8 @@ namespace {
 
 using nlohmann::json;
 using sq::test::ScratchDir;
+using sq::test::expect_error;
 
-template <typename E, typename F>
-void expect_error(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an exception, none thrown";
-  } catch (const E& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
 
 /// Expects an InputError that is not an UnsupportedError.
 template <typename F>

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/expect_error.h"
+
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -16,20 +18,8 @@
 namespace {
 
 using sq::test::ScratchDir;
+using sq::test::expect_error;
 
-/// Runs `f`, expecting exception type E whose message contains every string of `parts`.
-template <typename E, typename F>
-void expect_error(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an exception, none thrown";
-  } catch (const E& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
 
 /// A safetensors file from a raw header string and raw data bytes.
 std::string st_bytes(const std::string& header, const std::string& data) {

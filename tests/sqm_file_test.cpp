@@ -2,6 +2,8 @@
 #include "formats/sqm_file.h"
 
 #include <gtest/gtest.h>
+
+#include "tests/support/expect_error.h"
 #include <xxhash.h>
 
 #include <algorithm>
@@ -23,23 +25,9 @@ using sq::SqmFile;
 using sq::SqmWriteOptions;
 using sq::SqmWriter;
 using sq::test::ScratchDir;
+using sq::test::expect_error;
 namespace fs = std::filesystem;
 
-/// Runs `f`, expecting exception type E whose message contains every string of `parts`; returns the message.
-template <typename E, typename F>
-std::string expect_error(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an exception, none thrown";
-  } catch (const E& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-    return msg;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-  return {};
-}
 
 uint64_t rd64(const std::string& b, size_t off) {
   uint64_t v;

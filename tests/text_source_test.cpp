@@ -1,6 +1,8 @@
 // Tests of the calibration text stream (plain text, JSON Lines, zstd) and of the calibration
 // window sampler, against direct in-memory tokenization of real text.
 #include <gtest/gtest.h>
+
+#include "tests/support/expect_error.h"
 #include <zstd.h>
 
 #include <algorithm>
@@ -44,19 +46,6 @@ std::vector<std::string> all_docs(const std::string& path) {
   return out;
 }
 
-template <typename F>
-std::string input_error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "unexpected exception type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no exception thrown";
-  return "";
-}
 
 /// The first `n` TinyStories validation stories (split at "<|endoftext|>", trimmed of newlines).
 std::vector<std::string> stories(size_t n) {
@@ -173,7 +162,7 @@ TEST(TextDocuments, BadJsonLineNamesFileAndLine) {
     std::string d;
     ASSERT_TRUE(docs->next(d));
     ASSERT_TRUE(docs->next(d));
-    const std::string msg = input_error_of([&] { docs->next(d); });
+    const std::string msg = sq::test::expect_error<sq::InputError>([&] { docs->next(d); });
     EXPECT_NE(msg.find(p + ":4: "), std::string::npos) << msg;
     EXPECT_NE(msg.find(c.expect), std::string::npos) << msg;
   }
@@ -211,23 +200,23 @@ TEST(TextDocuments, ZstdErrors) {
   ScratchDir dir;
   const std::string z = zstd_compress(jsonl_of(stories(100)));
   write_file(dir.file("cut.jsonl.zst"), z.substr(0, z.size() - 100));
-  std::string msg = input_error_of([&] { all_docs(dir.file("cut.jsonl.zst")); });
+  std::string msg = sq::test::expect_error<sq::InputError>([&] { all_docs(dir.file("cut.jsonl.zst")); });
   EXPECT_NE(msg.find(dir.file("cut.jsonl.zst")), std::string::npos) << msg;
   EXPECT_NE(msg.find("truncated zstd stream"), std::string::npos) << msg;
 
   std::string corrupt = z;
   for (size_t i = 20; i < 60; ++i) corrupt[i] = static_cast<char>(corrupt[i] ^ 0x5A);
   write_file(dir.file("corrupt.zst"), corrupt);
-  msg = input_error_of([&] { all_docs(dir.file("corrupt.zst")); });
+  msg = sq::test::expect_error<sq::InputError>([&] { all_docs(dir.file("corrupt.zst")); });
   EXPECT_NE(msg.find(dir.file("corrupt.zst")), std::string::npos) << msg;
 
   write_file(dir.file("not-really.txt.zst"), "just text\n");
-  msg = input_error_of([&] { TextDocuments::open(dir.file("not-really.txt.zst")); });
+  msg = sq::test::expect_error<sq::InputError>([&] { TextDocuments::open(dir.file("not-really.txt.zst")); });
   EXPECT_NE(msg.find("not zstd-compressed"), std::string::npos) << msg;
 
-  msg = input_error_of([&] { TextDocuments::open(dir.file("missing.txt")); });
+  msg = sq::test::expect_error<sq::InputError>([&] { TextDocuments::open(dir.file("missing.txt")); });
   EXPECT_NE(msg.find(dir.file("missing.txt")), std::string::npos) << msg;
-  msg = input_error_of([&] { TextDocuments::open(dir.path()); });
+  msg = sq::test::expect_error<sq::InputError>([&] { TextDocuments::open(dir.path()); });
   EXPECT_NE(msg.find("directory"), std::string::npos) << msg;
 }
 
@@ -375,7 +364,7 @@ TEST(WindowSampler, TooLittleText) {
   const std::string p = dir.file("short.txt");
   write_file(p, "Once upon a time there was a cat.");
   const int64_t total = static_cast<int64_t>(tok->encode("Once upon a time there was a cat.", true, false).size());
-  const std::string msg = input_error_of([&] { sq::sample_calibration_windows(p, *tok, 4, 512, 0); });
+  const std::string msg = sq::test::expect_error<sq::InputError>([&] { sq::sample_calibration_windows(p, *tok, 4, 512, 0); });
   EXPECT_NE(msg.find(p), std::string::npos) << msg;
   EXPECT_NE(msg.find(std::to_string(total) + " tokens"), std::string::npos) << msg;
   EXPECT_NE(msg.find("512"), std::string::npos) << msg;

@@ -2,6 +2,8 @@
 // tokenizer.model, format detection, round trips and malformed inputs.
 #include <gtest/gtest.h>
 
+#include "tests/support/expect_error.h"
+
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -77,17 +79,6 @@ void write_llama2c_from_sentencepiece(const SentencePieceTokenizer& sp, const st
   sq::test::write_file(path, llama2c_bytes(vocab));
 }
 
-/// Expects `fn` to throw InputError whose message contains every one of `needles`.
-template <typename Fn>
-void expect_input_error(Fn&& fn, const std::vector<std::string>& needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected InputError";
-  } catch (const InputError& e) {
-    const std::string msg = e.what();
-    for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
-  }
-}
 
 /// Index of the first difference of two id sequences (or the shorter length), for messages.
 size_t first_difference(const std::vector<int>& a, const std::vector<int>& b) {
@@ -289,10 +280,10 @@ TEST(SentencePieceTokenizer, DecodeToken) {
 }
 
 TEST(SentencePieceTokenizer, RejectsNonModelFiles) {
-  expect_input_error([] { SentencePieceTokenizer t(sq::test::stories_tokenizer()); },
+  sq::test::expect_error<InputError>([] { SentencePieceTokenizer t(sq::test::stories_tokenizer()); },
                      {sq::test::stories_tokenizer(), "SentencePiece"});
   const std::string missing = shared_data("no/such/tokenizer.model");
-  expect_input_error([&] { SentencePieceTokenizer t(missing); }, {"cannot open " + missing});
+  sq::test::expect_error<InputError>([&] { SentencePieceTokenizer t(missing); }, {"cannot open " + missing});
 }
 
 // ---------------------------------------------------------------- round trips
@@ -380,14 +371,14 @@ TEST(LoadTokenizer, Llama2cFileStartingWith0x0A) {
 
 TEST(LoadTokenizer, MissingAndEmptyFiles) {
   const std::string missing = shared_data("no/such/tokenizer.bin");
-  expect_input_error([&] { sq::load_tokenizer(missing); }, {"cannot open " + missing});
-  expect_input_error([&] { Llama2cTokenizer t(missing); }, {"cannot open " + missing});
+  sq::test::expect_error<InputError>([&] { sq::load_tokenizer(missing); }, {"cannot open " + missing});
+  sq::test::expect_error<InputError>([&] { Llama2cTokenizer t(missing); }, {"cannot open " + missing});
   ScratchDir dir;
   const std::string empty = dir.file("empty.bin");
   sq::test::write_file(empty, "");
-  expect_input_error([&] { sq::load_tokenizer(empty); }, {empty, "empty"});
-  expect_input_error([&] { Llama2cTokenizer t(empty); }, {empty, "empty"});
-  expect_input_error([&] { SentencePieceTokenizer t(empty); }, {empty, "empty"});
+  sq::test::expect_error<InputError>([&] { sq::load_tokenizer(empty); }, {empty, "empty"});
+  sq::test::expect_error<InputError>([&] { Llama2cTokenizer t(empty); }, {empty, "empty"});
+  sq::test::expect_error<InputError>([&] { SentencePieceTokenizer t(empty); }, {empty, "empty"});
 }
 
 TEST(LoadTokenizer, MalformedTokenizerBin) {
@@ -396,44 +387,44 @@ TEST(LoadTokenizer, MalformedTokenizerBin) {
   // tok512.bin is 6227 bytes: 4 + 512 * 8 + 2127 piece bytes; the last token (511) ends the file.
   const std::string cut_piece = dir.file("cut_piece.bin");
   sq::test::write_file(cut_piece, good.substr(0, good.size() - 1));
-  expect_input_error([&] { sq::load_tokenizer(cut_piece); }, {cut_piece, "token 511", "past the end"});
+  sq::test::expect_error<InputError>([&] { sq::load_tokenizer(cut_piece); }, {cut_piece, "token 511", "past the end"});
 
   const std::string cut_header = dir.file("cut_header.bin");
   sq::test::write_file(cut_header, good + std::string("\0\0\0", 3));
-  expect_input_error([&] { sq::load_tokenizer(cut_header); }, {cut_header, "token 512", "truncated"});
+  sq::test::expect_error<InputError>([&] { sq::load_tokenizer(cut_header); }, {cut_header, "token 512", "truncated"});
 
   std::string negative = llama2c_bytes({{"<unk>", 0}, {"\n<s>\n", 0}, {"\n</s>\n", 0}});
   append_f32(negative, 0);
   append_i32(negative, -5);
   const std::string neg = dir.file("negative.bin");
   sq::test::write_file(neg, negative);
-  expect_input_error([&] { sq::load_tokenizer(neg); }, {neg, "token 3", "negative length -5"});
+  sq::test::expect_error<InputError>([&] { sq::load_tokenizer(neg); }, {neg, "token 3", "negative length -5"});
 
   const std::string few = dir.file("few.bin");
   sq::test::write_file(few, llama2c_bytes({{"<unk>", 0}, {"\n<s>\n", 0}}));
-  expect_input_error([&] { Llama2cTokenizer t(few); }, {few, "2 tokens"});
+  sq::test::expect_error<InputError>([&] { Llama2cTokenizer t(few); }, {few, "2 tokens"});
 
   const std::string zero = dir.file("zero.bin");
   sq::test::write_file(zero, llama2c_bytes({{"<unk>", 0}, {"\n<s>\n", 0}, {"\n</s>\n", 0}}, /*max_len=*/0));
-  expect_input_error([&] { Llama2cTokenizer t(zero); }, {zero, "max_token_length is 0"});
+  sq::test::expect_error<InputError>([&] { Llama2cTokenizer t(zero); }, {zero, "max_token_length is 0"});
 }
 
 TEST(LoadTokenizer, GarbageBytes) {
   ScratchDir dir;
   const std::string garbage = dir.file("garbage.bin");
   sq::test::write_file(garbage, "\xff\xfe\x12\x34 this is not a tokenizer at all");
-  expect_input_error([&] { sq::load_tokenizer(garbage); }, {garbage, "not a tokenizer", "FF FE 12 34"});
+  sq::test::expect_error<InputError>([&] { sq::load_tokenizer(garbage); }, {garbage, "not a tokenizer", "FF FE 12 34"});
 
   // Starts like a protobuf (0x0A) but is not a SentencePiece model.
   const std::string fake_proto = dir.file("fake.model");
   sq::test::write_file(fake_proto, "\x0a\x05hello world, still not a model");
-  expect_input_error([&] { sq::load_tokenizer(fake_proto); }, {fake_proto, "SentencePiece"});
+  sq::test::expect_error<InputError>([&] { sq::load_tokenizer(fake_proto); }, {fake_proto, "SentencePiece"});
 
   // Too short for even max_token_length.
   const std::string short_file = dir.file("short.bin");
   sq::test::write_file(short_file, std::string("\x07\x00", 2));
-  expect_input_error([&] { sq::load_tokenizer(short_file); }, {short_file, "not a tokenizer"});
-  expect_input_error([&] { Llama2cTokenizer t(short_file); }, {short_file, "2 bytes"});
+  sq::test::expect_error<InputError>([&] { sq::load_tokenizer(short_file); }, {short_file, "not a tokenizer"});
+  sq::test::expect_error<InputError>([&] { Llama2cTokenizer t(short_file); }, {short_file, "2 bytes"});
 }
 
 }  // namespace
