@@ -1,6 +1,6 @@
 // Random calibration windows of L tokens drawn from a text file (sq-calibrate -f TEXT -n N -L L).
 //
-// Procedure (docs/calibration-format.md, "Calibration windows"):
+// Procedure (docs/formats.md, "Calibration file (HDF5)", "Calibration windows"):
 //  1. The file is read as a stream of documents (TextDocuments: plain text, JSON Lines, zstd).
 //  2. Each document is tokenized with BOS prepended and no EOS; the token streams are conceptually
 //     concatenated in file order into one stream of T tokens.

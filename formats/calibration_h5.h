@@ -1,5 +1,5 @@
 // The sq-calibrate output file: activation statistics of every decoder layer in HDF5
-// (layout: docs/calibration-format.md).
+// (layout: docs/formats.md, "Calibration file (HDF5)").
 //
 // Summary of format version 1:
 //   /                      attributes format="sqkit-calibration", format_version=1 (int32),

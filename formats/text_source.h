@@ -1,5 +1,5 @@
 // Calibration / evaluation text as a stream of documents: plain text or JSON Lines, optionally
-// zstd-compressed, read in one streaming pass with bounded memory (docs/calibration-format.md).
+// zstd-compressed, read in one streaming pass with bounded memory (docs/formats.md, "Calibration file (HDF5)").
 #pragma once
 
 #include <cstddef>
