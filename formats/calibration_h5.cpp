@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -550,27 +551,21 @@ class Reader {
     return out;
   }
 
-  int64_t attr_int(hid_t obj, const std::string& obj_name, const char* name) {
+  /// Integer attribute read as T (int64_t or uint64_t; HDF5 converts from the stored width).
+  template <typename T>
+  T attr_integer(hid_t obj, const std::string& obj_name, const char* name) {
+    static_assert(std::is_same_v<T, int64_t> || std::is_same_v<T, uint64_t>);
     std::string what;
     Hid a = open_attr(obj, obj_name, name, 0, what);
     Hid type(H5Aget_type(a.get()), H5Tclose);
     check(type.valid(), what);
     if (H5Tget_class(type.get()) != H5T_INTEGER) fail(what, "must be an integer");
-    int64_t v = 0;
-    check(H5Aread(a.get(), H5T_NATIVE_INT64, &v) >= 0, what);
+    T v = 0;
+    check(H5Aread(a.get(), std::is_same_v<T, int64_t> ? H5T_NATIVE_INT64 : H5T_NATIVE_UINT64, &v) >= 0, what);
     return v;
   }
-
-  uint64_t attr_uint(hid_t obj, const std::string& obj_name, const char* name) {
-    std::string what;
-    Hid a = open_attr(obj, obj_name, name, 0, what);
-    Hid type(H5Aget_type(a.get()), H5Tclose);
-    check(type.valid(), what);
-    if (H5Tget_class(type.get()) != H5T_INTEGER) fail(what, "must be an integer");
-    uint64_t v = 0;
-    check(H5Aread(a.get(), H5T_NATIVE_UINT64, &v) >= 0, what);
-    return v;
-  }
+  int64_t attr_int(hid_t obj, const std::string& obj_name, const char* name) { return attr_integer<int64_t>(obj, obj_name, name); }
+  uint64_t attr_uint(hid_t obj, const std::string& obj_name, const char* name) { return attr_integer<uint64_t>(obj, obj_name, name); }
 
   float attr_f32(hid_t obj, const std::string& obj_name, const char* name) {
     std::string what;

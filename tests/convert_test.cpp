@@ -94,6 +94,7 @@ TEST_F(ConvertCli, BadInputsGiveOneLineAndNoOutput) {
   expect_error(convert({"--calib", calib(), "--alpha", "-0.1"}, out), "--alpha must be in [0, 1]", out);
   expect_error(convert({"--calib", calib(), "--alpha", "abc"}, out), "--alpha must be a number", out);
   expect_error(convert({}, out), "--calib is required", out);
+  expect_error(convert({"--calib", calib(), "--no-smooth", "--alpha", "0.7"}, out), "--alpha has no effect with --no-smooth", out);
   expect_error(convert({"--calib", calib(), "--preset", "O4"}, out), "--preset must be O1, O2 or O3", out);
   expect_error(convert({"--calib", dir_->file("missing.h5")}, out), "missing.h5", out);
   write_file(dir_->file("corrupt.h5"), std::string("\x89HDF\r\n\x1a\n") + std::string(500, 'x'));

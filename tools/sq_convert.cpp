@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
     if (threads > 0) omp_set_num_threads(threads);
     o.scheme = sq::parse_scheme(scheme);
     o.smooth = !no_smooth;
+    if (no_smooth && app.count("--alpha")) throw sq::UsageError("--alpha has no effect with --no-smooth; give one or the other");
     if (alpha == "auto") {
       o.alpha_auto = true;
     } else {
