@@ -1,0 +1,258 @@
+#include "calib/gptq.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <numeric>
+#include <stdexcept>
+
+#include "core/error.h"
+
+// LAPACK from OpenBLAS (no lapack.h is installed). The trailing hidden string lengths of the
+// Fortran ABI are passed; OpenBLAS's C implementations ignore them.
+extern "C" {
+void dpotrf_(const char* uplo, const int* n, double* a, const int* lda, int* info, size_t uplo_len);
+void dpotri_(const char* uplo, const int* n, double* a, const int* lda, int* info, size_t uplo_len);
+}
+
+namespace sq {
+namespace {
+
+struct QParams {
+  float scale = 1.0f;
+  int32_t zero = 0;
+};
+
+void validate(int64_t out, int64_t in, const GptqOptions& o) {
+  if (o.bits < 2 || o.bits > 8) throw UsageError("GPTQ/RTN: bits must be in [2, 8], got " + std::to_string(o.bits));
+  if (o.group_size < 0) throw UsageError("GPTQ/RTN: group size must be ≥ 0 (0 = per channel), got " + std::to_string(o.group_size));
+  if (o.block_size < 1) throw UsageError("GPTQ: block size must be ≥ 1, got " + std::to_string(o.block_size));
+  if (!(o.damp >= 0) || !std::isfinite(o.damp)) throw UsageError("GPTQ: dampening must be a finite value ≥ 0");
+  if (out < 0 || in < 0) throw std::invalid_argument("GPTQ/RTN: negative matrix size");
+}
+
+/// Quantizer parameters of one row of one group (file comment of gptq.h).
+QParams find_params(const float* w, int64_t len, int bits, bool symmetric) {
+  const int maxq = (1 << bits) - 1;
+  float lo = 0.0f, hi = 0.0f;
+  for (int64_t j = 0; j < len; ++j) {
+    lo = std::min(lo, w[j]);
+    hi = std::max(hi, w[j]);
+  }
+  QParams p;
+  if (symmetric) {
+    const float absmax = std::max(-lo, hi);
+    p.zero = 1 << (bits - 1);
+    p.scale = absmax > 0 ? absmax / static_cast<float>((1 << (bits - 1)) - 1) : 1.0f;
+  } else {
+    const float range = hi - lo;
+    p.scale = range > 0 ? range / static_cast<float>(maxq) : 1.0f;
+    p.zero = static_cast<int32_t>(std::clamp(std::nearbyint(-lo / p.scale), 0.0f, static_cast<float>(maxq)));
+  }
+  return p;
+}
+
+inline int quant_code(float w, const QParams& p, int maxq) {
+  const float q = std::nearbyint(w / p.scale) + static_cast<float>(p.zero);
+  return static_cast<int>(std::clamp(q, 0.0f, static_cast<float>(maxq)));
+}
+
+inline float dequant(int code, const QParams& p) { return p.scale * static_cast<float>(code - p.zero); }
+
+GptqResult empty_result(int64_t out, int64_t in, const GptqOptions& o) {
+  GptqResult r;
+  r.out = out;
+  r.in = in;
+  r.bits = o.bits;
+  const int64_t g = o.group_size == 0 ? std::max<int64_t>(in, 1) : o.group_size;
+  r.group_size = static_cast<int>(g);
+  r.n_groups = (in + g - 1) / g;
+  r.dequantized.assign(static_cast<size_t>(out * in), 0.0f);
+  r.codes.assign(static_cast<size_t>(out * in), 0);
+  r.scales.assign(static_cast<size_t>(out * r.n_groups), 1.0f);
+  r.zeros.assign(static_cast<size_t>(out * r.n_groups), 0);
+  r.g_idx.resize(static_cast<size_t>(in));
+  r.perm.resize(static_cast<size_t>(in));
+  std::iota(r.perm.begin(), r.perm.end(), int64_t{0});
+  for (int64_t j = 0; j < in; ++j) r.g_idx[static_cast<size_t>(j)] = static_cast<int32_t>(j / g);
+  return r;
+}
+
+[[noreturn]] void not_pd(const GptqOptions& o, int64_t in, const std::string& detail) {
+  const std::string who = o.name.empty() ? std::string("GPTQ") : "GPTQ: " + o.name;
+  throw InputError(who + ": the input Hessian [" + std::to_string(in) + ", " + std::to_string(in) +
+                   "] is not positive definite after dampening (damp " + std::to_string(o.damp) + "; " + detail +
+                   "); increase the dampening or calibrate with more tokens");
+}
+
+}  // namespace
+
+GptqResult rtn_quantize(const float* W, int64_t out, int64_t in, const GptqOptions& o) {
+  validate(out, in, o);
+  GptqResult r = empty_result(out, in, o);
+  const int maxq = (1 << o.bits) - 1;
+  const int64_t g = r.group_size;
+  for (int64_t row = 0; row < out; ++row)
+    for (int64_t G = 0; G < r.n_groups; ++G) {
+      const int64_t c0 = G * g, len = std::min(g, in - c0);
+      const float* w = W + row * in + c0;
+      const QParams p = find_params(w, len, o.bits, o.symmetric);
+      r.scales[static_cast<size_t>(row * r.n_groups + G)] = p.scale;
+      r.zeros[static_cast<size_t>(row * r.n_groups + G)] = p.zero;
+      for (int64_t j = 0; j < len; ++j) {
+        const int c = quant_code(w[j], p, maxq);
+        r.codes[static_cast<size_t>(row * in + c0 + j)] = static_cast<uint8_t>(c);
+        r.dequantized[static_cast<size_t>(row * in + c0 + j)] = dequant(c, p);
+      }
+    }
+  return r;
+}
+
+double hessian_weighted_error(const float* W, const float* W_hat, int64_t out, int64_t in, const std::vector<double>& H) {
+  if (static_cast<int64_t>(H.size()) != in * in) throw std::invalid_argument("hessian_weighted_error: H must be [in, in]");
+  if (out == 0 || in == 0) return 0.0;
+  std::vector<double> D(static_cast<size_t>(out * in)), T(static_cast<size_t>(out * in));
+  for (size_t i = 0; i < D.size(); ++i) D[i] = static_cast<double>(W[i]) - static_cast<double>(W_hat[i]);
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(out), static_cast<int>(in), static_cast<int>(in), 1.0,
+              D.data(), static_cast<int>(in), H.data(), static_cast<int>(in), 0.0, T.data(), static_cast<int>(in));
+  double s = 0;
+  for (size_t i = 0; i < D.size(); ++i) s += D[i] * T[i];
+  return s;
+}
+
+GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, std::vector<double> H, const GptqOptions& o) {
+  validate(out, in, o);
+  if (static_cast<int64_t>(H.size()) != in * in)
+    throw std::invalid_argument("gptq_quantize: H has " + std::to_string(H.size()) + " entries, expected in·in = " +
+                                std::to_string(in * in));
+  GptqResult r = empty_result(out, in, o);
+  if (out == 0 || in == 0) return r;
+  for (double v : H)
+    if (!std::isfinite(v)) not_pd(o, in, "it has non-finite entries");
+  const std::vector<double> H0 = H;  // for hessian_error
+  const int maxq = (1 << o.bits) - 1;
+  const int64_t n = in, g = r.group_size, B = o.block_size;
+  const auto at = [n](int64_t i, int64_t j) { return static_cast<size_t>(i * n + j); };
+
+  // Working copy of W (FP32, as the reference), step 1: dead columns.
+  std::vector<float> Wc(W, W + out * in);
+  for (int64_t i = 0; i < n; ++i)
+    if (H[at(i, i)] == 0.0) {
+      H[at(i, i)] = 1.0;
+      for (int64_t row = 0; row < out; ++row) Wc[static_cast<size_t>(row * in + i)] = 0.0f;
+    }
+
+  // Step 2: act-order permutation (descending diag(H), stable).
+  std::vector<int64_t>& perm = r.perm;
+  if (o.act_order) {
+    std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return H[at(a, a)] > H[at(b, b)]; });
+    std::vector<double> Hp(H.size());
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) Hp[at(i, j)] = H[at(perm[size_t(i)], perm[size_t(j)])];
+    H.swap(Hp);
+    std::vector<float> Wp(Wc.size());
+    for (int64_t row = 0; row < out; ++row)
+      for (int64_t k = 0; k < n; ++k) Wp[static_cast<size_t>(row * in + k)] = Wc[static_cast<size_t>(row * in + perm[size_t(k)])];
+    Wc.swap(Wp);
+  }
+
+  // Step 3: dampening.
+  double mean_diag = 0;
+  for (int64_t i = 0; i < n; ++i) mean_diag += H[at(i, i)];
+  mean_diag /= static_cast<double>(n);
+  for (int64_t i = 0; i < n; ++i) H[at(i, i)] += o.damp * mean_diag;
+
+  // Step 4: U = upper Cholesky factor of H⁻¹ (row-major), Algorithm 1 line 2. H is symmetric, so
+  // the row-major buffer is also H in column-major order.
+  {
+    const int ni = static_cast<int>(n);
+    int info = 0;
+    dpotrf_("U", &ni, H.data(), &ni, &info, 1);
+    if (info > 0) not_pd(o, in, "Cholesky failed at leading minor " + std::to_string(info));
+    if (info < 0) throw std::logic_error("gptq_quantize: dpotrf argument error");
+    dpotri_("U", &ni, H.data(), &ni, &info, 1);
+    if (info > 0) not_pd(o, in, "the Hessian is singular");
+    if (info < 0) throw std::logic_error("gptq_quantize: dpotri argument error");
+    // dpotri left H⁻¹ in the column-major upper triangle = the row-major lower one; mirror it.
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = i + 1; j < n; ++j) H[at(i, j)] = H[at(j, i)];
+    // Column-major lower factor L (H⁻¹ = L·Lᵀ) lands in the row-major upper triangle as U = Lᵀ.
+    dpotrf_("L", &ni, H.data(), &ni, &info, 1);
+    if (info > 0) not_pd(o, in, "the Cholesky factorization of its inverse failed at leading minor " + std::to_string(info));
+    if (info < 0) throw std::logic_error("gptq_quantize: dpotrf argument error");
+  }
+  std::vector<float> U(static_cast<size_t>(n * n), 0.0f);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = i; j < n; ++j) U[at(i, j)] = static_cast<float>(H[at(i, j)]);
+  H.clear();
+  H.shrink_to_fit();
+
+  // Step 5: blocks (line 3) and columns (line 4), in the permuted order.
+  std::vector<uint8_t> codes_p(static_cast<size_t>(out * in));
+  std::vector<float> deq_p(static_cast<size_t>(out * in));
+  std::vector<float> W1(static_cast<size_t>(out * B)), E(static_cast<size_t>(out * B)), cur(static_cast<size_t>(g));
+  std::vector<QParams> params(static_cast<size_t>(out));
+  double loss = 0;
+  for (int64_t i1 = 0; i1 < n; i1 += B) {
+    const int64_t i2 = std::min(i1 + B, n), cnt = i2 - i1;
+    for (int64_t row = 0; row < out; ++row)
+      std::copy_n(Wc.data() + row * in + i1, cnt, W1.data() + row * B);
+    for (int64_t i = 0; i < cnt; ++i) {
+      const int64_t col = i1 + i;
+      if (col % g == 0) {  // entering a group: parameters from the current (error-updated) weights
+        const int64_t G = col / g, len = std::min(g, n - col);
+        for (int64_t row = 0; row < out; ++row) {
+          for (int64_t j = 0; j < len; ++j) {
+            const int64_t c = col + j;
+            if (c < i2) {
+              cur[size_t(j)] = W1[static_cast<size_t>(row * B + (c - i1))];
+            } else {  // beyond the block: apply the pending lazy updates of columns i1..col-1
+              float v = Wc[static_cast<size_t>(row * in + c)];
+              for (int64_t k = 0; k < i; ++k) v -= E[static_cast<size_t>(row * B + k)] * U[at(i1 + k, c)];
+              cur[size_t(j)] = v;
+            }
+          }
+          const QParams p = find_params(cur.data(), len, o.bits, o.symmetric);
+          params[size_t(row)] = p;
+          r.scales[static_cast<size_t>(row * r.n_groups + G)] = p.scale;
+          r.zeros[static_cast<size_t>(row * r.n_groups + G)] = p.zero;
+        }
+      }
+      const float d = U[at(col, col)];
+      for (int64_t row = 0; row < out; ++row) {
+        float* w1 = W1.data() + row * B;
+        const float w = w1[i];
+        const int c = quant_code(w, params[size_t(row)], maxq);  // line 5
+        const float q = dequant(c, params[size_t(row)]);
+        codes_p[static_cast<size_t>(row * in + col)] = static_cast<uint8_t>(c);
+        deq_p[static_cast<size_t>(row * in + col)] = q;
+        const float e = (w - q) / d;  // line 6
+        loss += 0.5 * static_cast<double>(e) * static_cast<double>(e);
+        E[static_cast<size_t>(row * B + i)] = e;
+        const float* u = U.data() + at(col, i1);
+        for (int64_t j = i + 1; j < cnt; ++j) w1[j] -= e * u[j];  // line 7
+      }
+    }
+    if (i2 < n)  // line 9: W[:, i2:] −= E · U[i1:i2, i2:]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(out), static_cast<int>(n - i2), static_cast<int>(cnt),
+                  -1.0f, E.data(), static_cast<int>(B), U.data() + at(i1, i2), static_cast<int>(n), 1.0f,
+                  Wc.data() + i2, static_cast<int>(in));
+  }
+
+  // Step 6: back to the original column order.
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t j = perm[size_t(k)];
+    r.g_idx[size_t(j)] = static_cast<int32_t>(k / g);
+    for (int64_t row = 0; row < out; ++row) {
+      r.codes[static_cast<size_t>(row * in + j)] = codes_p[static_cast<size_t>(row * in + k)];
+      r.dequantized[static_cast<size_t>(row * in + j)] = deq_p[static_cast<size_t>(row * in + k)];
+    }
+  }
+  r.obq_loss = loss;
+  r.hessian_error = hessian_weighted_error(W, r.dequantized.data(), out, in, H0);
+  return r;
+}
+
+}  // namespace sq

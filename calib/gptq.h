@@ -1,0 +1,92 @@
+// GPTQ weight quantization (Frantar et al. 2023, "GPTQ: Accurate Post-Training Quantization for
+// Generative Pre-trained Transformers", Algorithm 1) and the round-to-nearest (RTN) baseline with
+// the identical quantizer.
+//
+// Quantizer (shared by GPTQ and RTN, after the reference's `Quantizer`, b = bits, maxq = 2^b − 1).
+// For each (row, group) the parameters come from the group's weights w:
+//   symmetric:  Δ = max|w| / (2^(b−1) − 1),              z = 2^(b−1)
+//   asymmetric: lo = min(min w, 0), hi = max(max w, 0),   Δ = (hi − lo) / maxq,  z = round(−lo/Δ)
+//   (Δ = 0, i.e. an all-zero group, uses Δ = 1: every weight then maps to code z, value 0)
+//   code q = clamp(round(w/Δ) + z, 0, maxq)   (round half to even, as torch.round)
+//   value ŵ = Δ · (q − z)
+// Symmetric codes thus span [−2^(b−1), 2^(b−1)−1] around z; the absmax maps to ±(2^(b−1)−1), so the
+// lowest code is used only for weights that GPTQ's error feedback pushes past the group's absmax.
+// Δ and ŵ are FP32; codes are unsigned integers in [0, maxq]; z is an integer in [0, maxq+1]
+// (z = 2^(b−1) ≤ maxq).
+//
+// Groups: columns [k·g, (k+1)·g) share (Δ, z) per row; group_size 0 means one group per row (per
+// channel). When g does not divide `in`, the last group is shorter (in mod g columns).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sq {
+
+/// Options of gptq_quantize / rtn_quantize.
+struct GptqOptions {
+  int bits = 4;           ///< code width b, 2..8
+  int group_size = 128;   ///< columns per quantization group g ≥ 0; 0 = per channel (one group per row)
+  bool symmetric = true;  ///< symmetric (z = 2^(b−1)) or asymmetric (min/max) quantizer, see the file comment
+  double damp = 0.01;     ///< λ = damp · mean(diag H) added to diag H (the reference's percdamp); ≥ 0
+  bool act_order = false; ///< quantize columns in order of descending diag(H) ("act-order"; GPTQ only)
+  int block_size = 128;   ///< B of Algorithm 1: columns per lazy-batch block, ≥ 1 (does not change the result)
+  std::string name;       ///< layer/tensor name used in error messages, e.g. "model.layers.0.mlp.up_proj"
+};
+
+/// A quantized [out, in] weight matrix (nn.Linear layout) with everything a packer needs.
+struct GptqResult {
+  int64_t out = 0, in = 0;
+  int bits = 0;
+  int group_size = 0;   ///< effective g (= in for per-channel)
+  int64_t n_groups = 0; ///< ceil(in / g)
+  std::vector<float> dequantized;  ///< Ŵ [out, in] row-major FP32, Ŵ[r, j] = scales[r, G] · (codes[r, j] − zeros[r, G]), G = g_idx[j]
+  std::vector<uint8_t> codes;      ///< [out, in] row-major, original column order, values in [0, 2^bits − 1]
+  std::vector<float> scales;       ///< Δ [out, n_groups] row-major
+  std::vector<int32_t> zeros;      ///< z [out, n_groups] row-major (integers)
+  /// [in]: group of each (original) column. j / g without act_order; with act_order the groups are
+  /// consecutive runs of the *permuted* order (the reference with static_groups=False), so
+  /// g_idx[perm[k]] = k / g.
+  std::vector<int32_t> g_idx;
+  std::vector<int64_t> perm;  ///< [in]: k-th quantized column (identity without act_order)
+  /// Σ_r (W−Ŵ)[r,:] · H · (W−Ŵ)[r,:]ᵀ with the H given to gptq_quantize (undamped, as passed, with
+  /// dead-column diagonals as passed); with H = (2/N)XᵀX this is (2/N)·‖(W−Ŵ)Xᵀ‖². 0 for rtn_quantize.
+  double hessian_error = 0;
+  /// The reference's `Losses.sum()`: Σ (w − ŵ)² / (2·[chol(H⁻¹)]ᵢᵢ²) over all weights (damped H; 0 for RTN).
+  double obq_loss = 0;
+};
+
+/// GPTQ (Algorithm 1) of W [out, in] (row-major FP32, nn.Linear layout: y = W x) given the input
+/// Hessian H [in, in] (row-major double, symmetric, e.g. HessianAccumulator::hessian()).
+/// Steps, following the reference implementation (gptq.py `fasterquant`):
+///  1. dead columns (H_ii == 0): H_ii := 1 and W[:, i] := 0;
+///  2. act_order: columns permuted by descending diag(H) (stable; ties keep their order);
+///  3. dampening H += damp · mean(diag H) · I;
+///  4. U = upper Cholesky factor of H⁻¹ (dpotrf, dpotri, dpotrf in double; Algorithm 1 line 2),
+///     used in FP32 as the reference does;
+///  5. for each block of block_size columns (line 3), for each column i (line 4): when i starts a
+///     group, (Δ, z) per row are computed from the group's *current* weights, i.e. including every
+///     error-feedback update of earlier columns (the reference reads them from W, which misses the
+///     in-block updates when g < block_size; using the fully updated weights makes the result
+///     independent of block_size); q = quant(w_i) (line 5), E_i = (w_i − q)/U_ii (line 6),
+///     W[:, i:B] −= E_i · U[i, i:B] (line 7); after the block, W[:, B:] −= E · U[block, B:] (line 9,
+///     one sgemm).
+///  6. the codes are un-permuted to the original column order.
+/// Throws UsageError for invalid options (bits ∉ [2, 8], group_size < 0, block_size < 1, damp < 0
+/// or not finite); std::invalid_argument when H.size() != in·in or out/in < 0; InputError naming
+/// options.name when H has non-finite entries or is not positive definite after dampening.
+GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, std::vector<double> H, const GptqOptions& options);
+
+/// Round-to-nearest with exactly GPTQ's quantizer and groups (file comment): each group's (Δ, z)
+/// from the unmodified weights, codes = quant(w). options.damp, act_order and block_size are
+/// ignored (groups are in natural column order, perm is the identity). hessian_error and obq_loss
+/// are 0 (use hessian_weighted_error). Throws UsageError / std::invalid_argument as gptq_quantize.
+GptqResult rtn_quantize(const float* W, int64_t out, int64_t in, const GptqOptions& options);
+
+/// Σ_r (W−Ŵ)[r,:] · H · (W−Ŵ)[r,:]ᵀ for W, W_hat [out, in] FP32 row-major and H [in, in] row-major
+/// double (accumulated in double). With H = (2/N)·XᵀX this is (2/N)·‖(W − Ŵ)Xᵀ‖²_F.
+/// Throws std::invalid_argument when H.size() != in·in.
+double hessian_weighted_error(const float* W, const float* W_hat, int64_t out, int64_t in, const std::vector<double>& H);
+
+}  // namespace sq

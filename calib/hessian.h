@@ -1,0 +1,79 @@
+// GPTQ Hessians: H = 2·XᵀX of each linear input (Frantar et al. 2023, "GPTQ: Accurate Post-Training
+// Quantization for Generative Pre-trained Transformers", Sec. 3, the layer-wise objective
+// argmin_Ŵ ‖WX − ŴX‖²₂, whose Hessian with respect to each weight row is H = 2XXᵀ in the paper's
+// [in, tokens] layout, i.e. 2·XᵀX for sqkit's row-major X [tokens, in]).
+//
+// Normalization: hessian() returns the token mean H = (2/N)·XᵀX. The reference implementation
+// (gptq.py `add_batch`) divides by the number of calibration *sequences* instead; any positive
+// factor c is irrelevant to GPTQ: the dampening λ = damp·mean(diag H) scales with c, the Cholesky
+// factor of H⁻¹ scales with c^(−1/2), so the error feedback (w−q)/[H⁻¹]ᵢᵢ^(1/2) · [H⁻¹ chol]ᵢⱼ and
+// the chosen codes are unchanged (up to rounding). Only the Hessian-weighted error value scales.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/model_config.h"
+#include "model/llama_model.h"
+#include "model/observer.h"
+
+namespace sq {
+
+/// Accumulates Σ 2·xᵀx over the tokens (rows) x of one linear input of width d, in double
+/// precision (FP32 activations are widened per block of rows and added with cblas_dsyrk; only the
+/// upper triangle is accumulated and the result is symmetrized by hessian()).
+class HessianAccumulator {
+ public:
+  HessianAccumulator() = default;
+  /// An empty accumulator for inputs of width `width` (≥ 0).
+  explicit HessianAccumulator(int64_t width);
+
+  /// Adds 2·XᵀX for x: [n, width] row-major FP32 (n ≥ 0). Non-finite values are added as they are
+  /// (they make the Hessian non-finite; gptq_quantize then rejects it).
+  void observe(const float* x, int64_t n);
+  /// Adds `other`'s sums and token count. Throws std::invalid_argument when the widths differ.
+  void merge(const HessianAccumulator& other);
+
+  int64_t width() const { return width_; }
+  /// Number of observed tokens N (rows passed to observe, summed over merges).
+  int64_t tokens() const { return tokens_; }
+  /// The mean-normalized, symmetric H = (2/N)·XᵀX: [width, width] row-major double (see the file
+  /// comment for why the normalization does not matter to GPTQ). Throws std::logic_error when no
+  /// token has been observed.
+  std::vector<double> hessian() const;
+
+ private:
+  int64_t width_ = 0;
+  int64_t tokens_ = 0;
+  std::vector<double> sum_;  ///< upper triangle of Σ 2·xᵀx, [width, width] row-major
+};
+
+/// An ActivationObserver collecting one HessianAccumulator per (layer, ActivationSite), for the
+/// same four sites as StatsCollector: AttnInput (shared by q/k/v_proj, width dim), AttnOutput
+/// (o_proj, n_heads·head_dim), FfnInput (shared by gate/up_proj, dim), FfnHidden (down_proj,
+/// hidden_dim). Memory: 8·width² bytes per site and layer.
+class HessianCollector final : public ActivationObserver {
+ public:
+  explicit HessianCollector(const ModelConfig& config);
+  void on_linear_input(int layer, ActivationSite site, const float* x, int64_t n, int64_t width) override;
+  /// Adds `other` (same config) into this collector. Throws std::invalid_argument on a mismatch.
+  void merge(const HessianCollector& other);
+  /// The accumulator of `site` in `layer`. Throws std::out_of_range for a bad layer.
+  const HessianAccumulator& at(int layer, ActivationSite site) const;
+  HessianAccumulator& at(int layer, ActivationSite site);
+  int n_layers() const { return static_cast<int>(sites_.size() / kActivationSites); }
+
+ private:
+  std::vector<HessianAccumulator> sites_;  ///< [layer * kActivationSites + site]
+};
+
+/// Runs `model` over each window (fresh KV cache per window, all positions) and returns the
+/// accumulated Hessians. As collect_activation_stats: small models (dim < 1024) run windows in
+/// parallel groups and merge them in window order, so the result does not depend on the thread
+/// count. `progress(done, total)` is called after each group. Throws std::length_error for a
+/// window longer than the model's context.
+HessianCollector collect_hessians(const LlamaModel& model, const std::vector<std::vector<int32_t>>& windows,
+                                  const std::function<void(int64_t, int64_t)>& progress = {});
+
+}  // namespace sq
