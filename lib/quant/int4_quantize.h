@@ -1,0 +1,93 @@
+// Group-wise INT4 weight quantization (W4A16; the "group size" scheme of GPTQ [Frantar et al. 2022,
+// §"Additional details"] and AWQ [Lin et al. 2023]): W [out, in] is split along the input
+// (reduction) dimension into groups of `g` consecutive columns, and every (row, group) pair gets its
+// own step Δ (and, asymmetric, its own zero point z). Round-to-nearest (RTN) here; GPTQ output can
+// be stored in the same `Int4Weights` container.
+//
+//   symmetric:   Δ = absmax / 7,              q = clamp(round(w / Δ), −8, 7),        w ≈ Δ · q
+//   asymmetric:  lo = min(min(w), 0), hi = max(max(w), 0)   (0 is always representable, as GPTQ)
+//                Δ = (hi − lo) / 15,  z = clamp(round(−lo / Δ), 0, 15),
+//                q = clamp(round(w / Δ) + z, 0, 15),                                 w ≈ Δ · (q − z)
+//
+// Choice for the symmetric grid: Δ = absmax/7 (not absmax/8) so that ±absmax are both reachable
+// (7 and −7); the code −8 exists in the format but RTN only produces it through rounding of values
+// ≤ −7.5Δ, i.e. never. `round` is round-half-away-from-zero (std::round). Δ is stored as IEEE FP16
+// and q is computed with the FP16-rounded Δ, so dequantization with the stored values reproduces
+// exactly what the error bound |w − ŵ| ≤ Δ/2 refers to (up to the clamp at the ends of the grid,
+// where the FP16 rounding of Δ can add at most 15 · Δ · 2⁻¹¹).
+// A group of zeros gets Δ = 0 (q = 0, z = 0) and dequantizes to exact zeros.
+//
+// Byte layout (all little-endian, rows not padded; same as the .sqm dtypes I4x2 / U4x2):
+//
+//   packed  [out, in/2] bytes, row-major:            byte (r, c/2) = q[r, c+1] << 4 | q[r, c]
+//
+//        byte:      0            1            2         ...   in/2 − 1
+//              +-----+-----+-----+-----+-----+-----+       +-----+-----+
+//     row r    | q1  | q0  | q3  | q2  | q5  | q4  |  ...  |qin-1|qin-2|
+//              +-----+-----+-----+-----+-----+-----+       +-----+-----+
+//               hi    lo    hi    lo                          bits 7-4 | bits 3-0
+//              (low nibble = even column, high nibble = odd column)
+//
+//     symmetric: nibbles are 4-bit two's complement (I4x2: 0x8..0xF = −8..−1);
+//     asymmetric: nibbles are unsigned (U4x2: 0..15).
+//
+//   scales_f16   [out, in/g] uint16 (IEEE binary16 bits of Δ), row-major: (r, j) is group j of row r,
+//                covering columns [j·g, (j+1)·g).
+//   zeros_packed (asymmetric only) [out, in/g] U4x2, packed FLAT (row-major index f = r·(in/g) + j,
+//                element f in byte f/2, low nibble when f is even); ceil(out·in/g / 2) bytes, the
+//                unused high nibble of an odd-length last byte is 0. Empty when symmetric.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace sq {
+
+/// Group-wise INT4 weights of one linear layer (see the file comment for every layout).
+struct Int4Weights {
+  int64_t out = 0;    ///< rows of W (output features)
+  int64_t in = 0;     ///< columns of W (input features); a multiple of `group` (hence even)
+  int64_t group = 0;  ///< group size g ∈ {32, 64, 128}
+  bool asym = false;  ///< false: symmetric I4 (no zero points); true: U4 with per-group zero points
+  std::vector<uint8_t> packed;       ///< [out, in/2] bytes, low nibble = even column
+  std::vector<uint16_t> scales_f16;  ///< [out, in/g] FP16 bits of Δ
+  std::vector<uint8_t> zeros_packed; ///< [out, in/g] U4, flat-packed, asym only (else empty)
+};
+
+/// Throws std::invalid_argument unless g ∈ {32, 64, 128}, in > 0, out > 0 and g divides in (the
+/// message names in and g).
+void check_int4_shape(int64_t out, int64_t in, int64_t group);
+
+/// Number of groups per row, in / g.
+inline int64_t int4_groups_per_row(const Int4Weights& w) { return w.group > 0 ? w.in / w.group : 0; }
+
+/// Quantizes W: [out, in] row-major FP32 group-wise with RTN (file comment). Uses all OpenMP threads
+/// for large matrices (the result does not depend on the thread count).
+/// Throws std::invalid_argument for a bad shape / group size (see check_int4_shape), NaN/inf weights,
+/// or a group whose Δ overflows FP16 (|w| ≳ 4.5e5).
+Int4Weights quantize_int4(const float* w, int64_t out, int64_t in, int64_t group, bool asym);
+
+/// Throws std::invalid_argument when `w`'s vectors do not have the sizes its out/in/group/asym
+/// imply, or its shape is invalid (check_int4_shape), or a scale is negative / not finite.
+void validate_int4(const Int4Weights& w);
+
+/// Signed integer code of element (r, c): q ∈ [−8, 7] (symmetric) or q ∈ [0, 15] (asymmetric).
+int int4_code(const Int4Weights& w, int64_t r, int64_t c);
+/// Zero point z ∈ [0, 15] of group j of row r (0 when symmetric).
+int int4_zero(const Int4Weights& w, int64_t r, int64_t j);
+/// Step Δ of group j of row r (the FP16 value, as float).
+float int4_scale(const Int4Weights& w, int64_t r, int64_t j);
+
+/// Reference dequantization: W' [out, in] row-major FP32, W'[r, c] = Δ · (q − z) (z = 0 when
+/// symmetric). Exact in FP32 (an 11-bit FP16 mantissa times an integer |q − z| ≤ 15). `dst` must hold
+/// out·in floats. Test / reference use only: W4A16Linear never materializes this matrix.
+void dequantize_int4(const Int4Weights& w, float* dst);
+
+/// Storage cost per weight in bits: 4 + 16/g (FP16 scales) + 4/g (U4 zeros, asymmetric only);
+/// e.g. 4.125 for g = 128 symmetric, 4.15625 for g = 128 asymmetric.
+double bits_per_weight(const Int4Weights& w);
+
+/// Bytes held: packed + 2 · scales + zeros_packed (exactly the vectors' sizes).
+int64_t int4_storage_bytes(const Int4Weights& w);
+
+}  // namespace sq

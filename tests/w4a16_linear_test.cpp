@@ -1,0 +1,291 @@
+// W4A16 (issue #5): group-wise INT4 quantization (layout, error bound, storage cost) and the
+// W4A16Linear kernels (GEMV n == 1, tiled GEMM n > 1) against a dequantize-then-FP64 reference.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/tensor.h"
+#include "formats/safetensors.h"
+#include "model/w4a16_linear.h"
+#include "quant/int4_quantize.h"
+#include "support/expect_error.h"
+
+namespace sq {
+namespace {
+
+std::vector<float> normal(int64_t n, uint32_t seed, float sd = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, sd);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+/// y_ref[n, out] in FP64 from the reference dequantization (exact FP32 weights).
+std::vector<double> reference(const Int4Weights& w, const std::vector<float>& x, int64_t n) {
+  std::vector<float> wd(static_cast<size_t>(w.out * w.in));
+  dequantize_int4(w, wd.data());
+  std::vector<double> y(static_cast<size_t>(n * w.out));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t o = 0; o < w.out; ++o) {
+      double acc = 0;
+      for (int64_t k = 0; k < w.in; ++k) acc += double(x[i * w.in + k]) * double(wd[o * w.in + k]);
+      y[i * w.out + o] = acc;
+    }
+  return y;
+}
+
+// ---- packing ------------------------------------------------------------------------------------
+
+TEST(Int4Quantize, SymmetricPackingLayoutIsExact) {
+  // 2 × 64, g = 32. Row 0: w[c] = c % 15 − 7, row 1: w[c] = 7 − c % 15. Every group holds both −7
+  // and 7, so Δ = 7/7 = 1 and q = w exactly.
+  const int64_t out = 2, in = 64;
+  std::vector<float> w(out * in);
+  for (int64_t c = 0; c < in; ++c) {
+    w[c] = float(c % 15) - 7.0f;
+    w[in + c] = 7.0f - float(c % 15);
+  }
+  const Int4Weights q = quantize_int4(w.data(), out, in, 32, false);
+  ASSERT_EQ(q.packed.size(), 64u);
+  ASSERT_EQ(q.scales_f16.size(), 4u);
+  EXPECT_TRUE(q.zeros_packed.empty());
+  for (uint16_t h : q.scales_f16) EXPECT_EQ(h, 0x3C00);  // FP16 1.0
+  // Hand-checked bytes: row 0 byte 0 = cols (0, 1) = (−7, −6) = (0x9, 0xA) → 0xA9 (low nibble = even
+  // column); byte 7 = cols (14, 15) = (7, −7) → 0x97; row 1 byte 0 = (7, 6) → 0x67; byte 7 = (−7, 7) → 0x79.
+  EXPECT_EQ(q.packed[0], 0xA9);
+  EXPECT_EQ(q.packed[7], 0x97);
+  EXPECT_EQ(q.packed[32 + 0], 0x67);
+  EXPECT_EQ(q.packed[32 + 7], 0x79);
+  for (int64_t r = 0; r < out; ++r)
+    for (int64_t b = 0; b < in / 2; ++b) {
+      const int even = int(w[r * in + 2 * b]), odd = int(w[r * in + 2 * b + 1]);
+      EXPECT_EQ(q.packed[r * 32 + b], uint8_t(((odd & 0xF) << 4) | (even & 0xF))) << r << "," << b;
+      EXPECT_EQ(int4_code(q, r, 2 * b), even);
+      EXPECT_EQ(int4_code(q, r, 2 * b + 1), odd);
+    }
+}
+
+TEST(Int4Quantize, AsymmetricPackingLayoutAndFlatZeroPoints) {
+  // 3 × 64. Row r: w[c] = c % 16 − 5·r  → lo = −5r, hi = 15 − 5r, Δ = 1, z = 5r, q = c % 16.
+  const int64_t out = 3, in = 64;
+  std::vector<float> w(out * in);
+  for (int64_t r = 0; r < out; ++r)
+    for (int64_t c = 0; c < in; ++c) w[r * in + c] = float(c % 16) - 5.0f * float(r);
+  {
+    const Int4Weights q = quantize_int4(w.data(), out, in, 64, true);
+    for (int64_t r = 0; r < out; ++r) {
+      EXPECT_EQ(q.packed[r * 32 + 0], 0x10);  // cols (0, 1)
+      EXPECT_EQ(q.packed[r * 32 + 1], 0x32);  // cols (2, 3)
+      EXPECT_EQ(q.packed[r * 32 + 7], 0xFE);  // cols (14, 15)
+    }
+    // zeros [3, 1] flat: 0, 5, 10 → bytes {0x50, 0x0A} (odd count: unused high nibble 0).
+    ASSERT_EQ(q.zeros_packed.size(), 2u);
+    EXPECT_EQ(q.zeros_packed[0], 0x50);
+    EXPECT_EQ(q.zeros_packed[1], 0x0A);
+    for (uint16_t h : q.scales_f16) EXPECT_EQ(h, 0x3C00);
+  }
+  {
+    const Int4Weights q = quantize_int4(w.data(), out, in, 32, true);
+    // zeros [3, 2] flat: 0, 0, 5, 5, 10, 10 → {0x00, 0x55, 0xAA}.
+    ASSERT_EQ(q.zeros_packed.size(), 3u);
+    EXPECT_EQ(q.zeros_packed[0], 0x00);
+    EXPECT_EQ(q.zeros_packed[1], 0x55);
+    EXPECT_EQ(q.zeros_packed[2], 0xAA);
+    EXPECT_EQ(int4_zero(q, 2, 1), 10);
+  }
+}
+
+// ---- error bound, round trip, storage cost --------------------------------------------------------
+
+TEST(Int4Quantize, ErrorAtMostHalfStep) {
+  const int64_t out = 16, in = 256;
+  const auto w = normal(out * in, 3, 0.02f);
+  for (int64_t g : {32, 64, 128})
+    for (bool asym : {false, true}) {
+      const Int4Weights q = quantize_int4(w.data(), out, in, g, asym);
+      std::vector<float> wd(out * in);
+      dequantize_int4(q, wd.data());
+      for (int64_t r = 0; r < out; ++r)
+        for (int64_t c = 0; c < in; ++c) {
+          const float d = int4_scale(q, r, c / g);
+          ASSERT_GT(d, 0.0f);
+          // Δ/2, plus at the clamped ends of the grid the FP16 rounding of Δ (≤ 15 steps · Δ · 2⁻¹¹).
+          EXPECT_LE(std::fabs(w[r * in + c] - wd[r * in + c]), 0.5f * d + 15.0f * d * 0x1p-11f)
+              << "g" << g << (asym ? " asym" : " sym") << " (" << r << "," << c << ")";
+        }
+    }
+}
+
+TEST(Int4Quantize, RepresentableValuesRoundTripExactly) {
+  const int64_t out = 5, in = 128;
+  std::mt19937 rng(7);
+  for (int64_t g : {32, 128}) {
+    // Symmetric: w = Δ·q with q ∈ [−7, 7], every group containing ±7 (so absmax/7 = Δ exactly).
+    std::vector<float> ws(out * in), wa(out * in);
+    for (int64_t r = 0; r < out; ++r)
+      for (int64_t j = 0; j < in / g; ++j) {
+        const float d = std::ldexp(1.0f, -int(r + j % 3) - 3);
+        const int z = int(rng() % 16);
+        for (int64_t k = 0; k < g; ++k) {
+          const int qs = k == 0 ? 7 : k == 1 ? -7 : int(rng() % 15) - 7;
+          const int qa = k == 0 ? 0 : k == 1 ? 15 : int(rng() % 16);
+          ws[r * in + j * g + k] = d * float(qs);
+          wa[r * in + j * g + k] = d * float(qa - z);
+        }
+      }
+    for (bool asym : {false, true}) {
+      const auto& w = asym ? wa : ws;
+      const Int4Weights q = quantize_int4(w.data(), out, in, g, asym);
+      std::vector<float> wd(out * in);
+      dequantize_int4(q, wd.data());
+      for (int64_t i = 0; i < out * in; ++i) ASSERT_EQ(wd[i], w[i]) << "g" << g << " asym=" << asym << " at " << i;
+    }
+  }
+}
+
+TEST(Int4Quantize, BitsPerWeightAndWeightBytes) {
+  const int64_t out = 300, in = 4096;
+  const auto w = normal(out * in, 5, 0.02f);
+  const Tensor t = Tensor::from_vector({out, in}, w);
+  const W4A16Linear sym(t, 128, false), asym(t, 128, true), asym32(t, 32, true);
+  EXPECT_EQ(bits_per_weight(sym.weights()), 4.125);
+  EXPECT_EQ(bits_per_weight(asym.weights()), 4.15625);
+  EXPECT_EQ(bits_per_weight(asym32.weights()), 4.625);
+  // packed out·in/2 + FP16 scales 2·out·in/g + U4 zeros ⌈out·in/g / 2⌉.
+  EXPECT_EQ(sym.weight_bytes(), 300 * 2048 + 2 * 300 * 32);
+  EXPECT_EQ(sym.weight_bytes(), 633600);
+  EXPECT_EQ(asym.weight_bytes(), 300 * 2048 + 2 * 300 * 32 + 300 * 32 / 2);
+  EXPECT_EQ(asym32.weight_bytes(), 300 * 2048 + 2 * 300 * 128 + 300 * 128 / 2);
+  EXPECT_EQ(double(sym.weight_bytes()) * 8 / double(out * in), 4.125);
+  EXPECT_EQ(double(asym.weight_bytes()) * 8 / double(out * in), 4.15625);
+  EXPECT_EQ(sym.format(), "w4a16-g128-sym");
+  EXPECT_EQ(asym32.format(), "w4a16-g32-asym");
+  EXPECT_EQ(sym.in_features(), in);
+  EXPECT_EQ(sym.out_features(), out);
+}
+
+TEST(Int4Quantize, InvalidGroupSizeAndContainerThrow) {
+  const Tensor t = Tensor::from_vector({4, 96}, std::vector<float>(4 * 96, 0.5f));
+  test::expect_error<std::invalid_argument>([&] { W4A16Linear l(t, 64); }, {"in = 96", "g = 64"});
+  test::expect_error<std::invalid_argument>([&] { W4A16Linear l(t, 16); }, {"g = 16", "32, 64 or 128"});
+  const Tensor bad = Tensor::from_vector({1, 32}, std::vector<float>(32, std::numeric_limits<float>::quiet_NaN()));
+  test::expect_error<std::invalid_argument>([&] { W4A16Linear l(bad, 32); }, {"NaN"});
+  Int4Weights w = quantize_int4(std::vector<float>(2 * 64, 1.0f).data(), 2, 64, 32, true);
+  w.zeros_packed.pop_back();
+  test::expect_error<std::invalid_argument>([&] { W4A16Linear l(std::move(w)); }, {"zeros_packed"});
+}
+
+// ---- kernels vs reference -------------------------------------------------------------------------
+
+/// Weights with power-of-two steps 2^−2..2^−4 and integer activations in [−8, 8]: every product
+/// and every partial sum is a multiple of 2⁻⁴ below 2²⁰ in magnitude, so any summation order is
+/// exact in FP32 and the kernels must match the reference bit for bit (catches any indexing slip).
+TEST(W4A16Linear, ExactOnDyadicData) {
+  std::mt19937 rng(11);
+  for (bool asym : {false, true})
+    for (int64_t g : {32, 64, 128})
+      for (int64_t in : {128, 4096})
+        for (int64_t out : {1, 7, 64, 300}) {
+          if (in == 4096 && g == 64) continue;
+          Int4Weights w;
+          w.out = out, w.in = in, w.group = g, w.asym = asym;
+          w.packed.resize(out * in / 2);
+          for (auto& b : w.packed) b = uint8_t(rng());  // every code, incl. −8 for symmetric
+          w.scales_f16.resize(out * in / g);
+          for (auto& h : w.scales_f16) h = float_to_half(std::ldexp(1.0f, -2 - int(rng() % 3)));
+          if (asym) {
+            w.zeros_packed.resize((out * in / g + 1) / 2);
+            for (auto& b : w.zeros_packed) b = uint8_t(rng());
+            if ((out * in / g) % 2) w.zeros_packed.back() &= 0x0F;
+          }
+          const W4A16Linear lin(w);
+          for (int64_t n : {1, 3, 17, 64, 257}) {
+            if (in == 4096 && out == 300 && n == 257 && g != 128) continue;  // keep the FP64 reference cheap
+            std::vector<float> x(n * in);
+            for (auto& v : x) v = float(int(rng() % 17) - 8);
+            std::vector<float> y(n * out, -1.0f);
+            lin.forward(x.data(), n, y.data());
+            const auto ref = reference(w, x, n);
+            for (int64_t i = 0; i < n * out; ++i)
+              ASSERT_EQ(double(y[i]), ref[i]) << "asym=" << asym << " g" << g << " in " << in << " out " << out << " n " << n
+                                              << " at " << i;
+          }
+        }
+}
+
+/// Real-valued data (RTN-quantized normal weights, normal activations). The error of any FP32
+/// summation of L terms in any order is ≤ γ_L · Σ|terms| with γ_L = L·u/(1 − L·u), u = 2⁻²⁴. The
+/// GEMM accumulates each output in k order (L = in); the GEMV sums Σ x·u per lane (u ≤ 15) and then
+/// subtracts z·Σx (z ≤ 15) and scales by Δ — so its terms are bounded by Δ·30·|x|, with L ≤ in. The
+/// tolerance uses Σ_k Δ_{o,g(k)}·31·|x_k| (covers both, and |q − z| ≤ 15) and L = in + 40 (reductions).
+TEST(W4A16Linear, MatchesReferenceWithinFp32Bound) {
+  for (bool asym : {false, true})
+    for (int64_t in : {128, 4096})
+      for (int64_t out : {1, 7, 64, 300}) {
+        const int64_t g = in == 128 ? (asym ? 32 : 64) : 128;
+        const auto wf = normal(out * in, uint32_t(out + in), 0.02f);
+        const W4A16Linear lin(Tensor::from_vector({out, in}, wf), g, asym);
+        const Int4Weights& w = lin.weights();
+        for (int64_t n : {1, 3, 17, 64, 257}) {
+          const auto x = normal(n * in, uint32_t(n));
+          std::vector<float> y(n * out);
+          lin.forward(x.data(), n, y.data());
+          const auto ref = reference(w, x, n);
+          const double L = double(in + 40), u = 0x1p-24, gamma = L * u / (1 - L * u);
+          const int64_t ng = in / g;
+          std::vector<double> xabs(n * ng, 0.0);  // Σ_{k ∈ group j} |x[i, k]|
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t k = 0; k < in; ++k) xabs[i * ng + k / g] += std::fabs(double(x[i * in + k]));
+          double worst = 0;
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t o = 0; o < out; ++o) {
+              double s = 0;
+              for (int64_t j = 0; j < ng; ++j) s += double(int4_scale(w, o, j)) * 31.0 * xabs[i * ng + j];
+              const double err = std::fabs(double(y[i * out + o]) - ref[i * out + o]);
+              ASSERT_LE(err, gamma * s) << "asym=" << asym << " in " << in << " out " << out << " n " << n;
+              worst = std::max(worst, err / (gamma * s));
+            }
+          EXPECT_LT(worst, 0.05) << "errors should be far below the worst-case bound";
+        }
+      }
+}
+
+TEST(W4A16Linear, ResultsDoNotDependOnThreadCount) {
+  const int saved = omp_get_max_threads();
+  const int64_t out = 1100, in = 4096;  // above the parallel threshold for n = 1 (GEMV) and n > 1
+  const auto wf = normal(out * in, 21, 0.02f);
+  for (bool asym : {false, true}) {
+    const W4A16Linear lin(Tensor::from_vector({out, in}, wf), 128, asym);
+    for (int64_t n : {1, 5, 64}) {
+      const auto x = normal(n * in, 22);
+      std::vector<float> y1(n * out), y2(n * out), y3(n * out);
+      omp_set_num_threads(1);
+      lin.forward(x.data(), n, y1.data());
+      omp_set_num_threads(2);
+      lin.forward(x.data(), n, y2.data());
+      omp_set_num_threads(3);
+      lin.forward(x.data(), n, y3.data());
+      omp_set_num_threads(saved);
+      for (int64_t i = 0; i < n * out; ++i) {
+        ASSERT_EQ(y1[i], y2[i]) << "n " << n << " at " << i;
+        ASSERT_EQ(y1[i], y3[i]) << "n " << n << " at " << i;
+      }
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
+TEST(W4A16Linear, ZeroRowsIsANoOp) {
+  const W4A16Linear lin(Tensor::from_vector({2, 32}, std::vector<float>(64, 1.0f)), 32);
+  float y = 42.0f;
+  lin.forward(nullptr, 0, &y);
+  EXPECT_EQ(y, 42.0f);
+}
+
+}  // namespace
+}  // namespace sq
