@@ -10,6 +10,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/interrupt.h"
 
 namespace sq {
 
@@ -29,7 +30,10 @@ AtomicFile::AtomicFile(const std::string& path) : path_(path) {
     for (int k = 0; k < 6; ++k) suffix += kAlphabet[rng() % (sizeof(kAlphabet) - 1)];
     tmp_ = path + ".tmp-" + suffix;
     fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd_ >= 0) return;
+    if (fd_ >= 0) {
+      temp_slot_ = register_temp_file(tmp_.c_str());
+      return;
+    }
     if (errno != EEXIST) break;
   }
   const int err = errno;
@@ -39,6 +43,7 @@ AtomicFile::AtomicFile(const std::string& path) : path_(path) {
 AtomicFile::~AtomicFile() {
   if (fd_ >= 0) ::close(fd_);
   if (!committed_) ::unlink(tmp_.c_str());
+  unregister_temp_file(temp_slot_);
 }
 
 void AtomicFile::write(const void* data, size_t size) {
@@ -79,6 +84,8 @@ void AtomicFile::commit() {
     throw OutputError("cannot rename " + tmp_ + " to " + path_ + ": " + std::strerror(err));
   }
   committed_ = true;
+  unregister_temp_file(temp_slot_);
+  temp_slot_ = -1;
   const auto dir = std::filesystem::path(path_).parent_path();
   int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_CLOEXEC);
   if (dfd >= 0) {

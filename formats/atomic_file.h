@@ -11,7 +11,9 @@ namespace sq {
 /// A file being written: bytes go to "<path>.tmp-XXXXXX" (created exclusively in the destination
 /// directory) and reach `path` only on commit(), which fsyncs and renames atomically. If the object
 /// is destroyed without commit() (an exception, an early return), the temporary is removed, so a
-/// partial output never appears under `path`. Errors throw OutputError naming `path`.
+/// partial output never appears under `path`. While it exists the temporary is registered with the
+/// interrupt handlers (core/interrupt.h), so SIGINT/SIGTERM remove it too. Errors throw OutputError
+/// naming `path`.
 class AtomicFile {
  public:
   explicit AtomicFile(const std::string& path);
@@ -35,6 +37,7 @@ class AtomicFile {
   int fd_ = -1;
   size_t position_ = 0;
   bool committed_ = false;
+  int temp_slot_ = -1;  ///< register_temp_file() slot of tmp_
 };
 
 /// Replaces `path` with `content` atomically (AtomicFile).

@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #include "core/error.h"
+#include "core/interrupt.h"
 
 static_assert(std::endian::native == std::endian::little, "the .sqm reader/writer assumes a little-endian host");
 
@@ -170,6 +171,7 @@ SqmWriter::SqmWriter(const std::string& path, SqmWriteOptions options) : path_(p
   fd_ = ::mkstemp(buf.data());
   if (fd_ < 0) throw OutputError("cannot write " + path + ": cannot create a temporary file beside it: " + std::strerror(errno));
   tmp_path_ = buf.data();
+  temp_slot_ = register_temp_file(tmp_path_.c_str());
   try {
     ::fchmod(fd_, 0644);
     const uint8_t zeros[kSqmPreambleSize] = {};
@@ -195,6 +197,8 @@ void SqmWriter::discard() noexcept {
     ::unlink(tmp_path_.c_str());
     tmp_path_.clear();
   }
+  unregister_temp_file(temp_slot_);
+  temp_slot_ = -1;
   if (cctx_) {
     ZSTD_freeCCtx(cctx_);
     cctx_ = nullptr;
@@ -396,6 +400,8 @@ void SqmWriter::finish(const nlohmann::json& header) {
     }
     if (rc != 0) throw OutputError("cannot rename " + tmp_path_ + " to " + path_ + ": " + std::strerror(errno));
     tmp_path_.clear();
+    unregister_temp_file(temp_slot_);
+    temp_slot_ = -1;
     finished_ = true;
 
     const auto dir = std::filesystem::path(path_).parent_path();

@@ -144,7 +144,8 @@ struct SqmWriteOptions {
 /// never holds more than one tensor (plus its compressed copy); finish() appends the JSON header
 /// and the tensor table, patches the preamble, fsyncs and renames the temporary over `path`.
 /// If the writer is destroyed without a successful finish() (an exception, an early return), the
-/// temporary is removed: there is never a partial `path`.
+/// temporary is removed: there is never a partial `path`. While it exists the temporary is
+/// registered with the interrupt handlers (core/interrupt.h), so SIGINT/SIGTERM remove it too.
 /// Not copyable or movable; not thread-safe.
 class SqmWriter {
  public:
@@ -201,6 +202,7 @@ class SqmWriter {
   std::vector<SqmTensorInfo> entries_;
   std::map<std::string, size_t> index_;
   ZSTD_CCtx* cctx_ = nullptr;
+  int temp_slot_ = -1;  ///< register_temp_file() slot of tmp_path_
 };
 
 /// A tensor's raw (uncompressed) bytes: a view valid while the SqmFile is alive.

@@ -39,12 +39,8 @@ int main(int argc, char** argv) {
   }
   return sq::run_tool("sq-calibrate", [&]() {
     if (threads > 0) omp_set_num_threads(threads);
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    for (const std::string& in : {model_path, opt.text_path, tokenizer_path})
-      if (!in.empty() && fs::equivalent(in, out_path, ec))
-        throw sq::UsageError("-o " + out_path + " is one of the inputs; refusing to overwrite it");
-    if (fs::exists(out_path) && !force) throw sq::UsageError(out_path + " exists; use --force to replace it");
+    sq::check_output_is_not_an_input(out_path, {model_path, opt.text_path, tokenizer_path});
+    if (std::filesystem::exists(out_path) && !force) throw sq::UsageError(out_path + " exists; use --force to replace it");
 
     sq::LoadedModel loaded = sq::load_model(model_path);
     auto tokenizer = sq::open_tokenizer_for(loaded, tokenizer_path);

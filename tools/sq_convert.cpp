@@ -79,11 +79,7 @@ int main(int argc, char** argv) {
       else if (act == "per-tensor-static") o.act = sq::ActQuant::PerTensorStatic;
       else throw sq::UsageError("--act must be per-token, per-tensor-dynamic or per-tensor-static, got '" + act + "'");
     }
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    for (const std::string& in : {model_path, o.calib_path, o.tokenizer_path})
-      if (!in.empty() && fs::equivalent(in, out_path, ec))
-        throw sq::UsageError("-o " + out_path + " is one of the inputs; refusing to overwrite it");
+    sq::check_output_is_not_an_input(out_path, {model_path, o.calib_path, o.tokenizer_path});
 
     std::unique_ptr<sq::PeakRssAnonSampler> mem;
     if (report_memory) mem = std::make_unique<sq::PeakRssAnonSampler>();
