@@ -1,5 +1,7 @@
 #include "calib/hessian.h"
 
+#include "calib/window_runner.h"
+
 #include <cblas.h>
 #include <omp.h>
 
@@ -90,26 +92,7 @@ HessianAccumulator& HessianCollector::at(int layer, ActivationSite site) {
 
 HessianCollector collect_hessians(const LlamaModel& model, const std::vector<std::vector<int32_t>>& windows,
                                   const std::function<void(int64_t, int64_t)>& progress) {
-  const ModelConfig& c = model.config();
-  const int threads = c.dim < 1024 ? omp_get_max_threads() : 1;
-  HessianCollector total(c);
-  std::vector<std::unique_ptr<HessianCollector>> per_window(static_cast<size_t>(threads));
-  const int64_t n = static_cast<int64_t>(windows.size());
-  for (int64_t g0 = 0; g0 < n; g0 += threads) {
-    const int group = static_cast<int>(std::min<int64_t>(threads, n - g0));
-#pragma omp parallel for num_threads(group) schedule(static, 1) if (group > 1)
-    for (int i = 0; i < group; ++i) {
-      const auto& w = windows[static_cast<size_t>(g0 + i)];
-      auto col = std::make_unique<HessianCollector>(c);
-      KVCache cache(c, std::max<int64_t>(1, static_cast<int64_t>(w.size())));
-      Workspace ws;
-      model.forward(w.data(), static_cast<int64_t>(w.size()), cache, ws, nullptr, LogitsFor::None, col.get());
-      per_window[static_cast<size_t>(i)] = std::move(col);
-    }
-    for (int i = 0; i < group; ++i) total.merge(*per_window[static_cast<size_t>(i)]);  // window order
-    if (progress) progress(g0 + group, n);
-  }
-  return total;
+  return observe_windows<HessianCollector>(model, windows, progress);
 }
 
 }  // namespace sq

@@ -1,5 +1,7 @@
 #include "calib/stats_collector.h"
 
+#include "calib/window_runner.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -51,27 +53,7 @@ void StatsCollector::merge(const StatsCollector& o) {
 
 std::vector<LayerStats> collect_activation_stats(const LlamaModel& model, const std::vector<std::vector<int32_t>>& windows,
                                                  const std::function<void(int64_t, int64_t)>& progress) {
-  const ModelConfig& c = model.config();
-  // Small models: one window per thread; large models: one window at a time, parallel ops inside.
-  const int threads = c.dim < 1024 ? omp_get_max_threads() : 1;
-  StatsCollector total(c);
-  std::vector<std::unique_ptr<StatsCollector>> per_window(static_cast<size_t>(threads));
-  const int64_t n = static_cast<int64_t>(windows.size());
-  for (int64_t g0 = 0; g0 < n; g0 += threads) {
-    const int group = static_cast<int>(std::min<int64_t>(threads, n - g0));
-#pragma omp parallel for num_threads(group) schedule(static, 1) if (group > 1)
-    for (int i = 0; i < group; ++i) {
-      const auto& w = windows[static_cast<size_t>(g0 + i)];
-      auto col = std::make_unique<StatsCollector>(c);
-      KVCache cache(c, std::max<int64_t>(1, static_cast<int64_t>(w.size())));
-      Workspace ws;
-      model.forward(w.data(), static_cast<int64_t>(w.size()), cache, ws, nullptr, LogitsFor::None, col.get());
-      per_window[static_cast<size_t>(i)] = std::move(col);
-    }
-    for (int i = 0; i < group; ++i) total.merge(*per_window[static_cast<size_t>(i)]);  // window order
-    if (progress) progress(g0 + group, n);
-  }
-  return std::move(total.layers());
+  return std::move(observe_windows<StatsCollector>(model, windows, progress).layers());
 }
 
 }  // namespace sq

@@ -1,0 +1,50 @@
+// Runs a model over calibration windows with a per-window observer and merges the results in order.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "model/llama_model.h"
+
+namespace sq {
+
+/// Runs `model` over each window (fresh KV cache, all positions, no logits) with a fresh
+/// `Collector(config)` as its ActivationObserver, and merges every window's collector into the
+/// total in window order (`total.merge(per_window)`). Small models (dim < 1024) run windows in
+/// parallel, one per thread, in groups of the thread count; large ones run one window at a time with
+/// parallel ops inside. Because merging follows window order, the result is bit-identical for any
+/// thread count, and memory is O(threads) collectors, independent of the number of windows.
+/// `progress(done, total)` is called after each group.
+/// Collector: constructible from `const ModelConfig&`, derived from ActivationObserver, with
+/// `void merge(const Collector&)`.
+template <typename Collector>
+Collector observe_windows(const LlamaModel& model, const std::vector<std::vector<int32_t>>& windows,
+                          const std::function<void(int64_t, int64_t)>& progress = {}) {
+  const ModelConfig& c = model.config();
+  const int threads = c.dim < 1024 ? omp_get_max_threads() : 1;
+  Collector total(c);
+  std::vector<std::unique_ptr<Collector>> per_window(static_cast<size_t>(threads));
+  const int64_t n = static_cast<int64_t>(windows.size());
+  for (int64_t g0 = 0; g0 < n; g0 += threads) {
+    const int group = static_cast<int>(std::min<int64_t>(threads, n - g0));
+#pragma omp parallel for num_threads(group) schedule(static, 1) if (group > 1)
+    for (int i = 0; i < group; ++i) {
+      const auto& w = windows[static_cast<size_t>(g0 + i)];
+      auto col = std::make_unique<Collector>(c);
+      KVCache cache(c, std::max<int64_t>(1, static_cast<int64_t>(w.size())));
+      Workspace ws;
+      model.forward(w.data(), static_cast<int64_t>(w.size()), cache, ws, nullptr, LogitsFor::None, col.get());
+      per_window[static_cast<size_t>(i)] = std::move(col);
+    }
+    for (int i = 0; i < group; ++i) total.merge(*per_window[static_cast<size_t>(i)]);  // window order
+    if (progress) progress(g0 + group, n);
+  }
+  return total;
+}
+
+}  // namespace sq
