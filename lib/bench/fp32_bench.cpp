@@ -19,17 +19,10 @@ namespace sq::bench {
 
 namespace {
 
-std::vector<float> random_vector(int64_t n, uint64_t seed) {
-  std::vector<float> v(static_cast<size_t>(n));
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 /// GFLOP/s of C[m, n] = A[m, k] · B[n, k]ᵀ (the Linear layout).
 double sgemm_gflops(int m, int k, int n, double min_seconds) {
-  const auto a = random_vector(int64_t(m) * k, 1), b = random_vector(int64_t(n) * k, 2);
+  const auto a = normal_vector(int64_t(m) * k, 1), b = normal_vector(int64_t(n) * k, 2);
   std::vector<float> c(static_cast<size_t>(m) * n);
   const Timing t = time_it([&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, c.data(), n);

@@ -4,61 +4,17 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <functional>
-#include <random>
 #include <string>
 #include <vector>
+
+#include "bench/timing.h"
 
 #include "model/w4a16_linear.h"
 
 namespace sq::bench {
 
-namespace {
-
-std::vector<float> normal_vector(int64_t n, uint32_t seed, float sd) {
-  std::vector<float> v(static_cast<size_t>(n));
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, sd);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-/// 1-minute load average (other processes compete for the cores; recorded with the results).
-double load_average() {
-  std::ifstream f("/proc/loadavg");
-  double l = -1;
-  f >> l;
-  return f ? l : -1.0;
-}
-
-struct Item {
-  std::string name;
-  std::function<void()> body;
-  double best = 1e30;
-};
-
-/// Interleaved best-of timing: every round calls each item once (so bursts of other load hit all
-/// alike); at least `min_rounds` rounds and `min_seconds` of measuring per item.
-void time_interleaved(std::vector<Item>& items, double min_seconds, int min_rounds) {
-  for (Item& it : items) it.body();  // warm-up: page faults, thread pools
-  double elapsed_per_item = 0;
-  for (int round = 0; (round < min_rounds || elapsed_per_item < min_seconds) && round < 100000; ++round) {
-    double round_total = 0;
-    for (Item& it : items) {
-      const auto t0 = std::chrono::steady_clock::now();
-      it.body();
-      const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      it.best = std::min(it.best, sec);
-      round_total += sec;
-    }
-    elapsed_per_item += round_total / double(items.size());
-  }
-}
-
-}  // namespace
 
 nlohmann::json run_w4a16_bench(double min_seconds) {
   const int threads = omp_get_max_threads();
@@ -79,7 +35,7 @@ nlohmann::json run_w4a16_bench(double min_seconds) {
     std::vector<float> y(static_cast<size_t>(s.n));
     const Tensor w = Tensor::from_vector({s.n, s.k}, wf);
     const W4A16Linear sym(w, 128, false), asym(w, 128, true);
-    std::vector<Item> items;
+    std::vector<TimedItem> items;
     items.push_back({"f32_sgemv", [&] {
                        cblas_sgemv(CblasRowMajor, CblasNoTrans, s.n, s.k, 1.0f, wf.data(), s.k, x.data(), 1, 0.0f, y.data(), 1);
                      }});
@@ -113,7 +69,7 @@ nlohmann::json run_w4a16_bench(double min_seconds) {
     const auto x = normal_vector(int64_t(m) * s.k, 11, 1.0f);
     std::vector<float> y(static_cast<size_t>(m) * s.n);
     const W4A16Linear sym(Tensor::from_vector({s.n, s.k}, wf), 128, false);
-    std::vector<Item> items;
+    std::vector<TimedItem> items;
     items.push_back({"f32_sgemm", [&] {
                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, s.n, s.k, 1.0f, x.data(), s.k, wf.data(), s.k, 0.0f,
                                    y.data(), s.n);

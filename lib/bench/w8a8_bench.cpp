@@ -4,14 +4,13 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
+
+#include "bench/timing.h"
 
 #include "model/w8a8_linear.h"
 #include "quant/int8_gemm.h"
@@ -19,31 +18,6 @@
 
 namespace sq::bench {
 
-namespace {
-
-std::vector<float> normal_vector(int64_t n, uint32_t seed) {
-  std::vector<float> v(static_cast<size_t>(n));
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-/// 1-minute load average (other processes compete for the cores; recorded with the results).
-double load_average() {
-  std::ifstream f("/proc/loadavg");
-  double l = -1;
-  f >> l;
-  return f ? l : -1.0;
-}
-
-struct Item {
-  std::string name;
-  std::function<void()> body;
-  double best = 1e30;
-};
-
-}  // namespace
 
 nlohmann::json run_w8a8_linear_bench(int tokens, double min_seconds) {
   const int threads = omp_get_max_threads();
@@ -79,7 +53,7 @@ nlohmann::json run_w8a8_linear_bench(int tokens, double min_seconds) {
     const PackedInt8Weights packed(wq.data(), s.n, s.k, Int8Backend::Auto);
     std::vector<int32_t> c(static_cast<size_t>(m) * s.n);
 
-    std::vector<Item> items;
+    std::vector<TimedItem> items;
     items.push_back({"sgemm", [&] {
                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, s.n, s.k, 1.0f, x.data(), s.k, wf.data(), s.k, 0.0f,
                                    y.data(), s.n);
@@ -95,26 +69,10 @@ nlohmann::json run_w8a8_linear_bench(int tokens, double min_seconds) {
       items.push_back({"onednn_w8a8_linear", [&] { lin_dnnl->forward(x.data(), m, y.data()); }});
       items.push_back({"onednn_int8_gemm", [&] { packed_dnnl->gemm_s32(xq.data(), m, c.data()); }});
     }
-    // Interleaved at the granularity of single calls: every round times each item once, so a burst
-    // of load from other processes hits all items alike; each keeps its fastest call. At least 5
-    // rounds and `min_seconds` of measuring per item.
-    for (Item& it : items) it.body();  // warm-up: page faults, thread pool, oneDNN kernels
-    double elapsed_per_item = 0;
-    for (int round = 0; round < 5 || elapsed_per_item < min_seconds; ++round) {
-      double round_total = 0;
-      for (Item& it : items) {
-        const auto t0 = std::chrono::steady_clock::now();
-        it.body();
-        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        it.best = std::min(it.best, sec);
-        round_total += sec;
-      }
-      elapsed_per_item += round_total / double(items.size());
-      if (round >= 1000) break;
-    }
+    time_interleaved(items, min_seconds, 5);  // each keeps its fastest call
 
     const double ops = 2.0 * m * s.k * s.n;
-    auto rate = [&](const Item& it) { return ops / it.best / 1e9; };
+    auto rate = [&](const TimedItem& it) { return ops / it.best / 1e9; };
     const double sg = rate(items[0]);
     nlohmann::json row = {{"m", m}, {"k", s.k}, {"n", s.n}, {"sgemm_gflops", sg}};
     std::printf("%-22s %9.1f", s.name, sg);
