@@ -1,6 +1,8 @@
 // W4A16 (issue #5): group-wise INT4 quantization (layout, error bound, storage cost) and the
 // W4A16Linear kernels (GEMV n == 1, tiled GEMM n > 1) against a dequantize-then-FP64 reference.
 #include <gtest/gtest.h>
+
+#include "bench/timing.h"
 #include <omp.h>
 
 #include <cmath>
@@ -17,13 +19,7 @@
 namespace sq {
 namespace {
 
-std::vector<float> normal(int64_t n, uint32_t seed, float sd = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, sd);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using bench::normal_vector;  // N(0, sd²) from std::mt19937(seed)
 
 /// y_ref[n, out] in FP64 from the reference dequantization (exact FP32 weights).
 std::vector<double> reference(const Int4Weights& w, const std::vector<float>& x, int64_t n) {
@@ -104,7 +100,7 @@ TEST(Int4Quantize, AsymmetricPackingLayoutAndFlatZeroPoints) {
 
 TEST(Int4Quantize, ErrorAtMostHalfStep) {
   const int64_t out = 16, in = 256;
-  const auto w = normal(out * in, 3, 0.02f);
+  const auto w = normal_vector(out * in, 3, 0.02f);
   for (int64_t g : {32, 64, 128})
     for (bool asym : {false, true}) {
       const Int4Weights q = quantize_int4(w.data(), out, in, g, asym);
@@ -150,7 +146,7 @@ TEST(Int4Quantize, RepresentableValuesRoundTripExactly) {
 
 TEST(Int4Quantize, BitsPerWeightAndWeightBytes) {
   const int64_t out = 300, in = 4096;
-  const auto w = normal(out * in, 5, 0.02f);
+  const auto w = normal_vector(out * in, 5, 0.02f);
   const Tensor t = Tensor::from_vector({out, in}, w);
   const W4A16Linear sym(t, 128, false), asym(t, 128, true), asym32(t, 32, true);
   EXPECT_EQ(bits_per_weight(sym.weights()), 4.125);
@@ -228,11 +224,11 @@ TEST(W4A16Linear, MatchesReferenceWithinFp32Bound) {
     for (int64_t in : {128, 4096})
       for (int64_t out : {1, 7, 64, 300}) {
         const int64_t g = in == 128 ? (asym ? 32 : 64) : 128;
-        const auto wf = normal(out * in, uint32_t(out + in), 0.02f);
+        const auto wf = normal_vector(out * in, uint32_t(out + in), 0.02f);
         const W4A16Linear lin(Tensor::from_vector({out, in}, wf), g, asym);
         const Int4Weights& w = lin.weights();
         for (int64_t n : {1, 3, 17, 64, 257}) {
-          const auto x = normal(n * in, uint32_t(n));
+          const auto x = normal_vector(n * in, uint32_t(n));
           std::vector<float> y(n * out);
           lin.forward(x.data(), n, y.data());
           const auto ref = reference(w, x, n);
@@ -258,11 +254,11 @@ TEST(W4A16Linear, MatchesReferenceWithinFp32Bound) {
 TEST(W4A16Linear, ResultsDoNotDependOnThreadCount) {
   const int saved = omp_get_max_threads();
   const int64_t out = 1100, in = 4096;  // above the parallel threshold for n = 1 (GEMV) and n > 1
-  const auto wf = normal(out * in, 21, 0.02f);
+  const auto wf = normal_vector(out * in, 21, 0.02f);
   for (bool asym : {false, true}) {
     const W4A16Linear lin(Tensor::from_vector({out, in}, wf), 128, asym);
     for (int64_t n : {1, 5, 64}) {
-      const auto x = normal(n * in, 22);
+      const auto x = normal_vector(n * in, 22);
       std::vector<float> y1(n * out), y2(n * out), y3(n * out);
       omp_set_num_threads(1);
       lin.forward(x.data(), n, y1.data());

@@ -2,6 +2,8 @@
 // scalar integer reference, and W8A8Linear against the FP32 DenseLinear with error bounds derived
 // from the uniform quantization-noise model.
 #include <gtest/gtest.h>
+
+#include "bench/timing.h"
 #include <omp.h>
 
 #include <algorithm>
@@ -22,13 +24,7 @@
 namespace sq {
 namespace {
 
-std::vector<float> normal(int64_t n, uint32_t seed, float sigma = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, sigma);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using bench::normal_vector;  // N(0, sd²) from std::mt19937(seed)
 
 std::vector<int8_t> random_int8(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -117,7 +113,7 @@ TEST(Int8Quantize, ZeroRowAndOutlierRow) {
 TEST(Int8Quantize, VectorPathMatchesScalarOnEveryTailLength) {
   // Lengths 1..70 exercise the 16-wide main loop and every masked tail.
   for (int64_t count = 1; count <= 70; ++count) {
-    auto x = normal(count, static_cast<uint32_t>(count), 3.0f);
+    auto x = normal_vector(count, static_cast<uint32_t>(count), 3.0f);
     const float step = int8_step(abs_max(x.data(), count));
     float ref_max = 0;
     for (float v : x) ref_max = std::max(ref_max, std::fabs(v));
@@ -137,7 +133,7 @@ TEST(Int8Quantize, ErrorAtMostHalfStepPerElement) {
   // |x − Δ·q| ≤ Δ/2 for every element inside the range. The division x/Δ and the product Δ·q are
   // each rounded once in FP32 (relative 2⁻²⁴ of values up to 127Δ), hence the 2e-5·Δ slack.
   const int64_t n = 37, k = 301;
-  auto x = normal(n * k, 5);
+  auto x = normal_vector(n * k, 5);
   x[3 * k + 7] = 40.0f;  // an outlier row
   std::vector<int8_t> q(static_cast<size_t>(n * k));
   std::vector<float> s(static_cast<size_t>(n)), back(static_cast<size_t>(k));
@@ -190,7 +186,7 @@ TEST(Int8Quantize, DynamicModesRejectNonFinite) {
 
 TEST(Int8Quantize, BiasedU8LayoutPadsWithQuantizedZero) {
   const int64_t n = 3, k = 5, ld = 8;
-  const auto x = normal(n * k, 9);
+  const auto x = normal_vector(n * k, 9);
   std::vector<int8_t> q(static_cast<size_t>(n * k));
   std::vector<uint8_t> u(static_cast<size_t>(n * ld), 0);
   std::vector<float> s1(3), s2(3);
@@ -207,7 +203,7 @@ TEST(Int8Quantize, BiasedU8LayoutPadsWithQuantizedZero) {
 TEST(Int8Quantize, ThreadCountIndependent) {
   ThreadCount restore;
   const int64_t n = 1100, k = 4000;  // above the parallel threshold (4M elements)
-  const auto x = normal(n * k, 21);
+  const auto x = normal_vector(n * k, 21);
   for (ActQuant mode : {ActQuant::PerToken, ActQuant::PerTensorDynamic, ActQuant::PerTensorStatic}) {
     std::vector<int8_t> q1(static_cast<size_t>(n * k)), q2(q1.size());
     std::vector<float> s1(static_cast<size_t>(n)), s2(s1.size());
@@ -292,7 +288,7 @@ TEST(Int8Gemm, ExtremeValuesDoNotOverflow) {
 TEST(Int8Gemm, FusedDequantIsBitIdenticalAcrossBackends) {
   const int64_t m = 19, n = 67, k = 200;
   const auto A = random_int8(m * k, 31), B = random_int8(n * k, 32);
-  const auto sa = normal(m, 33), sb = normal(n, 34), bias = normal(n, 35);
+  const auto sa = normal_vector(m, 33), sb = normal_vector(n, 34), bias = normal_vector(n, 35);
   std::vector<float> sa_pos(sa.size()), sb_pos(sb.size());
   for (size_t i = 0; i < sa.size(); ++i) sa_pos[i] = 0.01f + std::fabs(sa[i]);
   for (size_t i = 0; i < sb.size(); ++i) sb_pos[i] = 0.01f + std::fabs(sb[i]);
@@ -335,7 +331,7 @@ TEST(Int8Gemm, ThreadCountIndependent) {
   ThreadCount restore;
   const int64_t m = 70, n = 1000, k = 1030;  // 72M multiply-adds: runs in parallel with 2 threads
   const auto A = random_int8(m * k, 41), B = random_int8(n * k, 42);
-  const auto sb = normal(n, 43);
+  const auto sb = normal_vector(n, 43);
   std::vector<float> sa(static_cast<size_t>(m), 0.5f);
   Int8Dequant dq{sa.data(), true, sb.data(), true, nullptr};
   for (Int8Backend b : backends()) {
@@ -391,9 +387,9 @@ double expected_rel_error(const std::vector<float>& x, const std::vector<float>&
 
 TEST(W8A8Linear, MatchesDenseLinearWithinQuantizationNoise) {
   const int64_t n = 64, in = 512, out = 300;
-  const auto x = normal(n * in, 51, 2.0f);
-  const auto wv = normal(out * in, 52, 0.05f);
-  const auto bv = normal(out, 53);
+  const auto x = normal_vector(n * in, 51, 2.0f);
+  const auto wv = normal_vector(out * in, 52, 0.05f);
+  const auto bv = normal_vector(out, 53);
   const Tensor W = Tensor::from_vector({out, in}, wv), b = Tensor::from_vector({out}, bv);
   const DenseLinear dense(W, b);
   std::vector<float> y_ref(static_cast<size_t>(n * out)), y(y_ref.size()), y_nobias_ref(y_ref.size());
@@ -436,8 +432,8 @@ TEST(W8A8Linear, StaticModeClampsActivationsBeyondCalibratedRange) {
   // and saturate. The layer must then equal the FP32 product of the *clipped* input (within
   // quantization noise), and differ clearly from the unclipped one.
   const int64_t n = 16, in = 256, out = 64;
-  const auto x = normal(n * in, 61);
-  const auto wv = normal(out * in, 62);
+  const auto x = normal_vector(n * in, 61);
+  const auto wv = normal_vector(out * in, 62);
   const Tensor W = Tensor::from_vector({out, in}, wv);
   const float step = 1.0f / 127.0f;
   const W8A8Linear lin(W, WeightGranularity::PerChannel, ActQuant::PerTensorStatic, step);
@@ -453,9 +449,9 @@ TEST(W8A8Linear, StaticModeClampsActivationsBeyondCalibratedRange) {
 
 TEST(W8A8Linear, BackendsAndEntryPointsAgreeBitForBit) {
   const int64_t n = 23, in = 130, out = 77;
-  const auto x = normal(n * in, 71);
-  const Tensor W = Tensor::from_vector({out, in}, normal(out * in, 72, 0.1f));
-  const Tensor b = Tensor::from_vector({out}, normal(out, 73));
+  const auto x = normal_vector(n * in, 71);
+  const Tensor W = Tensor::from_vector({out, in}, normal_vector(out * in, 72, 0.1f));
+  const Tensor b = Tensor::from_vector({out}, normal_vector(out, 73));
   for (ActQuant aq : {ActQuant::PerToken, ActQuant::PerTensorDynamic, ActQuant::PerTensorStatic}) {
     std::vector<std::vector<float>> results;
     for (Int8Backend be : backends()) {
@@ -478,8 +474,8 @@ TEST(W8A8Linear, BackendsAndEntryPointsAgreeBitForBit) {
 TEST(W8A8Linear, SingleTokenMatchesBatchRow) {
   // Per-token quantization makes each row independent: row 5 of a batch equals a lone m = 1 call.
   const int64_t n = 12, in = 4096, out = 200;
-  const auto x = normal(n * in, 81);
-  const W8A8Linear lin(Tensor::from_vector({out, in}, normal(out * in, 82)), WeightGranularity::PerChannel, ActQuant::PerToken);
+  const auto x = normal_vector(n * in, 81);
+  const W8A8Linear lin(Tensor::from_vector({out, in}, normal_vector(out * in, 82)), WeightGranularity::PerChannel, ActQuant::PerToken);
   std::vector<float> y(static_cast<size_t>(n * out)), y1(static_cast<size_t>(out));
   lin.forward(x.data(), n, y.data());
   lin.forward(x.data() + 5 * in, 1, y1.data());
@@ -533,7 +529,7 @@ TEST(W8A8Linear, QuantizedConstructorAccessorsAndFormat) {
 TEST(W8A8Linear, QuantizesTheFp32WeightOnce) {
   // The FP32 constructor stores exactly quantize_weight's output.
   const int64_t out = 33, in = 70;
-  const auto wv = normal(out * in, 95);
+  const auto wv = normal_vector(out * in, 95);
   std::vector<int8_t> q(wv.size());
   std::vector<float> s(static_cast<size_t>(out));
   quantize_weight_per_channel(wv.data(), out, in, q.data(), s.data());
@@ -545,8 +541,8 @@ TEST(W8A8Linear, QuantizesTheFp32WeightOnce) {
 TEST(W8A8Linear, ThreadCountIndependent) {
   ThreadCount restore;
   const int64_t n = 96, in = 1024, out = 1100;
-  const auto x = normal(n * in, 101);
-  const Tensor W = Tensor::from_vector({out, in}, normal(out * in, 102));
+  const auto x = normal_vector(n * in, 101);
+  const Tensor W = Tensor::from_vector({out, in}, normal_vector(out * in, 102));
   for (ActQuant aq : {ActQuant::PerToken, ActQuant::PerTensorDynamic, ActQuant::PerTensorStatic}) {
     const W8A8Linear lin(W, WeightGranularity::PerChannel, aq, 0.03f);
     std::vector<float> y1(static_cast<size_t>(n * out)), y2(y1.size());

@@ -3,8 +3,7 @@
 namespace sq {
 
 KVCache::KVCache(const ModelConfig& config, int64_t capacity)
-    : n_layers_(config.n_layers),
-      capacity_(capacity),
+    : capacity_(capacity),
       kv_width_(int64_t(config.n_kv_heads) * config.head_dim),
       k_(static_cast<size_t>(config.n_layers * capacity * kv_width_)),
       v_(static_cast<size_t>(config.n_layers * capacity * kv_width_)) {}

@@ -24,11 +24,8 @@ class KVCache {
 
   float* keys(int layer) { return k_.data() + layer * capacity_ * kv_width_; }
   float* values(int layer) { return v_.data() + layer * capacity_ * kv_width_; }
-  /// Bytes of K/V storage actually in use (length positions, all layers).
-  int64_t bytes_in_use() const { return 2 * int64_t(n_layers_) * length_ * kv_width_ * 4; }
 
  private:
-  int n_layers_;
   int64_t capacity_;
   int64_t kv_width_;
   int64_t length_ = 0;
