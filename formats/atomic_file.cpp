@@ -21,23 +21,33 @@ namespace {
 }
 }  // namespace
 
-AtomicFile::AtomicFile(const std::string& path) : path_(path) {
+TempBeside create_temp_beside(const std::string& output) {
   static const char kAlphabet[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
   std::random_device rd;
   std::mt19937_64 rng((uint64_t(rd()) << 32) ^ rd() ^ uint64_t(::getpid()));
+  const std::string prefix = output + ".tmp-" + std::to_string(::getpid()) + "-";
+  TempBeside t;
+  int err = 0;
   for (int attempt = 0; attempt < 100; ++attempt) {
     std::string suffix;
     for (int k = 0; k < 6; ++k) suffix += kAlphabet[rng() % (sizeof(kAlphabet) - 1)];
-    tmp_ = path + ".tmp-" + suffix;
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd_ >= 0) {
-      temp_slot_ = register_temp_file(tmp_.c_str());
-      return;
-    }
-    if (errno != EEXIST) break;
+    t.path = prefix + suffix;
+    t.slot = register_temp_file(t.path.c_str());  // before the file exists: see the header
+    t.fd = ::open(t.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (t.fd >= 0) return t;
+    err = errno;
+    unregister_temp_file(t.slot);
+    t.slot = -1;
+    if (err != EEXIST) break;
   }
-  const int err = errno;
-  throw OutputError("cannot create " + tmp_ + " (to write " + path + "): " + std::strerror(err));
+  throw OutputError("cannot create " + t.path + " (to write " + output + "): " + std::strerror(err));
+}
+
+AtomicFile::AtomicFile(const std::string& path) : path_(path) {
+  TempBeside t = create_temp_beside(path);
+  tmp_ = std::move(t.path);
+  fd_ = t.fd;
+  temp_slot_ = t.slot;
 }
 
 AtomicFile::~AtomicFile() {

@@ -40,6 +40,23 @@ class AtomicFile {
   int temp_slot_ = -1;  ///< register_temp_file() slot of tmp_
 };
 
+/// An exclusively created, interrupt-registered temporary file beside an output (see
+/// create_temp_beside()).
+struct TempBeside {
+  std::string path;  ///< "<output>.tmp-<pid>-<6 random characters>"
+  int fd = -1;       ///< open for writing (O_WRONLY | O_CLOEXEC), mode 0644
+  int slot = -1;     ///< register_temp_file() slot of `path` (-1 when the registry was full)
+};
+
+/// Creates "<output>.tmp-<pid>-<random>" in the output's directory with O_CREAT | O_EXCL. The name is
+/// registered with the interrupt handlers (core/interrupt.h) *before* the file is created, so there
+/// is no moment in which the file exists but a SIGINT/SIGTERM would leave it behind (a handler that
+/// runs before creation just fails to unlink a name that does not exist yet). The pid in the name
+/// makes a clash with another live process's temporary impossible; a clash with a stale temporary
+/// of a dead process is retried with a new name. Throws OutputError naming `output` when no
+/// temporary can be created (directory missing or not writable, ...).
+TempBeside create_temp_beside(const std::string& output);
+
 /// Replaces `path` with `content` atomically (AtomicFile).
 void write_file_atomic(const std::string& path, std::string_view content);
 

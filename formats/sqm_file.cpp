@@ -1,5 +1,7 @@
 #include "formats/sqm_file.h"
 
+#include "formats/atomic_file.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -165,15 +167,11 @@ SqmWriter::SqmWriter(const std::string& path, SqmWriteOptions options) : path_(p
     if (!options_.force) throw UsageError(path + " already exists (use --force to overwrite it)");
     if (std::filesystem::is_directory(st)) throw UsageError(path + " is a directory, not a file");
   }
-  std::string tmpl = path + ".tmp-XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  fd_ = ::mkstemp(buf.data());
-  if (fd_ < 0) throw OutputError("cannot write " + path + ": cannot create a temporary file beside it: " + std::strerror(errno));
-  tmp_path_ = buf.data();
-  temp_slot_ = register_temp_file(tmp_path_.c_str());
+  TempBeside t = create_temp_beside(path);
+  fd_ = t.fd;
+  tmp_path_ = std::move(t.path);
+  temp_slot_ = t.slot;
   try {
-    ::fchmod(fd_, 0644);
     const uint8_t zeros[kSqmPreambleSize] = {};
     write_all(zeros, sizeof zeros);  // placeholder, patched by finish()
     if (options_.compress) {

@@ -1,8 +1,9 @@
 // Interrupted tools leave no partial outputs: an async-signal-safe registry of temporary output
 // files, and SIGINT/SIGTERM handlers that remove every registered file before exiting.
 //
-// Writers that stream into "<out>.tmp-XXXXXX" (AtomicFile, SqmWriter) register the temporary right
-// after creating it and unregister it once it is renamed over the output or removed. The handlers
+// Writers that stream into "<out>.tmp-PID-XXXXXX" (AtomicFile, SqmWriter, via create_temp_beside() in
+// formats/atomic_file.h) register the temporary's name just before creating it and unregister it
+// once it is renamed over the output or removed. The handlers
 // (installed by run_tool for every sq-* tool) unlink() each registered path, print one line on
 // stderr and _exit(128 + signal): 130 for SIGINT, 143 for SIGTERM, as a shell reports a process
 // killed by that signal. Destructors do not run on that path; only unlink(), write() and _exit(),
@@ -10,8 +11,7 @@
 //
 // Limits: at most kMaxTempFiles files registered at once and paths of at most kMaxTempPathBytes - 1
 // bytes (a path that does not fit is not registered and is then only removed by its owner's normal
-// cleanup); a signal arriving between a temporary's creation and its registration (a few
-// instructions) can still leave it behind. SIGKILL, power loss and crashes are not covered: there,
+// cleanup). SIGKILL, power loss and crashes are not covered: there,
 // the writers' temp-file + rename protocol still guarantees that no partial output appears under
 // the output's own name.
 #pragma once
