@@ -51,6 +51,11 @@ struct LayerStats {
   std::vector<std::vector<float>> output_absmax;
   ChannelStats keys;    ///< K before RoPE [tokens, n_kv_heads*head_dim] (min/max/absmax used)
   ChannelStats values;  ///< V [tokens, n_kv_heads*head_dim]
+  /// GPTQ Hessians H = (2/N)·XᵀX of each linear input, indexed by ActivationSite, each
+  /// [width, width] row-major double (calib/hessian.h); empty when not recorded (sq-calibrate
+  /// without --hessian).
+  std::vector<std::vector<double>> hessians;
+  int64_t hessian_tokens = 0;  ///< N, the tokens the Hessians were accumulated over
 };
 
 /// Where the statistics came from (stored as HDF5 attributes; docs/formats.md).

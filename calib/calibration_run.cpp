@@ -2,6 +2,7 @@
 
 #include <ctime>
 
+#include "calib/hessian.h"
 #include "calib/stats_collector.h"
 #include "calib/window_sampler.h"
 #include "core/error.h"
@@ -48,6 +49,17 @@ CalibrationData run_calibration(const LoadedModel& loaded, const Tokenizer& tok,
   data.layers = collect_activation_stats(*loaded.model, windows, [&](int64_t done, int64_t total) {
     if (o.progress) o.progress("running", done, total);
   });
+  if (o.hessian) {
+    const HessianCollector h = collect_hessians(*loaded.model, windows, [&](int64_t done, int64_t total) {
+      if (o.progress) o.progress("hessians", done, total);
+    });
+    for (int l = 0; l < c.n_layers; ++l) {
+      LayerStats& ls = data.layers[static_cast<size_t>(l)];
+      ls.hessians.resize(kActivationSites);
+      for (int s = 0; s < kActivationSites; ++s) ls.hessians[static_cast<size_t>(s)] = h.at(l, static_cast<ActivationSite>(s)).hessian();
+      ls.hessian_tokens = h.at(l, ActivationSite::AttnInput).tokens();
+    }
+  }
   return data;
 }
 

@@ -1,10 +1,14 @@
 #include "calib/converter.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <map>
+#include <memory>
 
+#include "calib/layerwise_runner.h"
 #include "calib/window_sampler.h"
 #include "core/error.h"
 #include "formats/calibration_h5.h"
@@ -13,27 +17,10 @@
 #include "formats/safetensors.h"
 #include "formats/tokenizer.h"
 #include "model/sqm_model.h"
+#include "model/w4a16_linear.h"
 #include "model/w8a8_linear.h"
 
 namespace sq {
-
-ConvertScheme parse_scheme(const std::string& s) {
-  if (s == "f32") return ConvertScheme::F32;
-  if (s == "f16") return ConvertScheme::F16;
-  if (s == "bf16") return ConvertScheme::BF16;
-  if (s == "w8a8") return ConvertScheme::W8A8;
-  throw UsageError("--scheme must be f32, f16, bf16 or w8a8, got '" + s + "'");
-}
-
-const char* scheme_name(ConvertScheme s) {
-  switch (s) {
-    case ConvertScheme::F32: return "f32";
-    case ConvertScheme::F16: return "f16";
-    case ConvertScheme::BF16: return "bf16";
-    case ConvertScheme::W8A8: return "w8a8";
-  }
-  return "?";
-}
 
 namespace {
 
@@ -127,6 +114,16 @@ void write_linear(SqmWriter& w, const Checkpoint& ck, const std::string& base, c
   if (ck.has(base + ".bias")) write_float(w, base + ".bias", ck.tensors.at(base + ".bias"), ConvertScheme::F32);
 }
 
+/// Writes one W4A16 projection: weight I4x2 (symmetric) / U4x2 (asymmetric) [out, in], weight_scale
+/// F16 [out, ⌈in/g⌉], and (asymmetric) weight_zero U4x2 [out, ⌈in/g⌉] (docs/formats.md).
+void write_int4_linear(SqmWriter& w, const Int4Projection& p) {
+  const Int4Weights& q = p.weights;
+  const int64_t ng = int4_groups_per_row(q);
+  w.add_tensor(p.name + ".weight", q.asym ? SqmDType::U4x2 : SqmDType::I4x2, {q.out, q.in}, q.packed.data(), q.packed.size());
+  w.add_tensor(p.name + ".weight_scale", SqmDType::F16, {q.out, ng}, q.scales_f16.data(), q.scales_f16.size() * 2);
+  if (q.asym) w.add_tensor(p.name + ".weight_zero", SqmDType::U4x2, {q.out, ng}, q.zeros_packed.data(), q.zeros_packed.size());
+}
+
 }  // namespace
 
 ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, const std::string& out_path) {
@@ -134,6 +131,12 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
   if (base.tensors.empty()) throw UsageError(src.path + ": convert from the original checkpoint, not a " + src.format + " file");
   const ModelConfig& c = base.config;
   const bool w8a8 = o.scheme == ConvertScheme::W8A8;
+  const bool w4 = o.scheme == ConvertScheme::W4A16;
+  if (w4 && c.qkv_bias) throw UnsupportedError(src.path + ": --scheme w4a16 does not support q/k/v biases yet");
+  if (w4 && o.int4.gptq && o.calib_path.empty())
+    throw UsageError("--gptq needs --calib (a calibration file from sq-calibrate, for the Hessians)");
+  if (o.gptq_hessians != "auto" && o.gptq_hessians != "sequential" && o.gptq_hessians != "file")
+    throw UsageError("--gptq-hessians must be auto, sequential or file, got '" + o.gptq_hessians + "'");
   if (!(o.alpha >= 0.0f && o.alpha <= 1.0f)) throw UsageError("--alpha must be in [0, 1] or 'auto', got " + std::to_string(o.alpha));
   const bool needs_calib = w8a8 && (o.smooth || o.act == ActQuant::PerTensorStatic);
   if (needs_calib && o.calib_path.empty())
@@ -171,7 +174,29 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
     }
   }
 
+  // W4A16 GPTQ: Hessians layer by layer on the outputs of the already-quantized layers, or the
+  // FP32-model Hessians stored in the calibration file.
+  const bool keep_f32 = w8a8 || w4;
+  std::unique_ptr<LayerwiseRunner> sequential;
   ConvertSummary summary;
+  if (w4 && o.int4.gptq) {
+    std::string mode = o.gptq_hessians;
+    if (mode == "auto") mode = std::filesystem::exists(calib.provenance.text_path) && !o.tokenizer_path.empty() ? "sequential" : "file";
+    if (mode == "sequential") {
+      if (o.tokenizer_path.empty()) throw UsageError("--gptq-hessians sequential needs the tokenizer (give --tokenizer)");
+      auto tok = load_tokenizer(o.tokenizer_path);
+      const auto& pv = calib.provenance;
+      const auto windows = sample_calibration_windows(pv.text_path, *tok, pv.samples, pv.seq_len, pv.seed);
+      sequential = std::make_unique<LayerwiseRunner>(*src.model, windows);
+    } else {
+      for (size_t l = 0; l < calib.layers.size(); ++l)
+        if (calib.layers[l].hessians.size() != size_t(kActivationSites))
+          throw InputError(o.calib_path + ": no GPTQ Hessians for layer " + std::to_string(l) +
+                           " (record them with sq-calibrate --hessian, or let sq-convert recompute them from the calibration text)");
+    }
+    summary.hessian_source = mode;
+  }
+
   SqmWriter out(out_path, o.write);
   if (w8a8 && o.quantize_head) {
     // INT8 embedding rows with per-row scales (per-channel of the tied head). Weight granularity
@@ -183,11 +208,12 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
     emb.tensors["model.embed_tokens.weight"] = base.tensors.at(names::kEmbed);
     write_linear(out, emb, "model.embed_tokens", rows, 0.0f);
   } else {
-    write_float(out, names::kEmbed, base.tensors.at(names::kEmbed), w8a8 ? ConvertScheme::F32 : o.scheme);
+    write_float(out, names::kEmbed, base.tensors.at(names::kEmbed), keep_f32 ? ConvertScheme::F32 : o.scheme);
   }
   const char* linear_suffixes[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                                    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
   nlohmann::json alphas = nlohmann::json::array();
+  std::array<std::vector<double>, kActivationSites> held_hessians;  // W4A16 sequential: this layer's
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = names::layer(l);
     Checkpoint layer;  // this layer's tensors only: smoothing clones what it touches, freed after the layer
@@ -220,9 +246,37 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
         alphas.push_back({{"layer", l}, {"site", activation_site_name(site)}, {"alpha", alpha}});
       }
     }
-    write_float(out, p + "input_layernorm.weight", layer.tensors.at(p + "input_layernorm.weight"), w8a8 ? ConvertScheme::F32 : o.scheme);
+    write_float(out, p + "input_layernorm.weight", layer.tensors.at(p + "input_layernorm.weight"), keep_f32 ? ConvertScheme::F32 : o.scheme);
     write_float(out, p + "post_attention_layernorm.weight", layer.tensors.at(p + "post_attention_layernorm.weight"),
-                w8a8 ? ConvertScheme::F32 : o.scheme);
+                keep_f32 ? ConvertScheme::F32 : o.scheme);
+    if (w4) {
+      std::array<const std::vector<double>*, kActivationSites> H{};
+      std::unique_ptr<LayerHessians> layer_h;
+      if (sequential) {
+        layer_h = std::make_unique<LayerHessians>(sequential->hessians(l, src.model->layers()[size_t(l)]));
+        for (int s = 0; s < kActivationSites; ++s) {
+          const auto& acc = layer_h->at(static_cast<ActivationSite>(s));
+          if (acc.tokens() > 0) held_hessians[size_t(s)] = acc.hessian();
+          H[size_t(s)] = &held_hessians[size_t(s)];
+        }
+      } else if (!calib.layers.empty() && calib.layers[size_t(l)].hessians.size() == size_t(kActivationSites)) {
+        for (int s = 0; s < kActivationSites; ++s) H[size_t(s)] = &calib.layers[size_t(l)].hessians[size_t(s)];
+      }
+      auto projections = quantize_layer_int4(layer, l, o.int4, H);
+      for (const auto& proj : projections) write_int4_linear(out, proj);
+      if (sequential) {  // the quantized layer produces the next layer's inputs
+        const LlamaLayer& f = src.model->layers()[size_t(l)];
+        LlamaLayer q;
+        q.attn_norm = f.attn_norm;
+        q.ffn_norm = f.ffn_norm;
+        std::unique_ptr<Linear>* slots[kProjections] = {&q.q_proj, &q.k_proj, &q.v_proj, &q.o_proj, &q.gate_proj, &q.up_proj, &q.down_proj};
+        for (int k = 0; k < kProjections; ++k) *slots[k] = std::make_unique<W4A16Linear>(projections[size_t(k)].weights);
+        sequential->advance(l, q);
+      }
+      for (auto& proj : projections) summary.int4.push_back(std::move(proj));
+      if (o.progress) o.progress(l + 1, c.n_layers);
+      continue;
+    }
     for (int k = 0; k < kProjections; ++k) {
       const std::string name = p + linear_suffixes[k];
       if (!w8a8) {
@@ -240,13 +294,13 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
     }
     if (o.progress) o.progress(l + 1, c.n_layers);
   }
-  write_float(out, names::kFinalNorm, base.tensors.at(names::kFinalNorm), w8a8 ? ConvertScheme::F32 : o.scheme);
+  write_float(out, names::kFinalNorm, base.tensors.at(names::kFinalNorm), keep_f32 ? ConvertScheme::F32 : o.scheme);
   if (w8a8 && o.quantize_head && !c.tied_embeddings) {
     Checkpoint head;
     head.tensors["lm_head.weight"] = base.tensors.at(names::kLmHead);
     write_linear(out, head, "lm_head", o, 0.0f);
   } else if (!c.tied_embeddings && !(w8a8 && o.quantize_head)) {
-    write_float(out, names::kLmHead, base.tensors.at(names::kLmHead), w8a8 ? ConvertScheme::F32 : o.scheme);
+    write_float(out, names::kLmHead, base.tensors.at(names::kLmHead), keep_f32 ? ConvertScheme::F32 : o.scheme);
   }
 
   nlohmann::json header;
@@ -270,6 +324,14 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
                       {"alpha", o.smooth ? (o.alpha_auto ? nlohmann::json("auto") : nlohmann::json(o.alpha)) : nlohmann::json(nullptr)},
                       {"smooth_vo", o.smooth_vo},
                       {"groups", alphas}};
+  }
+  if (w4) {
+    q["group_size"] = o.int4.group_size;
+    q["symmetric"] = !o.int4.asym;
+    q["method"] = o.int4.gptq ? "gptq" : "rtn";
+    if (o.int4.gptq) {
+      q["gptq"] = {{"act_order", o.int4.act_order}, {"damp", o.int4.damp}, {"static_groups", true}, {"hessians", summary.hessian_source}};
+    }
   }
   header["quantization"] = q;
   if (!o.calib_path.empty()) {

@@ -6,17 +6,14 @@
 #include <string>
 #include <vector>
 
+#include "calib/convert_spec.h"  // ConvertScheme, parse_scheme, parse_convert_flags
+#include "calib/int4_layer_quantizer.h"
 #include "calib/smoothquant.h"
 #include "formats/sqm_file.h"
 #include "model/model_loader.h"
 #include "quant/int8_quantize.h"
 
 namespace sq {
-
-enum class ConvertScheme { F32, F16, BF16, W8A8 };
-/// Parses "f32" / "f16" / "bf16" / "w8a8"; throws UsageError otherwise.
-ConvertScheme parse_scheme(const std::string& s);
-const char* scheme_name(ConvertScheme s);
 
 struct ConvertOptions {
   ConvertScheme scheme = ConvertScheme::W8A8;
@@ -33,6 +30,14 @@ struct ConvertOptions {
   int64_t alpha_windows = 8;   ///< calibration windows (of the calibration's seq_len) for --alpha auto
   int64_t alpha_max_rows = 2048;  ///< cap on captured activation rows per site (every k-th token)
   std::string tokenizer_path;  ///< tokenizer file to embed ("" = none)
+  /// W4A16: group size, symmetric/asymmetric, RTN or GPTQ (calib/int4_layer_quantizer.h).
+  Int4Options int4;
+  /// Where GPTQ's Hessians come from: "sequential" (recomputed layer by layer from the calibration
+  /// file's windows — its text, seed, N and L — so each layer sees the outputs of the already
+  /// quantized layers before it, as GPTQ §4 / the reference's llama_sequential), "file" (the
+  /// FP32-model Hessians that `sq-calibrate --hessian` stored), or "auto" (sequential when the
+  /// calibration text is readable, else file).
+  std::string gptq_hessians = "auto";
   SqmWriteOptions write;
   /// Called after each decoder layer is written: (layers done, total).
   std::function<void(int64_t, int64_t)> progress;
@@ -40,6 +45,8 @@ struct ConvertOptions {
 
 struct ConvertSummary {
   std::vector<SmoothingGroup> groups;  ///< every smoothed input with its α and factors
+  std::vector<Int4Projection> int4;    ///< W4A16: every projection's INT4 weights and Hessian error
+  std::string hessian_source;          ///< W4A16 GPTQ: "sequential" or "file"
   uint64_t file_bytes = 0;
 };
 
@@ -48,8 +55,11 @@ struct ConvertSummary {
 /// activations). W8A8: weights symmetric INT8 (per-channel or per-tensor, Eq. 3.1), activation mode
 /// recorded for the runner, per-tensor static steps Δ = absmax/127 of the calibrated (smoothed)
 /// activation for O3. LM head and embeddings stay FP32 unless `quantize_head`.
-/// Throws UsageError (missing --calib, bad α, O3 with --quantize-head), InputError (calibration
-/// file for another model: fingerprint mismatch; layer count mismatch), OutputError.
+/// W4A16: every projection group-wise INT4 (RTN or GPTQ, options.int4), written as I4x2/U4x2
+/// weights + F16 scales (+ U4x2 zero points); embeddings, norms and the LM head stay FP32.
+/// Throws UsageError (missing --calib, bad α, O3 with --quantize-head, GPTQ without --calib, bad
+/// group size), InputError (calibration file for another model: fingerprint mismatch; layer count
+/// mismatch; GPTQ Hessians missing from the file; a Hessian not positive definite), OutputError.
 ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& options, const std::string& out_path);
 
 }  // namespace sq

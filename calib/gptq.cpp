@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "core/error.h"
+#include "formats/safetensors.h"
 
 // LAPACK from OpenBLAS (no lapack.h is installed). The trailing hidden string lengths of the
 // Fortran ABI are passed; OpenBLAS's C implementations ignore them.
@@ -34,7 +35,7 @@ void validate(int64_t out, int64_t in, const GptqOptions& o) {
 }
 
 /// Quantizer parameters of one row of one group (file comment of gptq.h).
-QParams find_params(const float* w, int64_t len, int bits, bool symmetric) {
+QParams find_params(const float* w, int64_t len, int bits, bool symmetric, bool fp16) {
   const int maxq = (1 << bits) - 1;
   float lo = 0.0f, hi = 0.0f;
   for (int64_t j = 0; j < len; ++j) {
@@ -46,9 +47,13 @@ QParams find_params(const float* w, int64_t len, int bits, bool symmetric) {
     const float absmax = std::max(-lo, hi);
     p.zero = 1 << (bits - 1);
     p.scale = absmax > 0 ? absmax / static_cast<float>((1 << (bits - 1)) - 1) : 1.0f;
+    if (fp16) p.scale = half_to_float(float_to_half(p.scale));
+    if (p.scale == 0.0f) p.scale = 1.0f;  // |w| below FP16's range: every weight codes to 0
   } else {
     const float range = hi - lo;
     p.scale = range > 0 ? range / static_cast<float>(maxq) : 1.0f;
+    if (fp16) p.scale = half_to_float(float_to_half(p.scale));
+    if (p.scale == 0.0f) p.scale = 1.0f;
     p.zero = static_cast<int32_t>(std::clamp(std::nearbyint(-lo / p.scale), 0.0f, static_cast<float>(maxq)));
   }
   return p;
@@ -98,7 +103,7 @@ GptqResult rtn_quantize(const float* W, int64_t out, int64_t in, const GptqOptio
     for (int64_t G = 0; G < r.n_groups; ++G) {
       const int64_t c0 = G * g, len = std::min(g, in - c0);
       const float* w = W + row * in + c0;
-      const QParams p = find_params(w, len, o.bits, o.symmetric);
+      const QParams p = find_params(w, len, o.bits, o.symmetric, o.fp16_scales);
       r.scales[static_cast<size_t>(row * r.n_groups + G)] = p.scale;
       r.zeros[static_cast<size_t>(row * r.n_groups + G)] = p.zero;
       for (int64_t j = 0; j < len; ++j) {
@@ -108,6 +113,46 @@ GptqResult rtn_quantize(const float* W, int64_t out, int64_t in, const GptqOptio
       }
     }
   return r;
+}
+
+Int4Weights to_int4_weights(const GptqResult& r, bool symmetric) {
+  if (r.bits != 4) throw std::invalid_argument("to_int4_weights: " + std::to_string(r.bits) + "-bit result, expected 4");
+  check_int4_shape(r.out, r.in, r.group_size);
+  for (int64_t j = 0; j < r.in; ++j)
+    if (r.g_idx[size_t(j)] != j / r.group_size)
+      throw std::invalid_argument("to_int4_weights: groups are not contiguous column ranges (act_order without static_groups)");
+  Int4Weights w;
+  w.out = r.out;
+  w.in = r.in;
+  w.group = r.group_size;
+  w.asym = !symmetric;
+  const int64_t ng = int4_groups_per_row(w);
+  if (ng != r.n_groups) throw std::invalid_argument("to_int4_weights: group count mismatch");
+  w.packed.assign(static_cast<size_t>(w.out * w.in / 2), 0);
+  w.scales_f16.resize(static_cast<size_t>(w.out * ng));
+  std::vector<uint8_t> zeros(symmetric ? 0 : static_cast<size_t>(w.out * ng));
+  for (int64_t row = 0; row < w.out; ++row) {
+    for (int64_t G = 0; G < ng; ++G) {
+      const size_t k = static_cast<size_t>(row * ng + G);
+      const uint16_t h = float_to_half(r.scales[k]);
+      if (half_to_float(h) != r.scales[k])
+        throw std::invalid_argument("to_int4_weights: scale " + std::to_string(r.scales[k]) + " is not an FP16 value (use fp16_scales)");
+      w.scales_f16[k] = h;
+      if (symmetric && r.zeros[k] != 8) throw std::invalid_argument("to_int4_weights: symmetric zero point must be 8");
+      if (!symmetric) zeros[k] = static_cast<uint8_t>(r.zeros[k]);
+    }
+    for (int64_t c = 0; c < w.in; ++c) {
+      const int code = r.codes[static_cast<size_t>(row * w.in + c)];
+      const int nib = symmetric ? ((code - 8) & 0xF) : code;
+      w.packed[static_cast<size_t>(row * (w.in / 2) + c / 2)] |= static_cast<uint8_t>((c & 1) ? nib << 4 : nib);
+    }
+  }
+  if (!symmetric) {
+    w.zeros_packed.assign(static_cast<size_t>((w.out * ng + 1) / 2), 0);
+    for (size_t f = 0; f < zeros.size(); ++f) w.zeros_packed[f / 2] |= static_cast<uint8_t>((f & 1) ? zeros[f] << 4 : zeros[f]);
+  }
+  validate_int4(w);
+  return w;
 }
 
 double hessian_weighted_error(const float* W, const float* W_hat, int64_t out, int64_t in, const std::vector<double>& H) {
@@ -143,6 +188,20 @@ GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, std::vector<do
       H[at(i, i)] = 1.0;
       for (int64_t row = 0; row < out; ++row) Wc[static_cast<size_t>(row * in + i)] = 0.0f;
     }
+
+  // Static groups: every group's parameters from the (dead-column-zeroed) weights, natural order.
+  std::vector<QParams> static_params;
+  if (o.static_groups) {
+    static_params.resize(static_cast<size_t>(out * r.n_groups));
+    for (int64_t row = 0; row < out; ++row)
+      for (int64_t G = 0; G < r.n_groups; ++G) {
+        const int64_t c0 = G * g, len = std::min(g, in - c0);
+        const QParams p = find_params(Wc.data() + row * in + c0, len, o.bits, o.symmetric, o.fp16_scales);
+        static_params[static_cast<size_t>(row * r.n_groups + G)] = p;
+        r.scales[static_cast<size_t>(row * r.n_groups + G)] = p.scale;
+        r.zeros[static_cast<size_t>(row * r.n_groups + G)] = p.zero;
+      }
+  }
 
   // Step 2: act-order permutation (descending diag(H), stable).
   std::vector<int64_t>& perm = r.perm;
@@ -201,7 +260,10 @@ GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, std::vector<do
       std::copy_n(Wc.data() + row * in + i1, cnt, W1.data() + row * B);
     for (int64_t i = 0; i < cnt; ++i) {
       const int64_t col = i1 + i;
-      if (col % g == 0) {  // entering a group: parameters from the current (error-updated) weights
+      if (o.static_groups) {
+        const int64_t G = perm[size_t(col)] / g;
+        for (int64_t row = 0; row < out; ++row) params[size_t(row)] = static_params[static_cast<size_t>(row * r.n_groups + G)];
+      } else if (col % g == 0) {  // entering a group: parameters from the current (error-updated) weights
         const int64_t G = col / g, len = std::min(g, n - col);
         for (int64_t row = 0; row < out; ++row) {
           for (int64_t j = 0; j < len; ++j) {
@@ -214,7 +276,7 @@ GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, std::vector<do
               cur[size_t(j)] = v;
             }
           }
-          const QParams p = find_params(cur.data(), len, o.bits, o.symmetric);
+          const QParams p = find_params(cur.data(), len, o.bits, o.symmetric, o.fp16_scales);
           params[size_t(row)] = p;
           r.scales[static_cast<size_t>(row * r.n_groups + G)] = p.scale;
           r.zeros[static_cast<size_t>(row * r.n_groups + G)] = p.zero;
@@ -244,7 +306,7 @@ GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, std::vector<do
   // Step 6: back to the original column order.
   for (int64_t k = 0; k < n; ++k) {
     const int64_t j = perm[size_t(k)];
-    r.g_idx[size_t(j)] = static_cast<int32_t>(k / g);
+    r.g_idx[size_t(j)] = static_cast<int32_t>(o.static_groups ? j / g : k / g);
     for (int64_t row = 0; row < out; ++row) {
       r.codes[static_cast<size_t>(row * in + j)] = codes_p[static_cast<size_t>(row * in + k)];
       r.dequantized[static_cast<size_t>(row * in + j)] = deq_p[static_cast<size_t>(row * in + k)];

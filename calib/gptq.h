@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "quant/int4_quantize.h"
+
 namespace sq {
 
 /// Options of gptq_quantize / rtn_quantize.
@@ -32,6 +34,14 @@ struct GptqOptions {
   double damp = 0.01;     ///< λ = damp · mean(diag H) added to diag H (the reference's percdamp); ≥ 0
   bool act_order = false; ///< quantize columns in order of descending diag(H) ("act-order"; GPTQ only)
   int block_size = 128;   ///< B of Algorithm 1: columns per lazy-batch block, ≥ 1 (does not change the result)
+  /// Round every Δ to the nearest IEEE FP16 value before coding with it (a zero point is then
+  /// computed from the rounded Δ), so a packer that stores FP16 scales reproduces ŵ exactly.
+  bool fp16_scales = false;
+  /// GPTQ only: compute every group's (Δ, z) up front from the weights before any error feedback
+  /// (the reference's static_groups), in natural column order, so groups stay contiguous column
+  /// ranges j / g even with act_order (what a group-wise packed layout needs). Without it, a group's
+  /// parameters come from its error-updated weights when quantization reaches it.
+  bool static_groups = false;
   std::string name;       ///< layer/tensor name used in error messages, e.g. "model.layers.0.mlp.up_proj"
 };
 
@@ -77,6 +87,12 @@ struct GptqResult {
 /// or not finite); std::invalid_argument when H.size() != in·in or out/in < 0; InputError naming
 /// options.name when H has non-finite entries or is not positive definite after dampening.
 GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, std::vector<double> H, const GptqOptions& options);
+
+/// Group-wise INT4 container (quant/int4_quantize.h layouts, FP16 scales) from a 4-bit GptqResult.
+/// Symmetric: stored code = q − 8 (z = 8); asymmetric: code q with zero point z. Requires
+/// r.bits == 4, group_size ∈ {32, 64, 128}, natural-order groups (g_idx[j] = j / g: no act_order or
+/// static_groups) and FP16-exact scales (fp16_scales). Throws std::invalid_argument otherwise.
+Int4Weights to_int4_weights(const GptqResult& r, bool symmetric);
 
 /// Round-to-nearest with exactly GPTQ's quantizer and groups (file comment): each group's (Δ, z)
 /// from the unmodified weights, codes = quant(w). options.damp, act_order and block_size are

@@ -6,6 +6,7 @@
 #include <array>
 #include <cerrno>
 #include <cstdio>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
@@ -179,6 +180,11 @@ class Writer {
         Hid g = group(lg.get(), gname);
         attr_string(g.get(), gname, "linears", kSiteLinears[s]);
         channel_stats(g.get(), gname, l.inputs[static_cast<size_t>(s)]);
+        if (!l.hessians.empty()) {  // optional (sq-calibrate --hessian): [C·C] = row-major [C, C]
+          const auto& H = l.hessians[static_cast<size_t>(s)];
+          dataset(g.get(), gname + "/hessian", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, H.size(), H.data());
+          attr_scalar(g.get(), gname, "hessian_tokens", H5T_STD_I64LE, H5T_NATIVE_INT64, &l.hessian_tokens);
+        }
       }
       {
         const std::string gname = lname + "/" + kOutputs;
@@ -313,6 +319,16 @@ void validate_for_write(const CalibrationData& data) {
     if (l.output_absmax.size() != static_cast<size_t>(kProjections))
       throw std::invalid_argument("write_calibration_h5: " + prefix + " has " + std::to_string(l.output_absmax.size()) +
                                   " output vectors, expected " + std::to_string(kProjections));
+    if (!l.hessians.empty()) {
+      if (l.hessians.size() != size_t(kActivationSites))
+        throw std::invalid_argument("write_calibration_h5: a layer has " + std::to_string(l.hessians.size()) + " Hessians, expected 4");
+      for (int s2 = 0; s2 < kActivationSites; ++s2) {
+        const int64_t c = l.inputs[static_cast<size_t>(s2)].channels;
+        if (static_cast<int64_t>(l.hessians[static_cast<size_t>(s2)].size()) != c * c)
+          throw std::invalid_argument("write_calibration_h5: Hessian of site " + std::to_string(s2) + " is not [C, C]");
+      }
+      if (l.hessian_tokens < 1) throw std::invalid_argument("write_calibration_h5: hessian_tokens must be ≥ 1");
+    }
     for (int s = 0; s < kActivationSites; ++s)
       validate_channel_stats_for_write(l.inputs[static_cast<size_t>(s)],
                                        prefix + site_name(s));
@@ -399,7 +415,6 @@ class Reader {
 
     const size_t n_layers = count_layers(root);
     data.layers.resize(n_layers);
-    auto fail = [&](const std::string& object, const std::string& why) { this->fail(object, why); };
     for (size_t i = 0; i < n_layers; ++i) {
       LayerStats& l = data.layers[i];
       const std::string lname = layer_path(i);
@@ -412,6 +427,24 @@ class Reader {
         if (linears != kSiteLinears[s])
           fail(gname, "attribute linears is \"" + linears + "\", expected \"" + kSiteLinears[s] + "\"");
         l.inputs[static_cast<size_t>(s)] = channel_stats(g.get(), gname);
+        const htri_t has_h = H5Lexists(g.get(), "hessian", H5P_DEFAULT);
+        check(has_h >= 0, gname + "/hessian");
+        if (s > 0 && (has_h > 0) != !l.hessians.empty())
+          fail(gname + "/hessian", has_h > 0 ? "exists, but attn_input has none" : "is missing, but attn_input has one");
+        if (has_h > 0) {
+          const int64_t c = l.inputs[static_cast<size_t>(s)].channels;
+          std::vector<double> H = dataset<double>(g.get(), gname + "/hessian", kF64);
+          if (static_cast<int64_t>(H.size()) != c * c)
+            fail(gname + "/hessian", "has " + std::to_string(H.size()) + " entries, expected " + std::to_string(c) + "² = " +
+                                         std::to_string(c * c) + " (absmax length squared)");
+          for (double v : H)
+            if (!std::isfinite(v)) fail(gname + "/hessian", "holds a non-finite value");
+          const int64_t tokens = attr_int(g.get(), gname, "hessian_tokens");
+          if (tokens < 1) fail(gname, "attribute hessian_tokens must be ≥ 1, got " + std::to_string(tokens));
+          l.hessian_tokens = tokens;
+          if (l.hessians.empty()) l.hessians.resize(kActivationSites);
+          l.hessians[static_cast<size_t>(s)] = std::move(H);
+        }
       }
       {
         const std::string gname = lname + "/" + kOutputs;
@@ -431,8 +464,7 @@ class Reader {
         Hid g = open_group(lg.get(), gname);
         l.values = channel_stats(g.get(), gname);
       }
-      check_layer_widths(l, lname + "/", fail);
-      if (i > 0) check_same_widths(data.layers[0], l, lname + "/", fail);
+      check_calibration_layer(data.layers, i, path_);
     }
     return data;
   }
@@ -452,7 +484,7 @@ class Reader {
   size_t count_layers(hid_t root) {
     H5G_info_t info{};
     check(H5Gget_info(root, &info) >= 0, "/");
-    std::vector<size_t> indices;
+    std::vector<std::string> names;
     for (hsize_t k = 0; k < info.nlinks; ++k) {
       const ssize_t len = H5Lget_name_by_idx(root, ".", H5_INDEX_NAME, H5_ITER_INC, k, nullptr, 0, H5P_DEFAULT);
       check(len >= 0, "/");
@@ -460,22 +492,9 @@ class Reader {
       check(H5Lget_name_by_idx(root, ".", H5_INDEX_NAME, H5_ITER_INC, k, name.data(), name.size(), H5P_DEFAULT) >= 0,
             "/");
       name.resize(static_cast<size_t>(len));
-      if (name.rfind("layer_", 0) != 0) continue;  // not a layer group: ignored
-      const std::string digits = name.substr(6);
-      bool ok = !digits.empty() && digits.size() <= 9;
-      for (char c : digits) ok = ok && c >= '0' && c <= '9';
-      const size_t index = ok ? static_cast<size_t>(std::stoul(digits)) : 0;
-      if (!ok || layer_name(index) != name)
-        fail("/" + name, "is not a valid layer group name (expected layer_000, layer_001, ...)");
-      indices.push_back(index);
+      names.push_back(std::move(name));
     }
-    if (indices.empty()) fail("/", "has no layer groups (expected /layer_000, /layer_001, ...)");
-    std::sort(indices.begin(), indices.end());
-    for (size_t i = 0; i < indices.size(); ++i)
-      if (indices[i] != i)
-        fail(layer_path(i), "is missing: layer groups must be contiguous from /layer_000 (found up to " +
-                                layer_path(indices.back()) + ")");
-    return indices.size();
+    return calibration_layer_count(names, path_);
   }
 
   Hid open_group(hid_t parent, const std::string& name) {
@@ -544,6 +563,7 @@ class Reader {
       return out;
     }
     const size_t size = H5Tget_size(type.get());
+    if (size > file_size()) fail(what, "declares a " + std::to_string(size) + "-byte string, longer than the whole file");
     std::string out(size, '\0');
     if (size > 0) check(H5Aread(a.get(), type.get(), out.data()) >= 0, what);
     const size_t nul = out.find('\0');
@@ -608,6 +628,11 @@ class Reader {
     if (rank != 1) fail(name, "has rank " + std::to_string(rank) + ", expected 1");
     hsize_t dims[1] = {0};
     check(H5Sget_simple_extent_dims(space.get(), dims, nullptr) >= 0, name);
+    // sqkit writes contiguous, uncompressed datasets: a declared size beyond the whole file is
+    // corrupt, and must not size an allocation.
+    if (dims[0] > file_size() / e.size)
+      fail(name, "declares " + std::to_string(dims[0]) + " elements of " + std::to_string(e.size) +
+                     " bytes, more than the whole file (" + std::to_string(file_size()) + " bytes; file corrupt)");
     std::vector<T> out(static_cast<size_t>(dims[0]));
     if (!out.empty()) check(H5Dread(ds.get(), e.mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) >= 0, name);
     if (ds_out) *ds_out = std::move(ds);
@@ -617,46 +642,110 @@ class Reader {
   ChannelStats channel_stats(hid_t g, const std::string& gname) {
     ChannelStats s;
     s.absmax = dataset<float>(g, gname + "/absmax", kF32);
-    const size_t c = s.absmax.size();
-    if (c == 0) fail(gname + "/absmax", "is empty");
+    if (s.absmax.empty()) fail(gname + "/absmax", "is empty");
     s.min = dataset<float>(g, gname + "/min", kF32);
     s.max = dataset<float>(g, gname + "/max", kF32);
     s.sum_sq = dataset<double>(g, gname + "/sum_sq", kF64);
-    const std::pair<const char*, size_t> lens[] = {{"min", s.min.size()}, {"max", s.max.size()}, {"sum_sq", s.sum_sq.size()}};
-    for (const auto& [n, len] : lens)
-      if (len != c)
-        fail(gname + "/" + n, "has length " + std::to_string(len) + ", expected " + std::to_string(c) +
-                                  " (the length of " + gname + "/absmax)");
-    s.channels = static_cast<int64_t>(c);
+    s.channels = static_cast<int64_t>(s.absmax.size());
     s.token_absmax_hist = dataset<int64_t>(g, gname + "/token_absmax_hist", kI64);
-    if (s.token_absmax_hist.size() != static_cast<size_t>(ChannelStats::kHistBins))
-      fail(gname + "/token_absmax_hist", "has " + std::to_string(s.token_absmax_hist.size()) + " bins, expected " +
-                                             std::to_string(ChannelStats::kHistBins));
     Hid pct_ds;
     const std::vector<float> pct = dataset<float>(g, gname + "/token_absmax_percentiles", kF32, &pct_ds);
-    if (pct.size() != kTokenAbsmaxPercentiles.size())
-      fail(gname + "/token_absmax_percentiles", "has length " + std::to_string(pct.size()) + ", expected " +
-                                                    std::to_string(kTokenAbsmaxPercentiles.size()));
-    attr_f64_vector(pct_ds.get(), gname + "/token_absmax_percentiles", "percent", kTokenAbsmaxPercentiles.size());
+    if (pct.size() == kTokenAbsmaxPercentiles.size())
+      attr_f64_vector(pct_ds.get(), gname + "/token_absmax_percentiles", "percent", kTokenAbsmaxPercentiles.size());
     s.tokens = attr_int(g, gname, "tokens");
-    if (s.tokens < 0) fail(gname, "attribute tokens is negative");
     s.tensor_absmax = attr_f32(g, gname, "tensor_absmax");
-    int64_t sum = 0;
-    for (int64_t v : s.token_absmax_hist) {
-      if (v < 0) fail(gname + "/token_absmax_hist", "has a negative count");
-      sum += v;
-    }
-    if (sum != s.tokens)
-      fail(gname + "/token_absmax_hist", "sums to " + std::to_string(sum) + " tokens, but attribute tokens is " +
-                                             std::to_string(s.tokens));
+    check_calibration_channel_stats(s, pct.size(), gname, path_);
     return s;
+  }
+
+  /// Size of the open file in bytes (bounds every allocation sized from the file).
+  uint64_t file_size() {
+    if (file_size_ == 0) {
+      hsize_t n = 0;
+      check(H5Fget_filesize(file_.get(), &n) >= 0, "/");
+      file_size_ = static_cast<uint64_t>(n);
+    }
+    return file_size_;
   }
 
   std::string path_;
   Hid file_;
+  uint64_t file_size_ = 0;
 };
 
 }  // namespace
+
+size_t calibration_layer_count(const std::vector<std::string>& root_links, const std::string& path) {
+  auto fail = [&](const std::string& object, const std::string& why) { throw InputError(path + ": " + object + " " + why); };
+  std::vector<size_t> indices;
+  for (const std::string& name : root_links) {
+    if (name.rfind("layer_", 0) != 0) continue;  // not a layer group: ignored
+    const std::string digits = name.substr(6);
+    bool ok = !digits.empty() && digits.size() <= 9;
+    for (char c : digits) ok = ok && c >= '0' && c <= '9';
+    const size_t index = ok ? static_cast<size_t>(std::stoul(digits)) : 0;
+    if (!ok || layer_name(index) != name)
+      fail("/" + name, "is not a valid layer group name (expected layer_000, layer_001, ...)");
+    indices.push_back(index);
+  }
+  if (indices.empty()) fail("/", "has no layer groups (expected /layer_000, /layer_001, ...)");
+  std::sort(indices.begin(), indices.end());
+  for (size_t i = 0; i < indices.size(); ++i)
+    if (indices[i] != i)
+      fail(layer_path(i), "is missing: layer groups must be contiguous from /layer_000 (found up to " +
+                              layer_path(indices.back()) + ")");
+  return indices.size();
+}
+
+void check_calibration_channel_stats(const ChannelStats& s, size_t percentiles, const std::string& group,
+                                     const std::string& path) {
+  auto fail = [&](const std::string& object, const std::string& why) { throw InputError(path + ": " + object + " " + why); };
+  const size_t c = s.absmax.size();
+  if (c == 0) fail(group + "/absmax", "is empty");
+  const std::pair<const char*, size_t> lens[] = {{"min", s.min.size()}, {"max", s.max.size()}, {"sum_sq", s.sum_sq.size()}};
+  for (const auto& [n, len] : lens)
+    if (len != c)
+      fail(group + "/" + n, "has length " + std::to_string(len) + ", expected " + std::to_string(c) + " (the length of " +
+                                group + "/absmax)");
+  if (s.channels != static_cast<int64_t>(c))
+    fail(group + "/absmax", "has length " + std::to_string(c) + ", but the statistics claim " +
+                                std::to_string(s.channels) + " channels");
+  if (s.token_absmax_hist.size() != static_cast<size_t>(ChannelStats::kHistBins))
+    fail(group + "/token_absmax_hist", "has " + std::to_string(s.token_absmax_hist.size()) + " bins, expected " +
+                                           std::to_string(ChannelStats::kHistBins));
+  if (percentiles != kTokenAbsmaxPercentiles.size())
+    fail(group + "/token_absmax_percentiles", "has length " + std::to_string(percentiles) + ", expected " +
+                                                  std::to_string(kTokenAbsmaxPercentiles.size()));
+  if (s.tokens < 0) fail(group, "attribute tokens is negative");
+  int64_t sum = 0;
+  for (int64_t v : s.token_absmax_hist) {
+    if (v < 0) fail(group + "/token_absmax_hist", "has a negative count");
+    // Counts are non-negative and must sum to `tokens`: one above what is left cannot (and the
+    // running sum never overflows).
+    if (v > s.tokens - sum)
+      fail(group + "/token_absmax_hist", "sums to more than the " + std::to_string(s.tokens) + " tokens of attribute tokens");
+    sum += v;
+  }
+  if (sum != s.tokens)
+    fail(group + "/token_absmax_hist", "sums to " + std::to_string(sum) + " tokens, but attribute tokens is " +
+                                           std::to_string(s.tokens));
+}
+
+void check_calibration_layer(const std::vector<LayerStats>& layers, size_t i, const std::string& path) {
+  auto fail = [&](const std::string& object, const std::string& why) { throw InputError(path + ": " + object + " " + why); };
+  const std::string prefix = layer_path(i) + "/";
+  if (i >= layers.size()) fail(prefix, "does not exist (" + std::to_string(layers.size()) + " layers)");
+  for (size_t k : {size_t(0), i}) {
+    const LayerStats& l = layers[k];
+    if (l.inputs.size() != static_cast<size_t>(kActivationSites) ||
+        l.output_absmax.size() != static_cast<size_t>(kProjections))
+      fail(layer_path(k) + "/", "has " + std::to_string(l.inputs.size()) + " input sites and " +
+                                    std::to_string(l.output_absmax.size()) + " output vectors, expected " +
+                                    std::to_string(kActivationSites) + " and " + std::to_string(kProjections));
+  }
+  check_layer_widths(layers[i], prefix, fail);
+  if (i > 0) check_same_widths(layers[0], layers[i], prefix, fail);
+}
 
 void write_calibration_h5(const std::string& path, const CalibrationData& data) {
   validate_for_write(data);

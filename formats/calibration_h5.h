@@ -19,7 +19,9 @@
 // are reported through the exceptions instead.
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <vector>
 
 #include "calib/activation_stats.h"
 
@@ -52,5 +54,29 @@ void write_calibration_h5(const std::string& path, const CalibrationData& data);
 /// Throws InputError naming the file and the group/dataset/attribute at fault when the file is
 /// missing, not HDF5, corrupt or truncated, or violates the format.
 CalibrationData read_calibration_h5(const std::string& path);
+
+// ---- validation layer ----------------------------------------------------------------------------
+// The checks read_calibration_h5 applies to values once HDF5 has read them, as plain functions so
+// that tests and the fuzz target (tests/fuzz/calibration_fuzz.cpp) exercise exactly the reader's
+// rules without libhdf5. Each throws InputError "PATH: OBJECT why" (`path` names the file).
+// (The HDF5-level checks — object presence, dtype class/size, rank, declared sizes bounded by the
+// file size — stay in the reader.)
+
+/// Number of layer groups, from the names of the root group's links: names starting with "layer_"
+/// must be "layer_" + a zero-padded index of at least 3 digits (layer_000 ... layer_999,
+/// layer_1000 ...), contiguous from 0; other names are ignored. Throws InputError when there is no
+/// layer group, a name is malformed or an index is missing.
+size_t calibration_layer_count(const std::vector<std::string>& root_links, const std::string& path);
+
+/// Checks the statistics of one site read from `group` (e.g. "/layer_000/attn_input"): absmax
+/// non-empty, min / max / sum_sq as long as absmax, channels == absmax length, token_absmax_hist of
+/// ChannelStats::kHistBins bins, `percentiles` (the token_absmax_percentiles length) == 7, tokens
+/// >= 0, histogram counts non-negative and summing to tokens (overflow-safe).
+void check_calibration_channel_stats(const ChannelStats& stats, size_t percentiles, const std::string& group,
+                                     const std::string& path);
+
+/// Checks the widths of layer `i` of `layers` (4 input sites and 7 output vectors each): one LLaMA
+/// layer's relations (see read_calibration_h5) and, for i > 0, the same widths as layer 0.
+void check_calibration_layer(const std::vector<LayerStats>& layers, size_t i, const std::string& path);
 
 }  // namespace sq

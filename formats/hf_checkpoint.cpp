@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "formats/json_limits.h"
 #include "formats/hf_config.h"
 #include "formats/mapped_file.h"
 #include "formats/safetensors.h"
@@ -99,13 +100,14 @@ Tensor permute_rows(const Tensor& w, int n_heads, int head_dim, bool to_half_spl
   return out;
 }
 
-/// Parses DIR/model.safetensors.index.json into tensor name -> shard file name.
-std::map<std::string, std::string> read_index(const std::string& path) {
-  const std::string text = read_file_to_string(path);
+}  // namespace
+
+std::map<std::string, std::string> parse_safetensors_index(std::string_view text, const std::string& path) {
+  check_json_depth(text, path);
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     throw InputError(path + ": not valid JSON: " + e.what());
   }
   if (!j.is_object()) throw InputError(path + ": expected a JSON object with a \"weight_map\"");
@@ -116,7 +118,7 @@ std::map<std::string, std::string> read_index(const std::string& path) {
   for (auto it = wm->begin(); it != wm->end(); ++it) {
     if (!it.value().is_string())
       throw InputError(path + ": weight_map entry for tensor '" + it.key() + "' must be a file name string, got " +
-                       it.value().dump());
+                       json_excerpt(it.value()));
     const std::string shard = it.value().get<std::string>();
     if (!is_plain_file_name(shard))
       throw InputError(path + ": weight_map maps tensor '" + it.key() + "' to '" + shard +
@@ -125,8 +127,6 @@ std::map<std::string, std::string> read_index(const std::string& path) {
   }
   return out;
 }
-
-}  // namespace
 
 Tensor permute_qk_rows_for_half_split(const Tensor& w, int n_heads, int head_dim) {
   return permute_rows(w, n_heads, head_dim, true, "permute_qk_rows_for_half_split");
@@ -157,7 +157,7 @@ Checkpoint load_hf_checkpoint(const std::string& dir) {
     files[kSingleFile] = f;
     for (const auto& n : f->names()) location[n] = f.get();
   } else if (is_regular_file(index)) {
-    const auto weight_map = read_index(index);
+    const auto weight_map = parse_safetensors_index(read_file_to_string(index), index);
     for (const auto& [tensor, shard] : weight_map) {
       if (files.count(shard)) continue;
       const std::string shard_path = dir + "/" + shard;

@@ -9,7 +9,9 @@
 // Tensor names are sqkit's canonical names (core/checkpoint.h), which are the HF names.
 #pragma once
 
+#include <map>
 #include <string>
+#include <string_view>
 
 #include "core/checkpoint.h"
 #include "core/tensor.h"
@@ -34,6 +36,13 @@ namespace sq {
 /// tensor to a shard that does not hold it; a safetensors file is invalid (see SafetensorsFile); a
 /// tensor is missing or has the wrong shape; a tensor's dtype is not F32/F16/BF16 (UnsupportedError).
 Checkpoint load_hf_checkpoint(const std::string& dir);
+
+/// Parses the text of a `model.safetensors.index.json` into tensor name -> shard file name.
+/// `source` names the file in messages. Throws InputError naming `source` when `text` is not JSON,
+/// not an object, has no object "weight_map", a value that is not a string, or a shard that is not
+/// a plain file name (contains '/' or '\\' or NUL, is empty, "." or ".."). Other keys ("metadata")
+/// are ignored.
+std::map<std::string, std::string> parse_safetensors_index(std::string_view text, const std::string& source);
 
 /// Writes `ckpt` as a genuine HF checkpoint directory `dir` (created if needed; existing files of
 /// the same names are replaced, each atomically): config.json (make_hf_config_json, torch_dtype

@@ -2,9 +2,12 @@
 
 #include <charconv>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "core/error.h"
+#include "formats/json_limits.h"
 #include "formats/mapped_file.h"
 
 namespace sq {
@@ -56,34 +59,39 @@ class Reader {
     return as_int(*it, key);
   }
 
-  double number(const char* key, double fallback) const {
+  /// A number stored as float32: must be finite and within float's range (a rope_theta of 1e39
+  /// would otherwise become inf, pass "positive" checks and not survive a round trip).
+  float number_f32(const char* key, float fallback) const {
     auto it = j_.find(key);
     if (it == j_.end() || it->is_null()) return fallback;
-    if (!it->is_number()) throw InputError(source_ + ": key '" + key + "' must be a number, got " + it->dump());
-    return it->get<double>();
+    if (!it->is_number()) throw InputError(source_ + ": key '" + key + "' must be a number, got " + json_excerpt(*it));
+    const double v = it->get<double>();
+    if (!std::isfinite(v) || std::fabs(v) > double(std::numeric_limits<float>::max()))
+      throw InputError(source_ + ": key '" + key + "' = " + json_excerpt(*it) + " is out of range for a 32-bit float");
+    return float(v);
   }
 
   bool boolean(const char* key, bool fallback) const {
     auto it = j_.find(key);
     if (it == j_.end() || it->is_null()) return fallback;
-    if (!it->is_boolean()) throw InputError(source_ + ": key '" + key + "' must be true or false, got " + it->dump());
+    if (!it->is_boolean()) throw InputError(source_ + ": key '" + key + "' must be true or false, got " + json_excerpt(*it));
     return it->get<bool>();
   }
 
   std::string string(const char* key, const std::string& fallback) const {
     auto it = j_.find(key);
     if (it == j_.end() || it->is_null()) return fallback;
-    if (!it->is_string()) throw InputError(source_ + ": key '" + key + "' must be a string, got " + it->dump());
+    if (!it->is_string()) throw InputError(source_ + ": key '" + key + "' must be a string, got " + json_excerpt(*it));
     return it->get<std::string>();
   }
 
  private:
   int as_int(const nlohmann::json& v, const char* key) const {
     if (!v.is_number_integer() && !v.is_number_unsigned())
-      throw InputError(source_ + ": key '" + key + "' must be an integer, got " + v.dump());
+      throw InputError(source_ + ": key '" + key + "' must be an integer, got " + json_excerpt(v));
     if (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(INT_MAX)
                                : (v.get<int64_t>() > INT_MAX || v.get<int64_t>() < INT_MIN))
-      throw InputError(source_ + ": key '" + key + "' = " + v.dump() + " is out of range");
+      throw InputError(source_ + ": key '" + key + "' = " + json_excerpt(v) + " is out of range");
     return int(v.get<int64_t>());
   }
 
@@ -109,7 +117,7 @@ ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& source) 
   auto archs = j.find("architectures");
   if (archs != j.end() && !archs->is_null()) {
     if (!archs->is_array() || archs->empty() || !(*archs)[0].is_string())
-      throw InputError(source + ": key 'architectures' must be a non-empty list of strings, got " + archs->dump());
+      throw InputError(source + ": key 'architectures' must be a non-empty list of strings, got " + json_excerpt(*archs));
     const std::string name = (*archs)[0].get<std::string>();
     for (const auto& a : kArchs)
       if (name == a.class_name) arch = &a;
@@ -143,8 +151,8 @@ ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& source) 
   }
   c.vocab_size = r.integer("vocab_size", arch->default_vocab);
   c.max_seq_len = r.integer("max_position_embeddings", arch->default_max_pos);
-  c.norm_eps = float(r.number("rms_norm_eps", 1e-6));
-  c.rope_theta = float(r.number("rope_theta", 10000.0));
+  c.norm_eps = r.number_f32("rms_norm_eps", 1e-6f);
+  c.rope_theta = r.number_f32("rope_theta", 10000.0f);
   c.tied_embeddings = r.boolean("tie_word_embeddings", false);
   c.bos_id = r.token_id("bos_token_id", 1);
   c.eos_id = r.token_id("eos_token_id", 2);
@@ -162,7 +170,7 @@ ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& source) 
       plain = (rs.begin().key() == "rope_type" || rs.begin().key() == "type") && kv == "default";
     }
     if (!plain)
-      throw UnsupportedError(source + ": rope_scaling = " + rs.dump() +
+      throw UnsupportedError(source + ": rope_scaling = " + json_excerpt(rs) +
                              " is not supported (expected null: only plain RoPE is implemented)");
   }
 
@@ -187,15 +195,19 @@ ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& source) 
   return c;
 }
 
-ModelConfig load_hf_config(const std::string& path) {
-  const std::string text = read_file_to_string(path);  // InputError "cannot open PATH: ..."
+ModelConfig parse_hf_config_text(std::string_view text, const std::string& source) {
+  check_json_depth(text, source);
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw InputError(path + ": not valid JSON: " + e.what());
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
+    throw InputError(source + ": not valid JSON: " + e.what());
   }
-  return parse_hf_config(j, path);
+  return parse_hf_config(j, source);
+}
+
+ModelConfig load_hf_config(const std::string& path) {
+  return parse_hf_config_text(read_file_to_string(path), path);  // InputError "cannot open PATH: ..."
 }
 
 nlohmann::ordered_json make_hf_config_json(const ModelConfig& c, const std::string& torch_dtype) {

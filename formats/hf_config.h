@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "core/model_config.h"
 
@@ -45,8 +46,13 @@ namespace sq {
 /// (unsupported architecture or feature), each naming `source` and the key.
 ModelConfig parse_hf_config(const nlohmann::json& config, const std::string& source);
 
-/// Reads and parses the file `path` (a `config.json`) with parse_hf_config. Throws InputError naming
-/// the file when it is missing or not valid JSON.
+/// Parses `text` (the contents of a `config.json`) as JSON and then with parse_hf_config; `source`
+/// names the file in messages. Throws InputError naming `source` when `text` is not valid JSON, and
+/// whatever parse_hf_config throws.
+ModelConfig parse_hf_config_text(std::string_view text, const std::string& source);
+
+/// Reads and parses the file `path` (a `config.json`) with parse_hf_config_text. Throws InputError
+/// naming the file when it is missing or not valid JSON.
 ModelConfig load_hf_config(const std::string& path);
 
 /// The HF `config.json` object describing `config` (architectures, model_type and the keys above,

@@ -1,5 +1,7 @@
 #include "formats/llama2c_checkpoint.h"
 
+#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 
@@ -56,6 +58,8 @@ ModelConfig config_from_header(const Header& h, const std::string& path) {
   c.n_layers = h.n_layers;
   c.n_heads = h.n_heads;
   c.n_kv_heads = h.n_kv_heads;
+  if (h.vocab_size == INT32_MIN)  // its negation (the unshared-classifier convention) is not an int32
+    throw InputError(path + ": llama2.c header has an implausible vocab_size " + std::to_string(h.vocab_size));
   c.vocab_size = h.vocab_size < 0 ? -h.vocab_size : h.vocab_size;
   c.max_seq_len = h.seq_len;
   c.norm_eps = 1e-5f;
@@ -76,21 +80,27 @@ ModelConfig config_from_header(const Header& h, const std::string& path) {
   return c;
 }
 
-/// Number of float32 values the weights of `c` occupy (without freq_cis).
-int64_t weight_floats(const ModelConfig& c) {
-  const int64_t d = c.dim, kv = int64_t(c.n_kv_heads) * c.head_dim, L = c.n_layers;
-  int64_t n = int64_t(c.vocab_size) * d + L * (2 * d + 2 * d * d + 2 * kv * d + 3 * d * c.hidden_dim) + d;
-  if (!c.tied_embeddings) n += int64_t(c.vocab_size) * d;
-  return n;
+/// Bytes of a checkpoint of config `c`: `header_bytes` + 4 * (weights + `extra_floats`), in 128-bit
+/// arithmetic. config_from_header bounds every size by 2^24, so no term (at most L * d * hidden,
+/// < 2^72) can wrap around: a hostile header yields a huge size, which check_size rejects against the
+/// file size before any tensor is sized from it.
+unsigned __int128 implied_bytes(const ModelConfig& c, int64_t extra_floats, size_t header_bytes) {
+  using u128 = unsigned __int128;
+  const u128 d = u128(c.dim), kv = u128(c.n_kv_heads) * u128(c.head_dim), L = u128(c.n_layers),
+             q = u128(c.n_heads) * u128(c.head_dim), h = u128(c.hidden_dim), v = u128(c.vocab_size);
+  u128 n = v * d + L * (2 * d + 2 * q * d + 2 * kv * d + 3 * d * h) + d + u128(extra_floats);
+  if (!c.tied_embeddings) n += v * d;
+  return u128(header_bytes) + n * sizeof(float);
 }
 
-void check_size(const MappedFile& f, size_t expected) {
+void check_size(const MappedFile& f, unsigned __int128 expected) {
+  const std::string implied = expected > UINT64_MAX ? std::string("more than 2^64") : std::to_string(uint64_t(expected));
   if (f.size() < expected)
-    throw InputError(f.path() + ": truncated llama2.c checkpoint: header implies " + std::to_string(expected) +
+    throw InputError(f.path() + ": truncated llama2.c checkpoint: header implies " + implied +
                      " bytes, file has " + std::to_string(f.size()));
   if (f.size() > expected)
-    throw InputError(f.path() + ": llama2.c checkpoint has " + std::to_string(f.size() - expected) +
-                     " unexpected trailing bytes (header implies " + std::to_string(expected) + " bytes)");
+    throw InputError(f.path() + ": llama2.c checkpoint has " + std::to_string(f.size() - uint64_t(expected)) +
+                     " unexpected trailing bytes (header implies " + implied + " bytes)");
 }
 
 struct LayerTensors {
@@ -123,14 +133,16 @@ bool looks_like_llama2c_checkpoint(const std::string& path) {
   if (static_cast<uint32_t>(h[0]) == kMagicAk42) return true;
   // Legacy: seven plausible positive sizes (vocab may be negative).
   for (int i = 0; i < 7; ++i) {
-    const int32_t v = i == 5 ? (h[i] < 0 ? -h[i] : h[i]) : h[i];
+    const int64_t v = i == 5 ? (h[i] < 0 ? -int64_t(h[i]) : h[i]) : h[i];
     if (v <= 0 || v > (1 << 24)) return false;
   }
   return h[0] % h[3] == 0;
 }
 
-Checkpoint load_llama2c_checkpoint(const std::string& path) {
-  auto file = MappedFile::open(path);
+Checkpoint load_llama2c_checkpoint(const std::string& path) { return load_llama2c_checkpoint(MappedFile::open(path)); }
+
+Checkpoint load_llama2c_checkpoint(std::shared_ptr<const MappedFile> file) {
+  const std::string path = file->path();
   if (file->size() < kV0HeaderBytes)
     throw InputError(path + ": too short for a llama2.c checkpoint header (" + std::to_string(file->size()) +
                      " bytes, need at least 28)");
@@ -155,7 +167,7 @@ Checkpoint load_llama2c_checkpoint(const std::string& path) {
     if (!shared) h.vocab_size = -h.vocab_size;  // reuse the legacy sign convention for "unshared"
     ck.config = config_from_header(h, path);
     const ModelConfig& c = ck.config;
-    check_size(*file, kV1HeaderBytes + static_cast<size_t>(weight_floats(c)) * sizeof(float));
+    check_size(*file, implied_bytes(c, 0, kV1HeaderBytes));
     const int64_t d = c.dim, kv = int64_t(c.n_kv_heads) * c.head_dim, hid = c.hidden_dim, q = int64_t(c.n_heads) * c.head_dim;
     TensorCursor cur(file, kV1HeaderBytes);
     t.attn_norm = cur.next_per_layer(c.n_layers, {d}, "attention norm");
@@ -175,7 +187,7 @@ Checkpoint load_llama2c_checkpoint(const std::string& path) {
     ck.config = config_from_header(h, path);
     const ModelConfig& c = ck.config;
     const int64_t freq_floats = 2 * int64_t(c.max_seq_len) * (c.head_dim / 2);
-    check_size(*file, kV0HeaderBytes + static_cast<size_t>(weight_floats(c) + freq_floats) * sizeof(float));
+    check_size(*file, implied_bytes(c, freq_floats, kV0HeaderBytes));
     const int64_t d = c.dim, kv = int64_t(c.n_kv_heads) * c.head_dim, hid = c.hidden_dim, q = int64_t(c.n_heads) * c.head_dim;
     TensorCursor cur(file, kV0HeaderBytes);
     ck.tensors[names::kEmbed] = cur.next({c.vocab_size, d}, "token embedding");

@@ -1,9 +1,11 @@
 // Reader for llama2.c checkpoints (Karpathy's llama2.c `run.c` / `export.py` layouts).
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "core/checkpoint.h"
+#include "formats/mapped_file.h"
 
 namespace sq {
 
@@ -28,6 +30,10 @@ namespace sq {
 /// non-positive sizes, or its size differs from what the header implies (truncated / trailing
 /// bytes); UnsupportedError for other versions (e.g. version 2, the int8 export).
 Checkpoint load_llama2c_checkpoint(const std::string& path);
+
+/// Same as the path version on an already mapped file (or a MappedFile::from_bytes buffer);
+/// messages and Checkpoint::source use file->path().
+Checkpoint load_llama2c_checkpoint(std::shared_ptr<const MappedFile> file);
 
 /// True when the first bytes of `path` look like a llama2.c checkpoint (either layout) — used to
 /// route a file given with `-m`. Never throws for unreadable files (returns false).

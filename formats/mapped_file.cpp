@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <new>
 #include <sstream>
 
 #include "core/error.h"
@@ -43,8 +44,26 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path) {
   return f;
 }
 
+std::shared_ptr<const MappedFile> MappedFile::from_bytes(const uint8_t* data, size_t size, const std::string& path) {
+  std::shared_ptr<MappedFile> f(new MappedFile());
+  f->path_ = path;
+  f->size_ = size;
+  f->owned_ = true;
+  if (size > 0) {
+    // 64-byte alignment, as a page-aligned mapping gives at least that (readers rely on aligned offsets).
+    auto* copy = static_cast<uint8_t*>(::operator new(size, std::align_val_t(64)));
+    std::memcpy(copy, data, size);
+    f->data_ = copy;
+  }
+  return f;
+}
+
 MappedFile::~MappedFile() {
-  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (!data_) return;
+  if (owned_)
+    ::operator delete(const_cast<uint8_t*>(data_), std::align_val_t(64));
+  else
+    ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
 std::string read_file_to_string(const std::string& path) {

@@ -16,6 +16,11 @@ class MappedFile {
   /// Maps `path`. Throws InputError ("cannot open FILE: reason") when the file is missing,
   /// unreadable or a directory. An empty file maps to size()==0, data()==nullptr.
   static std::shared_ptr<const MappedFile> open(const std::string& path);
+  /// An in-memory stand-in for a mapped file: a 64-byte aligned copy of `size` bytes at `data`,
+  /// reported under the name `path` (used in error messages only). Lets every reader that works on
+  /// a MappedFile parse a byte buffer (tests, fuzz targets) through the same code as a real file.
+  /// An empty buffer gives size()==0, data()==nullptr, like an empty file.
+  static std::shared_ptr<const MappedFile> from_bytes(const uint8_t* data, size_t size, const std::string& path);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -29,6 +34,7 @@ class MappedFile {
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
   std::string path_;
+  bool owned_ = false;  ///< data_ is a from_bytes() copy (freed, not unmapped)
 };
 
 /// Reads a whole (small) file into a string. Throws InputError naming the file on failure.

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "formats/json_limits.h"
 
 namespace sq {
 
@@ -132,8 +133,11 @@ void parallel_range(int64_t n, Fn fn) {
 
 }  // namespace
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  file_ = MappedFile::open(path);  // InputError "cannot open PATH: ..." when missing
+SafetensorsFile::SafetensorsFile(const std::string& path)
+    : SafetensorsFile(MappedFile::open(path)) {}  // InputError "cannot open PATH: ..." when missing
+
+SafetensorsFile::SafetensorsFile(std::shared_ptr<const MappedFile> file) : path_(file->path()), file_(std::move(file)) {
+  const std::string& path = path_;
   const uint64_t size = file_->size();
   if (size < 8)
     throw InputError(path + ": not a safetensors file: " + std::to_string(size) +
@@ -150,10 +154,11 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   const uint64_t data_size = size - data_start_;
 
   const char* hdr = reinterpret_cast<const char*>(file_->data() + 8);
+  check_json_depth(std::string_view(hdr, n), path + ": safetensors header");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(hdr, hdr + n);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     throw InputError(path + ": safetensors header is not valid JSON: " + e.what());
   }
   if (!j.is_object())
@@ -192,7 +197,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     for (const auto& d : *sh) {
       uint64_t dim = 0;
       if (!get_u64(d, dim) || dim > uint64_t(INT64_MAX))
-        throw InputError(where + ": \"shape\" must hold non-negative integers, got " + sh->dump());
+        throw InputError(where + ": \"shape\" must hold non-negative integers, got " + json_excerpt(*sh));
       info.shape.push_back(int64_t(dim));
       overflow |= __builtin_mul_overflow(numel, dim, &numel);
     }

@@ -69,6 +69,9 @@ class SafetensorsFile {
  public:
   /// Maps and validates `path`. Throws InputError / UnsupportedError as described above.
   explicit SafetensorsFile(const std::string& path);
+  /// Validates an already mapped file (or MappedFile::from_bytes buffer); messages name
+  /// file->path(). Throws like the path constructor.
+  explicit SafetensorsFile(std::shared_ptr<const MappedFile> file);
 
   const std::string& path() const { return path_; }
   /// Tensor names, sorted.

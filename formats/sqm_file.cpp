@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "core/interrupt.h"
+#include "formats/json_limits.h"
 
 static_assert(std::endian::native == std::endian::little, "the .sqm reader/writer assumes a little-endian host");
 
@@ -421,9 +422,13 @@ void SqmWriter::finish(const nlohmann::json& header) {
 void SqmFile::fail(const std::string& what) const { throw InputError(path_ + ": " + what); }
 
 std::shared_ptr<SqmFile> SqmFile::open(const std::string& path, bool verify_checksums) {
+  return open(MappedFile::open(path), verify_checksums);
+}
+
+std::shared_ptr<SqmFile> SqmFile::open(std::shared_ptr<const MappedFile> file, bool verify_checksums) {
   std::shared_ptr<SqmFile> f(new SqmFile());
-  f->path_ = path;
-  f->file_ = MappedFile::open(path);
+  f->path_ = file->path();
+  f->file_ = std::move(file);
   f->parse();
   if (verify_checksums) f->verify_checksums();
   return f;
@@ -473,6 +478,9 @@ void SqmFile::parse() {
     fail("checksum mismatch in the tensor table (file corrupt)");
 
   // ---- JSON header
+  const auto text = [&](uint64_t offset, uint64_t n) { return std::string_view(reinterpret_cast<const char*>(p + offset), n); };
+  check_json_depth(text(header_offset, header_size), path_ + ": the JSON header");
+  check_json_depth(text(table_offset, table_size), path_ + ": the tensor table");
   try {
     header_ = nlohmann::json::parse(p + header_offset, p + header_offset + header_size);
   } catch (const nlohmann::json::exception& e) {

@@ -235,6 +235,9 @@ class SqmFile {
  public:
   /// Maps and validates `path` as described above. Throws InputError / UnsupportedError.
   static std::shared_ptr<SqmFile> open(const std::string& path, bool verify_checksums = true);
+  /// Validates an already mapped file (or a MappedFile::from_bytes buffer) as open() does;
+  /// messages name file->path().
+  static std::shared_ptr<SqmFile> open(std::shared_ptr<const MappedFile> file, bool verify_checksums = true);
 
   SqmFile(const SqmFile&) = delete;
   SqmFile& operator=(const SqmFile&) = delete;

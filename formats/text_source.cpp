@@ -207,7 +207,7 @@ struct TextDocuments::Impl {
       nlohmann::json j;
       try {
         j = nlohmann::json::parse(text.begin(), text.end());
-      } catch (const nlohmann::json::parse_error& e) {
+      } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
         std::string msg = e.what();
         const size_t p = msg.find("] ");
         if (p != std::string::npos) msg = msg.substr(p + 2);

@@ -167,7 +167,8 @@ TEST(Int4Quantize, BitsPerWeightAndWeightBytes) {
 
 TEST(Int4Quantize, InvalidGroupSizeAndContainerThrow) {
   const Tensor t = Tensor::from_vector({4, 96}, std::vector<float>(4 * 96, 0.5f));
-  test::expect_error<std::invalid_argument>([&] { W4A16Linear l(t, 64); }, {"in = 96", "g = 64"});
+  const Tensor odd = Tensor::from_vector({4, 95}, std::vector<float>(4 * 95, 0.5f));
+  test::expect_error<std::invalid_argument>([&] { W4A16Linear l(odd, 64); }, {"in = 95", "even"});
   test::expect_error<std::invalid_argument>([&] { W4A16Linear l(t, 16); }, {"g = 16", "32, 64 or 128"});
   const Tensor bad = Tensor::from_vector({1, 32}, std::vector<float>(32, std::numeric_limits<float>::quiet_NaN()));
   test::expect_error<std::invalid_argument>([&] { W4A16Linear l(bad, 32); }, {"NaN"});
@@ -249,6 +250,43 @@ TEST(W4A16Linear, MatchesReferenceWithinFp32Bound) {
           EXPECT_LT(worst, 0.05) << "errors should be far below the worst-case bound";
         }
       }
+}
+
+TEST(W4A16Linear, RaggedLastGroupMatchesReference) {
+  // stories260K's widths: in = 64 < g = 128 (one 64-column group per row) and in = 172 = 128 + 44
+  // (a ragged 44-column last group). The stored layout has ⌈in/g⌉ groups; the kernels run on a
+  // zero-padded copy. Same FP32 error bound as above (sums of at most in + 40 terms).
+  for (bool asym : {false, true})
+    for (int64_t in : {64, 172, 100}) {
+      const int64_t out = 37, g = in == 100 ? 32 : 128, ng = (in + g - 1) / g;
+      const auto wf = normal_vector(out * in, uint32_t(in), 0.02f);
+      const W4A16Linear lin(Tensor::from_vector({out, in}, wf), g, asym);
+      const Int4Weights& w = lin.weights();
+      EXPECT_EQ(lin.in_features(), in);
+      EXPECT_EQ(w.in, in);
+      EXPECT_EQ(int64_t(w.scales_f16.size()), out * ng);
+      EXPECT_EQ(lin.weight_bytes(), out * in / 2 + 2 * out * ng + (asym ? (out * ng + 1) / 2 : 0));
+      EXPECT_DOUBLE_EQ(bits_per_weight(w), 4.0 + (asym ? 20.0 : 16.0) * double(ng) / double(in));
+      // Each group's own absmax/range sets its step: the ragged group's weights stay within Δ/2.
+      std::vector<float> wd(static_cast<size_t>(out * in));
+      dequantize_int4(w, wd.data());
+      for (int64_t o = 0; o < out; ++o)
+        for (int64_t k = 0; k < in; ++k)
+          ASSERT_LE(std::fabs(wd[o * in + k] - wf[o * in + k]), 0.5f * int4_scale(w, o, k / g) * 1.001f) << o << "," << k;
+      for (int64_t n : {1, 5, 40}) {
+        const auto x = normal_vector(n * in, uint32_t(n + 7));
+        std::vector<float> y(n * out);
+        lin.forward(x.data(), n, y.data());
+        const auto ref = reference(w, x, n);
+        const double L = double(in + 40), u = 0x1p-24, gamma = L * u / (1 - L * u);
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t o = 0; o < out; ++o) {
+            double s = 0;
+            for (int64_t k = 0; k < in; ++k) s += double(int4_scale(w, o, k / g)) * 31.0 * std::fabs(double(x[i * in + k]));
+            ASSERT_LE(std::fabs(double(y[i * out + o]) - ref[i * out + o]), gamma * s) << "asym " << asym << " in " << in << " n " << n;
+          }
+      }
+    }
 }
 
 TEST(W4A16Linear, ResultsDoNotDependOnThreadCount) {

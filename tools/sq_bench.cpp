@@ -8,6 +8,7 @@
 
 #include "bench/fp32_bench.h"
 #include "bench/w4a16_bench.h"
+#include "bench/w4a4_bench.h"
 #include "bench/w8a8_bench.h"
 #include "bench/w8a8_model_bench.h"
 #include "core/error.h"
@@ -19,7 +20,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"sq-bench: sqkit speed benchmarks (each result is a ratio measured in the same run).\n"
                "Suites: fp32 (sgemm at LLaMA-7B shapes vs synthetic-model prefill), w8a8-linear (INT8 linear vs sgemm), "
-               "w8a8-prefill (W8A8 vs FP32 synthetic-model prefill), w4a16 (batch-1 INT4 GEMV vs FP32 sgemv)."};
+               "w8a8-prefill (W8A8 vs FP32 synthetic-model prefill), w4a16 (batch-1 INT4 GEMV vs FP32 sgemv), w4a4 (Atom W4A4 GEMM vs W8A8 GEMM and sgemm)."};
   sq::bench::Fp32BenchOptions fp32;
   std::string json_path, suites = "fp32,w8a8-linear,w8a8-prefill", eval_model, eval_tok, eval_text, synthetic_dir;
   int threads = 0, eval_ctx = 256, synthetic_layers = 16;
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
     std::set<std::string> want;
     std::stringstream ss(suites);
     for (std::string s; std::getline(ss, s, ',');) {
-      if (s != "fp32" && s != "w8a8-linear" && s != "w8a8-prefill" && s != "w4a16") throw sq::UsageError("unknown --suite '" + s + "'");
+      if (s != "fp32" && s != "w8a8-linear" && s != "w8a8-prefill" && s != "w4a16" && s != "w4a4") throw sq::UsageError("unknown --suite '" + s + "'");
       want.insert(s);
     }
     nlohmann::json all;
@@ -61,6 +62,7 @@ int main(int argc, char** argv) {
     if (want.count("w8a8-linear")) all["w8a8_linear"] = sq::bench::run_w8a8_linear_bench(fp32.tokens, fp32.min_seconds);
     if (want.count("w8a8-prefill")) all["w8a8_prefill"] = sq::bench::run_w8a8_prefill_bench(fp32.layers, fp32.tokens, fp32.min_seconds);
     if (want.count("w4a16")) all["w4a16"] = sq::bench::run_w4a16_bench(fp32.min_seconds);
+    if (want.count("w4a4")) all["w4a4"] = sq::bench::run_w4a4_bench(fp32.tokens, fp32.min_seconds);
     if (!eval_model.empty()) all["eval_speed"] = sq::bench::run_eval_speed_bench(eval_model, eval_tok, eval_text, eval_ctx);
     if (!json_path.empty()) sq::write_file_atomic(json_path, all.dump(2) + "\n");
     return sq::kExitOk;

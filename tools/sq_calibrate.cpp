@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   app.add_option("--samples", opt.samples, "Number of random windows (N)")->capture_default_str();
   app.add_option("--seq-len", opt.seq_len, "Tokens per window (L)")->capture_default_str();
   app.add_option("--seed", opt.seed, "Sampling seed")->capture_default_str();
+  app.add_flag("--hessian", opt.hessian, "Also record GPTQ Hessians 2XᵀX of every linear input (for sq-convert --gptq)");
   app.add_option("-o,--output", out_path, "Output calibration file (.h5)")->required();
   app.add_option("-t,--threads", threads, "Threads (default: all cores)");
   app.add_flag("--force", force, "Replace an existing output file");
@@ -46,9 +47,10 @@ int main(int argc, char** argv) {
     auto tokenizer = sq::open_tokenizer_for(loaded, tokenizer_path);
     std::unique_ptr<sq::ProgressBar> bar;
     opt.progress = [&](const char* phase, int64_t done, int64_t total) {
-      if (std::string(phase) == "running") {
-        if (!bar) bar = std::make_unique<sq::ProgressBar>("sq-calibrate", total, "windows", !quiet);
-        bar->update(done, static_cast<double>(done * opt.seq_len), "tok");
+      if (std::string(phase) == "running" || std::string(phase) == "hessians") {
+        if (!bar) bar = std::make_unique<sq::ProgressBar>("sq-calibrate", opt.hessian ? 2 * total : total, "windows", !quiet);
+        const int64_t d = std::string(phase) == "hessians" ? total + done : done;
+        bar->update(d, static_cast<double>(d * opt.seq_len), "tok");
       }
     };
     const sq::CalibrationData data = sq::run_calibration(loaded, *tokenizer, opt);

@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   app.add_option("-m,--model", model_path, "Model: llama2.c .bin or Hugging Face checkpoint directory")->required();
   app.add_option("--tokenizer", o.tokenizer_path, "Tokenizer to embed in the output (default: the model's own, if any)");
   app.add_option("--calib", o.calib_path, "Calibration file from sq-calibrate (needed for smoothing and O3)");
-  app.add_option("--scheme", scheme, "w8a8 | f32 | f16 | bf16")->capture_default_str();
+  app.add_option("--scheme", scheme, "w8a8 | w4a16 | f32 | f16 | bf16")->capture_default_str();
   app.add_option("--alpha", alpha, "SmoothQuant migration strength in [0,1], or 'auto' (grid search per group)")->capture_default_str();
   app.add_flag("--no-smooth", no_smooth, "Naive W8A8: no smoothing");
   app.add_flag("--smooth-vo", o.smooth_vo, "Also smooth o_proj inputs (folded into v_proj rows; exact under GQA)");
@@ -33,6 +33,17 @@ int main(int argc, char** argv) {
   app.add_option("--weight", weight, "per-channel | per-tensor (overrides the preset)");
   app.add_option("--act", act, "per-token | per-tensor-dynamic | per-tensor-static (overrides the preset)");
   app.add_flag("--quantize-head", o.quantize_head, "Also quantize the LM head to W8A8");
+  bool sym = false;
+  app.add_option("--group-size", o.int4.group_size, "W4A16: input columns per INT4 group (32, 64 or 128)")->capture_default_str();
+  app.add_flag("--sym", sym, "W4A16: symmetric INT4 (the default)");
+  app.add_flag("--asym", o.int4.asym, "W4A16: asymmetric INT4 with a zero point per group");
+  app.add_flag("--gptq", o.int4.gptq, "W4A16: GPTQ (needs --calib) instead of round-to-nearest");
+  app.add_flag("--act-order", o.int4.act_order, "GPTQ: quantize columns by descending Hessian diagonal (static groups)");
+  app.add_option("--damp", o.int4.damp, "GPTQ: dampening, fraction of the mean Hessian diagonal")->capture_default_str();
+  app.add_option("--gptq-hessians", o.gptq_hessians,
+                 "GPTQ: sequential (recompute per layer on the quantized model's inputs from the calibration windows), "
+                 "file (sq-calibrate --hessian), or auto")
+      ->capture_default_str();
   app.add_option("--alpha-windows", o.alpha_windows, "Calibration windows used by --alpha auto")->capture_default_str();
   app.add_flag("--compress", o.write.compress, "zstd-compress tensors (per tensor, kept when smaller)");
   app.add_flag("--force", o.write.force, "Replace an existing output file");
@@ -47,38 +58,24 @@ int main(int argc, char** argv) {
   }
   return sq::run_tool("sq-convert", [&]() {
     if (threads > 0) omp_set_num_threads(threads);
-    o.scheme = sq::parse_scheme(scheme);
-    o.smooth = !no_smooth;
-    if (no_smooth && app.count("--alpha")) throw sq::UsageError("--alpha has no effect with --no-smooth; give one or the other");
-    if (alpha == "auto") {
-      o.alpha_auto = true;
-    } else {
-      size_t used = 0;
-      try {
-        o.alpha = std::stof(alpha, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != alpha.size()) throw sq::UsageError("--alpha must be a number in [0, 1] or 'auto', got '" + alpha + "'");
-      if (!(o.alpha >= 0.0f && o.alpha <= 1.0f)) throw sq::UsageError("--alpha must be in [0, 1], got " + alpha);
-    }
-    if (!preset.empty()) {
-      if (preset != "O1" && preset != "O2" && preset != "O3") throw sq::UsageError("--preset must be O1, O2 or O3, got '" + preset + "'");
-      o.preset = preset;
-      o.weight = sq::WeightGranularity::PerTensor;  // Table 3.2: per-tensor weights at every level
-      o.act = preset == "O1" ? sq::ActQuant::PerToken : preset == "O2" ? sq::ActQuant::PerTensorDynamic : sq::ActQuant::PerTensorStatic;
-    }
-    if (!weight.empty()) {
-      if (weight == "per-channel") o.weight = sq::WeightGranularity::PerChannel;
-      else if (weight == "per-tensor") o.weight = sq::WeightGranularity::PerTensor;
-      else throw sq::UsageError("--weight must be per-channel or per-tensor, got '" + weight + "'");
-    }
-    if (!act.empty()) {
-      if (act == "per-token") o.act = sq::ActQuant::PerToken;
-      else if (act == "per-tensor-dynamic") o.act = sq::ActQuant::PerTensorDynamic;
-      else if (act == "per-tensor-static") o.act = sq::ActQuant::PerTensorStatic;
-      else throw sq::UsageError("--act must be per-token, per-tensor-dynamic or per-tensor-static, got '" + act + "'");
-    }
+    const sq::ConvertSpec spec = sq::parse_convert_flags(
+        {scheme, alpha, app.count("--alpha") > 0, no_smooth, preset, weight, act});  // UsageError
+    o.scheme = spec.scheme;
+    o.smooth = spec.smooth;
+    o.alpha = spec.alpha;
+    o.alpha_auto = spec.alpha_auto;
+    o.preset = spec.preset;
+    o.weight = spec.weight;
+    o.act = spec.act;
+    if (sym && o.int4.asym) throw sq::UsageError("--sym and --asym exclude each other");
+    const bool int4_flags = app.count("--group-size") || sym || o.int4.asym || o.int4.gptq || app.count("--damp") ||
+                            o.int4.act_order || app.count("--gptq-hessians");
+    if (int4_flags && o.scheme != sq::ConvertScheme::W4A16)
+      throw sq::UsageError("--group-size/--sym/--asym/--gptq/--act-order/--damp apply to --scheme w4a16 only");
+    if ((o.int4.act_order || app.count("--damp") || app.count("--gptq-hessians")) && !o.int4.gptq)
+      throw sq::UsageError("--act-order/--damp/--gptq-hessians need --gptq");
+    if (o.scheme == sq::ConvertScheme::W4A16 && !o.calib_path.empty() && !o.int4.gptq)
+      throw sq::UsageError("--calib has no effect on --scheme w4a16 without --gptq (round-to-nearest needs no calibration)");
     sq::check_output_is_not_an_input(out_path, {model_path, o.calib_path, o.tokenizer_path});
 
     std::unique_ptr<sq::PeakRssAnonSampler> mem;

@@ -91,6 +91,19 @@ int main(int argc, char** argv) {
       if (!starts_with(t.name, "tokenizer")) weight_bytes += t.raw_bytes;
       if (ends_with(t.name, ".weight")) weight_elements += t.numel();
     }
+    // Quantized linears only (INT8/INT4 *.weight with their *.weight_scale / *.weight_zero /
+    // *.input_scale companions): the storage cost of the packed layout itself.
+    uint64_t qlin_bytes = 0, qlin_elements = 0;
+    for (const auto& t : file->tensors()) {
+      if (!ends_with(t.name, ".weight")) continue;
+      if (t.dtype != sq::SqmDType::I8 && t.dtype != sq::SqmDType::I4x2 && t.dtype != sq::SqmDType::U4x2) continue;
+      const std::string base = t.name.substr(0, t.name.size() - 7);
+      qlin_bytes += t.raw_bytes;
+      qlin_elements += t.numel();
+      for (const char* companion : {".weight_scale", ".weight_zero", ".input_scale"})
+        if (file->has(base + companion)) qlin_bytes += file->info(base + companion).raw_bytes;
+    }
+    const double qlin_bpw = qlin_elements ? 8.0 * static_cast<double>(qlin_bytes) / static_cast<double>(qlin_elements) : 0.0;
     const bool has_bpw = weight_elements > 0;
     const double bpw = has_bpw ? 8.0 * static_cast<double>(weight_bytes) / static_cast<double>(weight_elements) : 0.0;
 
@@ -111,6 +124,9 @@ int main(int argc, char** argv) {
       j["weight_bytes"] = weight_bytes;
       j["weight_elements"] = weight_elements;
       j["bits_per_weight"] = has_bpw ? nlohmann::json(bpw) : nlohmann::json(nullptr);
+      j["quantized_linear_bytes"] = qlin_bytes;
+      j["quantized_linear_elements"] = qlin_elements;
+      j["quantized_linear_bits_per_weight"] = qlin_elements ? nlohmann::json(qlin_bpw) : nlohmann::json(nullptr);
       if (list_tensors) {
         nlohmann::json arr = nlohmann::json::array();
         for (const auto& t : file->tensors())
@@ -157,6 +173,9 @@ int main(int argc, char** argv) {
                   static_cast<unsigned long long>(weight_bytes), static_cast<unsigned long long>(weight_elements));
     else
       std::printf("%-15s n/a (no tensor named *.weight)\n", "bits/weight:");
+    if (qlin_elements)
+      std::printf("%-15s %.4f (8 x %llu bytes of quantized weights + scales/zero points / %llu weights)\n", "linear bits/w:",
+                  qlin_bpw, static_cast<unsigned long long>(qlin_bytes), static_cast<unsigned long long>(qlin_elements));
 
     if (list_tensors) {
       size_t wn = 4, ws = 5;

@@ -87,16 +87,9 @@ void LlamaModel::set_quantized_embedding(std::vector<int8_t> q, std::vector<floa
   embed_ = Tensor();
 }
 
-void LlamaModel::forward(const int32_t* tokens, int64_t n, KVCache& cache, Workspace& ws, float* logits,
-                         LogitsFor which, ActivationObserver* obs) const {
+void LlamaModel::prepare(Workspace& ws, int64_t n, int64_t p0) const {
   const ModelConfig& c = config_;
-  const int64_t d = c.dim, hd = c.head_dim, qw = int64_t(c.n_heads) * hd, kvw = int64_t(c.n_kv_heads) * hd,
-                hid = c.hidden_dim;
-  const int64_t p0 = cache.length();
-  if (n <= 0) return;
-  if (p0 + n > cache.capacity())
-    throw std::length_error("KV cache full: " + std::to_string(p0) + " + " + std::to_string(n) + " positions exceed capacity " +
-                            std::to_string(cache.capacity()));
+  const int64_t d = c.dim, qw = int64_t(c.n_heads) * c.head_dim, kvw = int64_t(c.n_kv_heads) * c.head_dim, hid = c.hidden_dim;
   ensure(ws.x, n * d);
   ensure(ws.xn, n * d);
   ensure(ws.q, n * qw);
@@ -107,9 +100,12 @@ void LlamaModel::forward(const int32_t* tokens, int64_t n, KVCache& cache, Works
   ensure(ws.gate, n * hid);
   ensure(ws.up, n * hid);
   ws.positions.resize(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) ws.positions[static_cast<size_t>(t)] = static_cast<int32_t>(p0 + t);
+}
 
-  // x[n, dim] = embedding rows of the tokens.
-  float* x = ws.x.data();
+void LlamaModel::embed(const int32_t* tokens, int64_t n, float* x) const {
+  const ModelConfig& c = config_;
+  const int64_t d = c.dim;
   for (int64_t t = 0; t < n; ++t) {
     const int32_t tok = tokens[t];
     if (tok < 0 || tok >= c.vocab_size)
@@ -121,60 +117,91 @@ void LlamaModel::forward(const int32_t* tokens, int64_t n, KVCache& cache, Works
       const float scale = embed_scales_[static_cast<size_t>(tok)];
       for (int64_t j = 0; j < d; ++j) x[t * d + j] = static_cast<float>(row[j]) * scale;
     }
-    ws.positions[static_cast<size_t>(t)] = static_cast<int32_t>(p0 + t);
   }
+}
 
-  float* xn = ws.xn.data();
-  for (int l = 0; l < c.n_layers; ++l) {
-    const LlamaLayer& L = layers_[static_cast<size_t>(l)];
-    // --- attention block: x += o_proj(attention(rope(q), rope(k), v)) on RMSNorm(x) ---
-    ops::rms_norm(x, L.attn_norm.data(), xn, n, static_cast<int>(d), c.norm_eps);
-    // q[n, n_heads*hd], k[n, n_kv*hd], v[n, n_kv*hd]
-    run_sharing_input({{L.q_proj.get(), ws.q.data()}, {L.k_proj.get(), ws.k.data()}, {L.v_proj.get(), ws.v.data()}}, xn, n);
-    if (obs) {
-      obs->on_linear_input(l, ActivationSite::AttnInput, xn, n, d);
-      obs->on_linear_output(l, Projection::Q, ws.q.data(), n, qw);
-      obs->on_linear_output(l, Projection::K, ws.k.data(), n, kvw);
-      obs->on_linear_output(l, Projection::V, ws.v.data(), n, kvw);
-      obs->on_kv(l, ws.k.data(), ws.v.data(), n, kvw);  // keys still pre-RoPE here
-    }
-    ops::rope(ws.q.data(), ws.positions.data(), n, c.n_heads, static_cast<int>(hd), c.rope_theta, c.rope_layout);
-    ops::rope(ws.k.data(), ws.positions.data(), n, c.n_kv_heads, static_cast<int>(hd), c.rope_theta, c.rope_layout);
-    float* kc = cache.keys(l);
-    float* vc = cache.values(l);
-    std::memcpy(kc + p0 * kvw, ws.k.data(), static_cast<size_t>(n * kvw) * sizeof(float));
-    std::memcpy(vc + p0 * kvw, ws.v.data(), static_cast<size_t>(n * kvw) * sizeof(float));
-    attention(ws.q.data(), kc, vc, n, p0, ws.att.data(), ws);  // att[n, n_heads*hd]
-    L.o_proj->forward(ws.att.data(), n, ws.proj.data());
-    if (obs) {
-      obs->on_linear_input(l, ActivationSite::AttnOutput, ws.att.data(), n, qw);
-      obs->on_linear_output(l, Projection::O, ws.proj.data(), n, d);
-    }
-    ops::add_inplace(x, ws.proj.data(), n * d);
-
-    // --- FFN block: x += down(silu(gate(xn)) * up(xn)) on RMSNorm(x) ---
-    ops::rms_norm(x, L.ffn_norm.data(), xn, n, static_cast<int>(d), c.norm_eps);
-    run_sharing_input({{L.gate_proj.get(), ws.gate.data()}, {L.up_proj.get(), ws.up.data()}}, xn, n);  // [n, hidden] each
-    if (obs) {
-      obs->on_linear_input(l, ActivationSite::FfnInput, xn, n, d);
-      obs->on_linear_output(l, Projection::Gate, ws.gate.data(), n, hid);
-      obs->on_linear_output(l, Projection::Up, ws.up.data(), n, hid);
-    }
-    ops::swiglu(ws.gate.data(), ws.up.data(), n * hid);
-    L.down_proj->forward(ws.gate.data(), n, ws.proj.data());  // [n, dim]
-    if (obs) {
-      obs->on_linear_input(l, ActivationSite::FfnHidden, ws.gate.data(), n, hid);
-      obs->on_linear_output(l, Projection::Down, ws.proj.data(), n, d);
-    }
-    ops::add_inplace(x, ws.proj.data(), n * d);
-  }
+void LlamaModel::forward(const int32_t* tokens, int64_t n, KVCache& cache, Workspace& ws, float* logits,
+                         LogitsFor which, ActivationObserver* obs) const {
+  const ModelConfig& c = config_;
+  const int64_t d = c.dim;
+  const int64_t p0 = cache.length();
+  if (n <= 0) return;
+  if (p0 + n > cache.capacity())
+    throw std::length_error("KV cache full: " + std::to_string(p0) + " + " + std::to_string(n) + " positions exceed capacity " +
+                            std::to_string(cache.capacity()));
+  prepare(ws, n, p0);
+  float* x = ws.x.data();  // x[n, dim] = embedding rows of the tokens
+  embed(tokens, n, x);
+  for (int l = 0; l < c.n_layers; ++l) run_layer(l, layers_[static_cast<size_t>(l)], x, n, cache, ws, obs);
   cache.advance(n);
 
   if (which == LogitsFor::None) return;
   const int64_t first = which == LogitsFor::AllTokens ? 0 : n - 1;
   const int64_t rows = n - first;
+  float* xn = ws.xn.data();
   ops::rms_norm(x + first * d, final_norm_.data(), xn, rows, static_cast<int>(d), c.norm_eps);
   lm_head_->forward(xn, rows, logits);  // logits[rows, vocab]
+}
+
+void LlamaModel::forward_layer(int l, const LlamaLayer& L, float* x, int64_t n, KVCache& cache, Workspace& ws,
+                               ActivationObserver* obs) const {
+  if (l < 0 || l >= config_.n_layers) throw std::out_of_range("layer " + std::to_string(l) + " out of range");
+  const int64_t p0 = cache.length();
+  if (n <= 0) return;
+  if (p0 + n > cache.capacity())
+    throw std::length_error("KV cache full: " + std::to_string(p0) + " + " + std::to_string(n) + " positions exceed capacity " +
+                            std::to_string(cache.capacity()));
+  prepare(ws, n, p0);
+  run_layer(l, L, x, n, cache, ws, obs);
+}
+
+void LlamaModel::run_layer(int l, const LlamaLayer& L, float* x, int64_t n, KVCache& cache, Workspace& ws,
+                           ActivationObserver* obs) const {
+  const ModelConfig& c = config_;
+  const int64_t d = c.dim, hd = c.head_dim, qw = int64_t(c.n_heads) * hd, kvw = int64_t(c.n_kv_heads) * hd,
+                hid = c.hidden_dim;
+  const int64_t p0 = cache.length();
+  float* xn = ws.xn.data();
+  // --- attention block: x += o_proj(attention(rope(q), rope(k), v)) on RMSNorm(x) ---
+  ops::rms_norm(x, L.attn_norm.data(), xn, n, static_cast<int>(d), c.norm_eps);
+  // q[n, n_heads*hd], k[n, n_kv*hd], v[n, n_kv*hd]
+  run_sharing_input({{L.q_proj.get(), ws.q.data()}, {L.k_proj.get(), ws.k.data()}, {L.v_proj.get(), ws.v.data()}}, xn, n);
+  if (obs) {
+    obs->on_linear_input(l, ActivationSite::AttnInput, xn, n, d);
+    obs->on_linear_output(l, Projection::Q, ws.q.data(), n, qw);
+    obs->on_linear_output(l, Projection::K, ws.k.data(), n, kvw);
+    obs->on_linear_output(l, Projection::V, ws.v.data(), n, kvw);
+    obs->on_kv(l, ws.k.data(), ws.v.data(), n, kvw);  // keys still pre-RoPE here
+  }
+  ops::rope(ws.q.data(), ws.positions.data(), n, c.n_heads, static_cast<int>(hd), c.rope_theta, c.rope_layout);
+  ops::rope(ws.k.data(), ws.positions.data(), n, c.n_kv_heads, static_cast<int>(hd), c.rope_theta, c.rope_layout);
+  float* kc = cache.keys(l);
+  float* vc = cache.values(l);
+  std::memcpy(kc + p0 * kvw, ws.k.data(), static_cast<size_t>(n * kvw) * sizeof(float));
+  std::memcpy(vc + p0 * kvw, ws.v.data(), static_cast<size_t>(n * kvw) * sizeof(float));
+  attention(ws.q.data(), kc, vc, n, p0, ws.att.data(), ws);  // att[n, n_heads*hd]
+  L.o_proj->forward(ws.att.data(), n, ws.proj.data());
+  if (obs) {
+    obs->on_linear_input(l, ActivationSite::AttnOutput, ws.att.data(), n, qw);
+    obs->on_linear_output(l, Projection::O, ws.proj.data(), n, d);
+  }
+  ops::add_inplace(x, ws.proj.data(), n * d);
+
+  // --- FFN block: x += down(silu(gate(xn)) * up(xn)) on RMSNorm(x) ---
+  ops::rms_norm(x, L.ffn_norm.data(), xn, n, static_cast<int>(d), c.norm_eps);
+  run_sharing_input({{L.gate_proj.get(), ws.gate.data()}, {L.up_proj.get(), ws.up.data()}}, xn, n);  // [n, hidden] each
+  if (obs) {
+    obs->on_linear_input(l, ActivationSite::FfnInput, xn, n, d);
+    obs->on_linear_output(l, Projection::Gate, ws.gate.data(), n, hid);
+    obs->on_linear_output(l, Projection::Up, ws.up.data(), n, hid);
+  }
+  ops::swiglu(ws.gate.data(), ws.up.data(), n * hid);
+  L.down_proj->forward(ws.gate.data(), n, ws.proj.data());  // [n, dim]
+  if (obs) {
+    obs->on_linear_input(l, ActivationSite::FfnHidden, ws.gate.data(), n, hid);
+    obs->on_linear_output(l, Projection::Down, ws.proj.data(), n, d);
+  }
+  ops::add_inplace(x, ws.proj.data(), n * d);
 }
 
 void LlamaModel::attention(const float* q, const float* keys, const float* values, int64_t n, int64_t p0, float* out,

@@ -72,12 +72,25 @@ class LlamaModel {
   void forward(const int32_t* tokens, int64_t n, KVCache& cache, Workspace& ws, float* logits, LogitsFor which,
                ActivationObserver* observer = nullptr) const;
 
+  /// x [n, dim] row-major = the embedding rows of `tokens` (dequantized when the embedding is
+  /// INT8). Throws std::out_of_range for a token id outside the vocabulary.
+  void embed(const int32_t* tokens, int64_t n, float* x) const;
+  /// Runs one decoder layer `l` with weights `L` (normally layers()[l]; a converter may pass a
+  /// quantized replacement) on the hidden states x [n, dim] in place, for positions
+  /// cache.length() … cache.length()+n−1, writing that layer's keys/values into `cache` without
+  /// advancing it (forward() advances once after all layers). Layer-by-layer calibration (GPTQ's
+  /// sequential quantization) runs every window through layer l before moving to l+1.
+  /// Throws std::out_of_range for a bad layer index, std::length_error when the cache has no room.
+  void forward_layer(int l, const LlamaLayer& L, float* x, int64_t n, KVCache& cache, Workspace& ws,
+                     ActivationObserver* observer = nullptr) const;
   /// Mutable access for converters that rebuild layers (e.g. replacing DenseLinear by a quantized Linear).
   std::vector<LlamaLayer>& mutable_layers() { return layers_; }
   void set_lm_head(std::unique_ptr<Linear> head) { lm_head_ = std::move(head); }
   std::unique_ptr<Linear> release_lm_head() { return std::move(lm_head_); }
 
  private:
+  void prepare(Workspace& ws, int64_t n, int64_t p0) const;
+  void run_layer(int l, const LlamaLayer& L, float* x, int64_t n, KVCache& cache, Workspace& ws, ActivationObserver* obs) const;
   void attention(const float* q, const float* keys, const float* values, int64_t n, int64_t p0, float* out,
                  Workspace& ws) const;
 

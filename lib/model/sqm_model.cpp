@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "formats/safetensors.h"
 #include "formats/tokenizer.h"
+#include "model/w4a16_linear.h"
 #include "model/w8a8_linear.h"
 #include "quant/int8_quantize.h"
 
@@ -90,12 +91,55 @@ ActQuant parse_act(const std::string& s, const std::string& source) {
   throw InputError(source + ": header quantization.act '" + s + "' is not per-token, per-tensor-dynamic or per-tensor-static");
 }
 
+/// Raw bytes of tensor `name`, which must have dtype `dtype` and shape `shape`.
+std::vector<uint8_t> load_bytes(const std::shared_ptr<SqmFile>& f, const std::string& name, SqmDType dtype,
+                                const std::vector<int64_t>& shape) {
+  if (!f->has(name)) throw InputError(f->path() + ": tensor '" + name + "' is missing (expected " + sqm_dtype_name(dtype) + " " +
+                                      shape_to_string(shape) + ")");
+  const SqmTensorInfo& info = f->info(name);
+  if (info.dtype != dtype || info.shape != shape)
+    throw InputError(f->path() + ": tensor '" + name + "' is " + sqm_dtype_name(info.dtype) + " " + shape_to_string(info.shape) +
+                     ", expected " + sqm_dtype_name(dtype) + " " + shape_to_string(shape));
+  const SqmBytes raw = f->raw(name);
+  return std::vector<uint8_t>(raw.data, raw.data + raw.size);
+}
+
+/// A W4A16 projection: weight I4x2/U4x2 [out, in], weight_scale F16 [out, ⌈in/g⌉], weight_zero
+/// U4x2 [out, ⌈in/g⌉] (asymmetric); g from the header's quantization.group_size.
+std::unique_ptr<Linear> load_int4_linear(const std::shared_ptr<SqmFile>& f, const std::string& base, int64_t out, int64_t in,
+                                         const nlohmann::json& quant) {
+  Int4Weights w;
+  w.out = out;
+  w.in = in;
+  w.asym = f->info(base + ".weight").dtype == SqmDType::U4x2;
+  if (!quant.contains("group_size") || !quant.at("group_size").is_number_integer())
+    throw InputError(f->path() + ": INT4 weights but the header has no integer quantization.group_size");
+  w.group = quant.at("group_size").get<int64_t>();
+  if (w.group != 32 && w.group != 64 && w.group != 128)
+    throw InputError(f->path() + ": quantization.group_size " + std::to_string(w.group) + " is not 32, 64 or 128");
+  const int64_t ng = (in + w.group - 1) / w.group;
+  w.packed = load_bytes(f, base + ".weight", w.asym ? SqmDType::U4x2 : SqmDType::I4x2, {out, in});
+  const std::vector<uint8_t> scales = load_bytes(f, base + ".weight_scale", SqmDType::F16, {out, ng});
+  w.scales_f16.resize(scales.size() / 2);
+  std::memcpy(w.scales_f16.data(), scales.data(), scales.size());
+  if (w.asym) w.zeros_packed = load_bytes(f, base + ".weight_zero", SqmDType::U4x2, {out, ng});
+  try {
+    return std::make_unique<W4A16Linear>(std::move(w));
+  } catch (const std::invalid_argument& e) {
+    throw InputError(f->path() + ": tensor '" + base + ".weight': " + e.what());
+  }
+}
+
 std::unique_ptr<Linear> load_linear(const std::shared_ptr<SqmFile>& f, const std::string& base, int64_t out, int64_t in,
                                     bool has_bias, const nlohmann::json& quant) {
   const std::string wname = base + ".weight";
   Tensor bias = has_bias ? load_float(f, base + ".bias", {out}) : Tensor();
   if (!f->has(wname)) throw InputError(f->path() + ": tensor '" + wname + "' is missing");
   const SqmTensorInfo& info = f->info(wname);
+  if (info.dtype == SqmDType::I4x2 || info.dtype == SqmDType::U4x2) {
+    if (has_bias) throw UnsupportedError(f->path() + ": '" + wname + "': INT4 weights with a bias are not supported");
+    return load_int4_linear(f, base, out, in, quant);
+  }
   if (info.dtype != SqmDType::I8) return std::make_unique<DenseLinear>(load_float(f, wname, {out, in}), bias);
   if (info.shape != std::vector<int64_t>{out, in})
     throw InputError(f->path() + ": tensor '" + wname + "' has shape " + shape_to_string(info.shape) + ", expected " +

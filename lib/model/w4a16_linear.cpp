@@ -202,9 +202,31 @@ void micro_dispatch(int mr, const float* x, int64_t in, const float* Wt, int64_t
 
 }  // namespace
 
-W4A16Linear::W4A16Linear(const Tensor& weight, int64_t group, bool asym) : w_(quantize_tensor(weight, group, asym)) {}
+namespace {
 
-W4A16Linear::W4A16Linear(Int4Weights weights) : w_(std::move(weights)) { validate_int4(w_); }
+/// The kernels' copy of ragged weights (g ∤ in): every row zero-padded to ⌈in/g⌉·g columns (code 0;
+/// the matching activation columns are zero, so the pad contributes exactly 0 whatever Δ and z).
+Int4Weights pad_to_whole_groups(const Int4Weights& w) {
+  Int4Weights p = w;
+  p.in = int4_groups_per_row(w) * w.group;
+  const int64_t src_row = w.in / 2, dst_row = p.in / 2;
+  p.packed.assign(static_cast<size_t>(w.out * dst_row), 0);
+  for (int64_t r = 0; r < w.out; ++r)
+    std::memcpy(p.packed.data() + r * dst_row, w.packed.data() + r * src_row, static_cast<size_t>(src_row));
+  return p;
+}
+
+}  // namespace
+
+W4A16Linear::W4A16Linear(const Tensor& weight, int64_t group, bool asym) : W4A16Linear(quantize_tensor(weight, group, asym)) {}
+
+W4A16Linear::W4A16Linear(Int4Weights weights) : w_(std::move(weights)), in_(w_.in) {
+  validate_int4(w_);
+  if (w_.in % w_.group != 0) {
+    stored_ = std::make_unique<Int4Weights>(std::move(w_));
+    w_ = pad_to_whole_groups(*stored_);
+  }
+}
 
 std::string W4A16Linear::format() const {
   return "w4a16-g" + std::to_string(w_.group) + (w_.asym ? "-asym" : "-sym");
@@ -213,6 +235,14 @@ std::string W4A16Linear::format() const {
 void W4A16Linear::forward(const float* x, int64_t n, float* y) const {
   if (n < 0) throw std::invalid_argument("W4A16Linear::forward: negative row count " + std::to_string(n));
   if (n == 0) return;
+  if (in_ != w_.in) {  // ragged groups: zero-pad the activation to the kernels' whole groups
+    float* xp = scratch<float, 4>(n * w_.in);
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(xp + i * w_.in, x + i * in_, static_cast<size_t>(in_) * sizeof(float));
+      std::fill(xp + i * w_.in + in_, xp + (i + 1) * w_.in, 0.0f);
+    }
+    x = xp;
+  }
 #if SQ_W4_AVX512
   if (n == 1)
     gemv(x, y);

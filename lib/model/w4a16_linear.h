@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core/tensor.h"
@@ -37,16 +38,18 @@ namespace sq {
 class W4A16Linear final : public Linear {
  public:
   /// RTN-quantizes an FP32 weight W: [out, in] row-major (nn.Linear layout) with group size
-  /// `group` (32, 64 or 128; must divide in), symmetric or asymmetric (quantize_int4).
-  /// Throws std::invalid_argument when W is not a non-empty rank-2 tensor, holds NaN/inf, or the
-  /// group size is unsupported / does not divide in (the message names in and g).
+  /// `group` (32, 64 or 128), symmetric or asymmetric (quantize_int4). When g does not divide in
+  /// (the last group is ragged), the kernels run on a copy padded with zero columns to whole
+  /// groups and the activation is zero-padded per call; the stored format is unchanged.
+  /// Throws std::invalid_argument when W is not a non-empty rank-2 tensor, holds NaN/inf, in is odd
+  /// or the group size is unsupported (the message names in and g).
   W4A16Linear(const Tensor& weight, int64_t group = 128, bool asym = false);
 
   /// From already-quantized weights (GPTQ output, a file). Throws std::invalid_argument when the
   /// container is inconsistent (validate_int4).
   explicit W4A16Linear(Int4Weights weights);
 
-  int64_t in_features() const override { return w_.in; }
+  int64_t in_features() const override { return in_; }
   int64_t out_features() const override { return w_.out; }
 
   /// x: [n, in] row-major FP32 → y: [n, out] row-major FP32 (overwritten; must not alias x); n ≥ 0.
@@ -56,17 +59,19 @@ class W4A16Linear final : public Linear {
   /// "w4a16-g<group>-<sym|asym>", e.g. "w4a16-g128-sym".
   std::string format() const override;
   /// packed bytes + 2 · scales + zero-point bytes (int4_storage_bytes).
-  int64_t weight_bytes() const override { return int4_storage_bytes(w_); }
+  int64_t weight_bytes() const override { return int4_storage_bytes(weights()); }
 
-  /// The quantized weights (layouts in quant/int4_quantize.h).
-  const Int4Weights& weights() const { return w_; }
+  /// The quantized weights as stored (layouts in quant/int4_quantize.h; ragged groups unpadded).
+  const Int4Weights& weights() const { return stored_ ? *stored_ : w_; }
 
  private:
   void gemv(const float* x, float* y) const;
   void gemm(const float* x, int64_t n, float* y) const;
   void forward_scalar(const float* x, int64_t n, float* y) const;
 
-  Int4Weights w_;
+  Int4Weights w_;  ///< the kernels' weights: whole groups (padded copy when g ∤ in)
+  int64_t in_;     ///< logical input features
+  std::unique_ptr<Int4Weights> stored_;  ///< the unpadded weights, only when padding was needed
 };
 
 }  // namespace sq

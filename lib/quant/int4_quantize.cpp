@@ -22,14 +22,14 @@ void check_int4_shape(int64_t out, int64_t in, int64_t group) {
   if (out <= 0 || in <= 0)
     throw std::invalid_argument("INT4 quantization: weight shape [" + std::to_string(out) + ", " + std::to_string(in) +
                                 "] must be non-empty");
-  if (in % group != 0)
-    throw std::invalid_argument("INT4 quantization: group size g = " + std::to_string(group) +
-                                " does not divide the input dimension in = " + std::to_string(in));
+  if (in % 2 != 0)
+    throw std::invalid_argument("INT4 quantization: the input dimension in = " + std::to_string(in) +
+                                " must be even (two 4-bit codes per byte)");
 }
 
 Int4Weights quantize_int4(const float* w, int64_t out, int64_t in, int64_t group, bool asym) {
   check_int4_shape(out, in, group);
-  const int64_t ng = in / group;
+  const int64_t ng = (in + group - 1) / group;
   Int4Weights r;
   r.out = out;
   r.in = in;
@@ -45,8 +45,9 @@ Int4Weights quantize_int4(const float* w, int64_t out, int64_t in, int64_t group
     uint8_t* pr = r.packed.data() + row * (in / 2);
     for (int64_t j = 0; j < ng; ++j) {
       const float* wg = wr + j * group;
+      const int64_t len = std::min(group, in - j * group);  // the last group may be shorter
       float lo = 0.0f, hi = 0.0f, amax = 0.0f;
-      for (int64_t k = 0; k < group; ++k) {
+      for (int64_t k = 0; k < len; ++k) {
         const float v = wg[k];
         if (!std::isfinite(v)) bad_value = true;
         lo = std::min(lo, v);
@@ -61,7 +62,7 @@ Int4Weights quantize_int4(const float* w, int64_t out, int64_t in, int64_t group
       int z = 0;
       if (asym && d > 0.0f) z = static_cast<int>(std::clamp(std::round(-lo / d), 0.0f, 15.0f));
       if (asym) zeros[static_cast<size_t>(row * ng + j)] = static_cast<uint8_t>(z);
-      for (int64_t k = 0; k < group; ++k) {
+      for (int64_t k = 0; k < len; ++k) {
         int q = 0;
         if (d > 0.0f && std::isfinite(d)) {
           const float t = std::round(wg[k] / d);
@@ -87,7 +88,7 @@ Int4Weights quantize_int4(const float* w, int64_t out, int64_t in, int64_t group
 
 void validate_int4(const Int4Weights& w) {
   check_int4_shape(w.out, w.in, w.group);
-  const int64_t ng = w.in / w.group;
+  const int64_t ng = int4_groups_per_row(w);
   auto fail = [&](const std::string& what, size_t got, int64_t want) {
     throw std::invalid_argument("Int4Weights [" + std::to_string(w.out) + ", " + std::to_string(w.in) + "] g" +
                                 std::to_string(w.group) + ": " + what + " has " + std::to_string(got) + " entries, expected " +
@@ -112,32 +113,32 @@ int int4_code(const Int4Weights& w, int64_t r, int64_t c) {
 
 int int4_zero(const Int4Weights& w, int64_t r, int64_t j) {
   if (!w.asym) return 0;
-  const int64_t f = r * (w.in / w.group) + j;
+  const int64_t f = r * int4_groups_per_row(w) + j;
   const uint8_t b = w.zeros_packed[static_cast<size_t>(f / 2)];
   return (f & 1) ? (b >> 4) : (b & 0xF);
 }
 
 float int4_scale(const Int4Weights& w, int64_t r, int64_t j) {
-  return half_to_float(w.scales_f16[static_cast<size_t>(r * (w.in / w.group) + j)]);
+  return half_to_float(w.scales_f16[static_cast<size_t>(r * int4_groups_per_row(w) + j)]);
 }
 
 void dequantize_int4(const Int4Weights& w, float* dst) {
   validate_int4(w);
-  const int64_t ng = w.in / w.group;
+  const int64_t ng = int4_groups_per_row(w);
   for (int64_t r = 0; r < w.out; ++r)
     for (int64_t j = 0; j < ng; ++j) {
       const float d = int4_scale(w, r, j);
       const int z = int4_zero(w, r, j);
-      for (int64_t k = 0; k < w.group; ++k) {
-        const int64_t c = j * w.group + k;
+      for (int64_t c = j * w.group; c < std::min(w.in, (j + 1) * w.group); ++c) {
         dst[r * w.in + c] = d * static_cast<float>(int4_code(w, r, c) - z);
       }
     }
 }
 
 double bits_per_weight(const Int4Weights& w) {
-  if (w.group <= 0) throw std::invalid_argument("bits_per_weight: group size must be positive");
-  return 4.0 + 16.0 / double(w.group) + (w.asym ? 4.0 / double(w.group) : 0.0);
+  if (w.group <= 0 || w.in <= 0) throw std::invalid_argument("bits_per_weight: group size and width must be positive");
+  const double groups_per_weight = double(int4_groups_per_row(w)) / double(w.in);
+  return 4.0 + 16.0 * groups_per_weight + (w.asym ? 4.0 * groups_per_weight : 0.0);
 }
 
 int64_t int4_storage_bytes(const Int4Weights& w) {

@@ -17,6 +17,10 @@
 // where the FP16 rounding of Δ can add at most 15 · Δ · 2⁻¹¹).
 // A group of zeros gets Δ = 0 (q = 0, z = 0) and dequantizes to exact zeros.
 //
+// Ragged last group: when g does not divide `in` (e.g. stories260K's FFN width 172, or in = 64 < g =
+// 128) the row has ⌈in/g⌉ groups and the last one covers the remaining in mod g columns, as in the
+// GPTQ reference (a group starts every g columns). `in` must be even (two codes per byte).
+//
 // Byte layout (all little-endian, rows not padded; same as the .sqm dtypes I4x2 / U4x2):
 //
 //   packed  [out, in/2] bytes, row-major:            byte (r, c/2) = q[r, c+1] << 4 | q[r, c]
@@ -31,9 +35,9 @@
 //     symmetric: nibbles are 4-bit two's complement (I4x2: 0x8..0xF = −8..−1);
 //     asymmetric: nibbles are unsigned (U4x2: 0..15).
 //
-//   scales_f16   [out, in/g] uint16 (IEEE binary16 bits of Δ), row-major: (r, j) is group j of row r,
+//   scales_f16   [out, ⌈in/g⌉] uint16 (IEEE binary16 bits of Δ), row-major: (r, j) is group j of row r,
 //                covering columns [j·g, (j+1)·g).
-//   zeros_packed (asymmetric only) [out, in/g] U4x2, packed FLAT (row-major index f = r·(in/g) + j,
+//   zeros_packed (asymmetric only) [out, ⌈in/g⌉] U4x2, packed FLAT (row-major index f = r·⌈in/g⌉ + j,
 //                element f in byte f/2, low nibble when f is even); ceil(out·in/g / 2) bytes, the
 //                unused high nibble of an odd-length last byte is 0. Empty when symmetric.
 #pragma once
@@ -46,20 +50,20 @@ namespace sq {
 /// Group-wise INT4 weights of one linear layer (see the file comment for every layout).
 struct Int4Weights {
   int64_t out = 0;    ///< rows of W (output features)
-  int64_t in = 0;     ///< columns of W (input features); a multiple of `group` (hence even)
+  int64_t in = 0;     ///< columns of W (input features); even; the last group is shorter when g ∤ in
   int64_t group = 0;  ///< group size g ∈ {32, 64, 128}
   bool asym = false;  ///< false: symmetric I4 (no zero points); true: U4 with per-group zero points
   std::vector<uint8_t> packed;       ///< [out, in/2] bytes, low nibble = even column
-  std::vector<uint16_t> scales_f16;  ///< [out, in/g] FP16 bits of Δ
-  std::vector<uint8_t> zeros_packed; ///< [out, in/g] U4, flat-packed, asym only (else empty)
+  std::vector<uint16_t> scales_f16;  ///< [out, ⌈in/g⌉] FP16 bits of Δ
+  std::vector<uint8_t> zeros_packed; ///< [out, ⌈in/g⌉] U4, flat-packed, asym only (else empty)
 };
 
-/// Throws std::invalid_argument unless g ∈ {32, 64, 128}, in > 0, out > 0 and g divides in (the
-/// message names in and g).
+/// Throws std::invalid_argument unless g ∈ {32, 64, 128}, in > 0, out > 0 and in is even (the
+/// message names in and g). g need not divide in (ragged last group, file comment).
 void check_int4_shape(int64_t out, int64_t in, int64_t group);
 
-/// Number of groups per row, in / g.
-inline int64_t int4_groups_per_row(const Int4Weights& w) { return w.group > 0 ? w.in / w.group : 0; }
+/// Number of groups per row, ⌈in / g⌉.
+inline int64_t int4_groups_per_row(const Int4Weights& w) { return w.group > 0 ? (w.in + w.group - 1) / w.group : 0; }
 
 /// Quantizes W: [out, in] row-major FP32 group-wise with RTN (file comment). Uses all OpenMP threads
 /// for large matrices (the result does not depend on the thread count).
@@ -83,8 +87,10 @@ float int4_scale(const Int4Weights& w, int64_t r, int64_t j);
 /// out·in floats. Test / reference use only: W4A16Linear never materializes this matrix.
 void dequantize_int4(const Int4Weights& w, float* dst);
 
-/// Storage cost per weight in bits: 4 + 16/g (FP16 scales) + 4/g (U4 zeros, asymmetric only);
-/// e.g. 4.125 for g = 128 symmetric, 4.15625 for g = 128 asymmetric.
+/// Storage cost per weight in bits: 4 + 16·G/in (FP16 scales) + 4·G/in (U4 zeros, asymmetric only),
+/// G = ⌈in/g⌉ groups per row; when g divides in that is 4 + 16/g (+ 4/g): e.g. 4.125 for g = 128
+/// symmetric, 4.15625 for g = 128 asymmetric. (Flat zero packing can add half a byte per matrix,
+/// which this per-weight figure leaves out; int4_storage_bytes counts it.)
 double bits_per_weight(const Int4Weights& w);
 
 /// Bytes held: packed + 2 · scales + zeros_packed (exactly the vectors' sizes).

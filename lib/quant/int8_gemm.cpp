@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "quant/gemm_common.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #define SQ_INT8_VNNI 1
@@ -33,10 +34,10 @@ namespace sq {
 
 namespace {
 
-/// Products below this many multiply-adds run on the calling thread (an OpenMP fork costs more).
-constexpr int64_t kParallelMinMacs = int64_t(1) << 22;
-
-constexpr int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+using gemm::AlignedBytes;
+using gemm::kParallelMinMacs;
+using gemm::round_up;
+using gemm::thread_scratch;
 
 void check_gemm_sizes(const char* what, int64_t m, int64_t n, int64_t k) {
   if (m < 0 || n < 0 || k < 0)
@@ -53,28 +54,6 @@ inline float dequant_one(int32_t acc, int64_t i, int64_t j, const Int8Dequant& d
   const float sb = dq.b_scales ? dq.b_scales[dq.b_per_col ? j : 0] : 1.0f;
   const float s = sa * sb;
   return dq.bias ? std::fma(static_cast<float>(acc), s, dq.bias[j]) : static_cast<float>(acc) * s;
-}
-
-/// 64-byte aligned byte buffer (packed weights: every panel row is whole cache lines).
-struct AlignedBytes {
-  std::vector<int8_t> storage;
-  int8_t* data = nullptr;
-  int64_t size = 0;
-  void resize(int64_t bytes) {
-    storage.assign(static_cast<size_t>(bytes + 64), 0);
-    const auto addr = reinterpret_cast<uintptr_t>(storage.data());
-    data = storage.data() + ((64 - addr % 64) % 64);
-    size = bytes;
-  }
-};
-
-/// Per-thread scratch buffer (grown on demand, reused across calls).
-template <typename T>
-T* thread_scratch(int64_t count) {
-  static thread_local std::vector<T> buf;
-  if (static_cast<int64_t>(buf.size()) < count + 64) buf.resize(static_cast<size_t>(count + 64));
-  const auto addr = reinterpret_cast<uintptr_t>(buf.data());
-  return buf.data() + ((64 - addr % 64) % 64) / sizeof(T);
 }
 
 // ---------------------------------------------------------------------------------------------

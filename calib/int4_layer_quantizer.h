@@ -1,0 +1,43 @@
+// W4A16 conversion of one decoder layer: every projection's weight to group-wise INT4
+// (quant/int4_quantize.h layout) by round-to-nearest or GPTQ (calib/gptq.h), with FP16 scales.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "calib/gptq.h"
+#include "core/checkpoint.h"
+#include "model/observer.h"
+#include "quant/int4_quantize.h"
+
+namespace sq {
+
+/// How sq-convert --scheme w4a16 quantizes weights.
+struct Int4Options {
+  int group_size = 128;  ///< g ∈ {32, 64, 128}; a ragged last group when g ∤ in (int4_quantize.h)
+  bool asym = false;     ///< asymmetric with U4 zero points (else symmetric I4)
+  bool gptq = false;     ///< GPTQ (needs Hessians) instead of RTN
+  bool act_order = false;  ///< GPTQ: columns by descending diag(H), with static groups (gptq.h)
+  double damp = 0.01;    ///< GPTQ dampening λ = damp · mean(diag H)
+};
+
+/// Result of quantizing one projection.
+struct Int4Projection {
+  std::string name;    ///< e.g. "model.layers.0.self_attn.q_proj"
+  Int4Weights weights;
+  double hessian_error = 0;  ///< Σ (W−Ŵ)H(W−Ŵ)ᵀ with the H used (0 for RTN without H)
+};
+
+/// Quantizes the seven projections of decoder layer `layer` of `ck` (canonical names,
+/// core/checkpoint.h), in kProjections order. `hessians` [ActivationSite] are the (2/N)XᵀX of
+/// each linear input (width² doubles each) — required with options.gptq, optional for RTN (then
+/// hessian_error is reported). Both RTN and GPTQ use GPTQ's quantizer with FP16-rounded steps, so
+/// the stored weights reproduce exactly what was optimized.
+/// Throws UsageError for a bad group size; InputError naming the projection when a Hessian is
+/// missing (GPTQ), has the wrong size, or is not positive definite after dampening.
+std::vector<Int4Projection> quantize_layer_int4(const Checkpoint& ck, int layer, const Int4Options& options,
+                                                const std::array<const std::vector<double>*, kActivationSites>& hessians);
+
+}  // namespace sq

@@ -1,0 +1,63 @@
+// Layer-by-layer calibration for sequential quantization (GPTQ, Frantar et al. 2023, §4 "Step 3"
+// and the reference's llama.py `llama_sequential`): the hidden states of every calibration window
+// are kept between decoder layers, so layer l's statistics can be taken on the inputs produced by
+// the already-quantized layers 0 … l−1, and layer l's quantized replacement then produces the
+// inputs of layer l+1.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "calib/hessian.h"
+#include "model/llama_model.h"
+
+namespace sq {
+
+/// GPTQ Hessians of the four linear-input sites of one decoder layer (a HessianAccumulator each:
+/// attn_input (q/k/v), attn_output (o), ffn_input (gate/up), ffn_hidden (down)); an
+/// ActivationObserver that ignores every other layer.
+class LayerHessians final : public ActivationObserver {
+ public:
+  /// Accumulators for layer `layer` of a model with config `c` (8·width² bytes per site).
+  LayerHessians(const ModelConfig& c, int layer);
+  void on_linear_input(int layer, ActivationSite site, const float* x, int64_t n, int64_t width) override;
+  /// The accumulator of `site`.
+  const HessianAccumulator& at(ActivationSite site) const { return sites_[static_cast<size_t>(site)]; }
+  /// Adds `other`'s sums (same config and layer). Throws std::invalid_argument on a width mismatch.
+  void merge(const LayerHessians& other);
+
+ private:
+  int layer_;
+  std::vector<HessianAccumulator> sites_;
+};
+
+/// Hidden states x [window tokens, dim] of every calibration window, advanced one layer at a time.
+/// Memory: 4 · dim · (total window tokens) bytes (e.g. 32 MiB for 128 × 256 tokens at dim 256).
+/// Small models (dim < 1024) run the windows in parallel, one per thread (many tiny parallel ops
+/// per window would cost more in fork/join than they compute); large ones one window at a time
+/// with parallel ops inside, as observe_windows (calib/window_runner.h).
+class LayerwiseRunner {
+ public:
+  /// Embeds every window with `model` (which must outlive the runner). Throws std::length_error
+  /// when a window is longer than the model's context, std::out_of_range for a bad token id.
+  LayerwiseRunner(const LlamaModel& model, const std::vector<std::vector<int32_t>>& windows);
+
+  /// Runs decoder layer `l` with weights `L` over every window (fresh KV cache per window, causal,
+  /// positions 0 …) and replaces the stored hidden states by the layer's outputs (call it for
+  /// l = 0, 1, … in order).
+  void advance(int l, const LlamaLayer& L);
+
+  /// Hessians of layer `l` (weights `L`) on the current hidden states, which are left unchanged.
+  /// Deterministic for any thread count: per-window accumulators merged in window order.
+  LayerHessians hessians(int l, const LlamaLayer& L) const;
+
+ private:
+  /// Runs layer l on window w's hidden states in `x` (in place), observed by `obs` (may be null).
+  void run_window(int l, const LlamaLayer& L, std::vector<float>& x, ActivationObserver* obs) const;
+  int window_threads() const;
+
+  const LlamaModel& model_;
+  std::vector<std::vector<float>> hidden_;  ///< per window: [tokens, dim]
+};
+
+}  // namespace sq

@@ -1,0 +1,540 @@
+#include "tests/fuzz/fuzz_targets.h"
+
+#include <stdlib.h>  // mkdtemp
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string_view>
+
+#include "calib/activation_stats.h"
+#include "calib/convert_spec.h"
+#include "core/error.h"
+#include "formats/calibration_h5.h"
+#include "formats/hf_checkpoint.h"
+#include "formats/hf_config.h"
+#include "formats/llama2c_checkpoint.h"
+#include "formats/llama2c_tokenizer.h"
+#include "formats/mapped_file.h"
+#include "formats/safetensors.h"
+#include "formats/sqm_file.h"
+#include "model/observer.h"  // kActivationSites, kProjections (constants only)
+
+namespace sq::fuzz {
+
+namespace {
+
+// The names the inputs are given; every rejection message must contain the one of its reader.
+constexpr const char* kSafetensorsSource = "fuzz-input.safetensors";
+constexpr const char* kConfigSource = "fuzz-input/config.json";
+constexpr const char* kIndexSource = "fuzz-input/model.safetensors.index.json";
+constexpr const char* kCheckpointSource = "fuzz-input-llama2c.bin";
+constexpr const char* kTokenizerSource = "fuzz-input-tokenizer.bin";
+constexpr const char* kSqmSource = "fuzz-input.sqm";
+constexpr const char* kCalibrationSource = "fuzz-input.h5";
+
+/// Keeps the compiler from dropping reads whose only purpose is to let AddressSanitizer check them.
+volatile float g_sink = 0.0f;
+
+/// Runs `fn`; a sq::InputError is a proper rejection when its message names `source`, anything
+/// else escapes.
+template <typename Fn>
+void expect_input_error_or_success(const char* source, Fn&& fn) {
+  try {
+    fn();
+  } catch (const InputError& e) {
+    if (std::string_view(e.what()).find(source) == std::string_view::npos)
+      throw FuzzFinding(std::string("rejection message does not name the input '") + source + "': " + e.what());
+  }
+}
+
+/// Reads every float of `t` (bounds-checked by the sanitizers).
+void touch(const Tensor& t) {
+  float acc = 0.0f;
+  const float* p = t.data();
+  for (int64_t i = 0; i < t.numel(); ++i) acc += p[i];
+  g_sink = g_sink + acc;
+}
+
+std::string_view as_text(const uint8_t* data, size_t size) {
+  return size == 0 ? std::string_view() : std::string_view(reinterpret_cast<const char*>(data), size);
+}
+
+/// Reads little-endian values from the fuzz bytes; past the end every read gives zeros.
+class ByteStream {
+ public:
+  ByteStream(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  uint8_t u8() { return pos_ < size_ ? data_[pos_++] : 0; }
+  uint16_t u16() { return static_cast<uint16_t>(u8() | (u8() << 8)); }
+  int64_t i64() {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(u8()) << (8 * i);
+    return static_cast<int64_t>(v);
+  }
+  std::string str(size_t n) {
+    std::string s;
+    for (size_t i = 0; i < n && pos_ < size_; ++i) s += static_cast<char>(data_[pos_++]);
+    return s;
+  }
+
+ private:
+  const uint8_t* data_;
+  size_t size_;
+  size_t pos_ = 0;
+};
+
+/// Appends little-endian values (the encoder of ByteStream, for seeds).
+struct ByteWriter {
+  std::string out;
+  void u8(unsigned v) { out += static_cast<char>(v & 0xff); }
+  void u16(unsigned v) {
+    u8(v);
+    u8(v >> 8);
+  }
+  void i64(int64_t v) {
+    for (int i = 0; i < 8; ++i) u8(static_cast<unsigned>(static_cast<uint64_t>(v) >> (8 * i)));
+  }
+  void i32(int32_t v) {
+    for (int i = 0; i < 4; ++i) u8(static_cast<unsigned>(static_cast<uint32_t>(v) >> (8 * i)));
+  }
+  void f32(float v) {
+    uint32_t b;
+    std::memcpy(&b, &v, 4);
+    i32(static_cast<int32_t>(b));
+  }
+};
+
+/// A temporary directory (for seeds produced by sqkit's file writers), removed on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "sq-fuzz-seeds-XXXXXX").string();
+    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("cannot create a temporary directory for fuzz seeds");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+std::string slurp(const std::string& path) { return read_file_to_string(path); }
+
+// ---- calibration: the byte encoding of the validation layer's inputs ----------------------------
+//
+//   u8 n                         root link names, n of them, each:
+//     u8 kind, u8 x              kind even: "layer_" + 3-digit x; odd: x raw bytes
+//   then, for each layer the names imply (at most 8), 6 channel statistics (attn_input,
+//   attn_output, ffn_input, ffn_hidden, k_cache, v_cache), each:
+//     u8 absmax, u8 min, u8 max, u8 sum_sq lengths; i64 channels; u16 histogram bins;
+//     u8 percentiles length; i64 tokens; u8 k, then k x (u16 bin, i64 count) histogram entries
+//   then 7 u8 output-vector lengths (q, k, v, o, gate, up, down).
+
+constexpr const char* kSiteGroups[6] = {"attn_input", "attn_output", "ffn_input", "ffn_hidden", "k_cache", "v_cache"};
+constexpr size_t kMaxFuzzLayers = 8;
+
+ChannelStats decode_stats(ByteStream& in, size_t& percentiles) {
+  ChannelStats s;
+  s.absmax.assign(in.u8(), 1.0f);
+  s.min.assign(in.u8(), -1.0f);
+  s.max.assign(in.u8(), 1.0f);
+  s.sum_sq.assign(in.u8(), 1.0);
+  s.channels = in.i64();
+  s.token_absmax_hist.assign(in.u16(), 0);
+  percentiles = in.u8();
+  s.tokens = in.i64();
+  const unsigned k = in.u8();
+  for (unsigned i = 0; i < k; ++i) {
+    const size_t bin = in.u16();
+    const int64_t count = in.i64();
+    if (bin < s.token_absmax_hist.size()) s.token_absmax_hist[bin] = count;
+  }
+  return s;
+}
+
+void encode_stats(ByteWriter& w, int channels, int64_t tokens, bool wrong_hist = false) {
+  for (int i = 0; i < 4; ++i) w.u8(static_cast<unsigned>(channels));
+  w.i64(channels);
+  w.u16(ChannelStats::kHistBins);
+  w.u8(7);
+  w.i64(tokens);
+  w.u8(2);
+  w.u16(3);
+  w.i64(tokens / 2);
+  w.u16(ChannelStats::kHistBins - 1);
+  w.i64(tokens - tokens / 2 + (wrong_hist ? 1 : 0));
+}
+
+/// A calibration encoding of `layers` layers with widths d, attention output a, kv, hidden h.
+std::string encode_calibration(int layers, int d, int a, int kv, int h, bool extra_name = false) {
+  ByteWriter w;
+  w.u8(static_cast<unsigned>(layers + (extra_name ? 1 : 0)));
+  for (int i = layers - 1; i >= 0; --i) {  // HDF5 lists links by name; any order must work
+    w.u8(0);
+    w.u8(static_cast<unsigned>(i));
+  }
+  if (extra_name) {
+    w.u8(1);
+    w.u8(5);
+    w.out += "notes";
+  }
+  for (int l = 0; l < layers; ++l) {
+    const int widths[6] = {d, a, d, h, kv, kv};
+    for (int s = 0; s < 6; ++s) encode_stats(w, widths[s], 1000 + l);
+    const int outs[7] = {a, kv, kv, d, h, h, d};
+    for (int o : outs) w.u8(static_cast<unsigned>(o));
+  }
+  return w.out;
+}
+
+// ---- llama2.c seeds ------------------------------------------------------------------------------
+
+/// A tiny llama2.c checkpoint: legacy layout (version 0, with freq_cis) or version 1.
+std::string tiny_llama2c(int version, bool shared) {
+  const int dim = 8, hidden = 16, layers = 1, heads = 2, kv_heads = 1, vocab = 8, seq = 4;
+  const int head_dim = dim / heads, kv = kv_heads * head_dim;
+  ByteWriter w;
+  if (version == 1) {
+    w.i32(0x616b3432);
+    w.i32(1);
+  }
+  for (int v : {dim, hidden, layers, heads, kv_heads, version == 0 && !shared ? -vocab : vocab, seq}) w.i32(v);
+  if (version == 1) {
+    w.u8(shared ? 1 : 0);
+    w.out.resize(256, '\0');
+  }
+  int64_t floats = int64_t(vocab) * dim + layers * (2 * dim + 2 * dim * dim + 2 * kv * dim + 3 * dim * hidden) + dim;
+  if (version == 0) floats += 2 * int64_t(seq) * (head_dim / 2);
+  if (!shared) floats += int64_t(vocab) * dim;
+  for (int64_t i = 0; i < floats; ++i) w.f32(static_cast<float>(i % 17) * 0.01f - 0.08f);
+  return w.out;
+}
+
+/// A tiny tokenizer.bin: <unk>, BOS, EOS, the 256 byte pieces and a few mergeable pieces.
+std::string tiny_tokenizer(bool with_byte_pieces) {
+  ByteWriter w;
+  w.i32(8);
+  auto piece = [&](float score, const std::string& p) {
+    w.f32(score);
+    w.i32(static_cast<int32_t>(p.size()));
+    w.out += p;
+  };
+  piece(0.0f, "<unk>");
+  piece(0.0f, "\n<s>\n");
+  piece(0.0f, "\n</s>\n");
+  if (with_byte_pieces)
+    for (int b = 0; b < 256; ++b) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+      piece(0.0f, buf);
+    }
+  const char* pieces[] = {" ", "a", "b", "n", "o", " a", "ab", " ab", "on", " on", "ce", " once", "é"};
+  float score = -1.0f;
+  for (const char* p : pieces) piece(score -= 0.5f, p);
+  piece(-2.0f, "ab");  // a duplicate piece maps to its last id
+  return w.out;
+}
+
+// ---- sqm ------------------------------------------------------------------------------------------
+
+/// Recomputes the header, table and preamble checksums where the preamble's offsets lie inside the
+/// buffer (see sqm_file in fuzz_targets.h).
+void fix_sqm_checksums(std::string& b) {
+  if (b.size() < kSqmPreambleSize || b.compare(0, 8, "SQKITMDL") != 0 || b[80] != 0) return;
+  auto rd64 = [&](size_t off) {
+    uint64_t v;
+    std::memcpy(&v, b.data() + off, 8);
+    return v;
+  };
+  auto wr64 = [&](size_t off, uint64_t v) { std::memcpy(b.data() + off, &v, 8); };
+  const uint64_t size = b.size();
+  const uint64_t ho = rd64(32), hs = rd64(40), to = rd64(48), ts = rd64(56);
+  if (ho <= size && hs <= size - ho) wr64(64, XXH3_64bits(b.data() + ho, hs));
+  if (to <= size && ts <= size - to) wr64(72, XXH3_64bits(b.data() + to, ts));
+  wr64(120, XXH3_64bits(b.data(), 120));
+}
+
+}  // namespace
+
+// ---- entry points ---------------------------------------------------------------------------------
+
+void safetensors(const uint8_t* data, size_t size) {
+  expect_input_error_or_success(kSafetensorsSource, [&] {
+    const SafetensorsFile f(MappedFile::from_bytes(data, size, kSafetensorsSource));
+    for (const std::string& name : f.names()) {
+      const SafetensorsTensorInfo& i = f.info(name);
+      if (i.end < i.begin || f.data_start() + i.end > f.mapping()->size())
+        throw FuzzFinding("accepted tensor '" + name + "' lies outside the file");
+      if (i.dtype == "F32" || i.dtype == "F16" || i.dtype == "BF16") touch(f.load_f32(name));
+    }
+  });
+}
+
+void hf_config(const uint8_t* data, size_t size) {
+  expect_input_error_or_success(kConfigSource, [&] {
+    const ModelConfig c = parse_hf_config_text(as_text(data, size), kConfigSource);
+    // An accepted config must round-trip through the writer unchanged.
+    const nlohmann::json again = nlohmann::json::parse(make_hf_config_json(c, "float32").dump());
+    const ModelConfig r = parse_hf_config(again, kConfigSource);
+    const bool same = r.architecture == c.architecture && r.dim == c.dim && r.hidden_dim == c.hidden_dim &&
+                      r.n_layers == c.n_layers && r.n_heads == c.n_heads && r.n_kv_heads == c.n_kv_heads &&
+                      r.head_dim == c.head_dim && r.vocab_size == c.vocab_size && r.max_seq_len == c.max_seq_len &&
+                      r.norm_eps == c.norm_eps && r.rope_theta == c.rope_theta &&
+                      r.tied_embeddings == c.tied_embeddings && r.qkv_bias == c.qkv_bias && r.bos_id == c.bos_id &&
+                      r.eos_id == c.eos_id;
+    if (!same) throw FuzzFinding("accepted config.json does not round-trip through make_hf_config_json: " + again.dump());
+  });
+}
+
+void safetensors_index(const uint8_t* data, size_t size) {
+  expect_input_error_or_success(kIndexSource, [&] {
+    for (const auto& [tensor, shard] : parse_safetensors_index(as_text(data, size), kIndexSource))
+      if (shard.empty() || shard == "." || shard == ".." || shard.find('/') != std::string::npos ||
+          shard.find('\\') != std::string::npos || shard.find('\0') != std::string::npos)
+        throw FuzzFinding("accepted a shard name that is not a plain file name: '" + shard + "'");
+  });
+}
+
+void llama2c_checkpoint(const uint8_t* data, size_t size) {
+  expect_input_error_or_success(kCheckpointSource, [&] {
+    const Checkpoint ck = load_llama2c_checkpoint(MappedFile::from_bytes(data, size, kCheckpointSource));
+    uint64_t floats = 0;
+    for (const auto& [name, t] : ck.tensors) {
+      touch(t);
+      floats += static_cast<uint64_t>(t.numel());
+    }
+    if (floats * sizeof(float) > size) throw FuzzFinding("accepted checkpoint has more tensor bytes than the file");
+  });
+}
+
+void llama2c_tokenizer(const uint8_t* data, size_t size) {
+  expect_input_error_or_success(kTokenizerSource, [&] {
+    const Llama2cTokenizer tok(data, size, kTokenizerSource);
+    const std::string_view tail = as_text(data, size).substr(size > 64 ? size - 64 : 0);
+    for (std::string_view text : {std::string_view("Once upon a time, there was a café.\n\xff\xc3"), tail}) {
+      const std::vector<int> ids = tok.encode(text, true, true);
+      int prev = tok.bos_id();
+      for (int id : ids) {
+        if (id < 0 || id >= tok.vocab_size()) throw FuzzFinding("encode produced token " + std::to_string(id));
+        (void)tok.decode_token(prev, id);
+        prev = id;
+      }
+    }
+    for (int id = 0; id < tok.vocab_size() && id < 300; ++id) (void)tok.piece(id);
+  });
+}
+
+void sqm_file(const uint8_t* data, size_t size) {
+  std::string bytes(reinterpret_cast<const char*>(data), size);
+  fix_sqm_checksums(bytes);
+  expect_input_error_or_success(kSqmSource, [&] {
+    const auto f = SqmFile::open(
+        MappedFile::from_bytes(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), kSqmSource),
+        /*verify_checksums=*/false);
+    for (const SqmTensorInfo& t : f->tensors()) {
+      if (t.offset + t.stored_bytes > f->file_size()) throw FuzzFinding("accepted tensor '" + t.name + "' lies outside the file");
+      expect_input_error_or_success(kSqmSource, [&] {
+        const SqmBytes raw = f->raw(t.name);
+        if (raw.size != t.raw_bytes) throw FuzzFinding("raw() of '" + t.name + "' has the wrong size");
+        uint8_t acc = 0;
+        for (size_t i = 0; i < raw.size; ++i) acc ^= raw.data[i];
+        g_sink = g_sink + acc;
+      });
+      expect_input_error_or_success(kSqmSource, [&] { f->verify_checksum(t); });
+    }
+  });
+}
+
+void calibration(const uint8_t* data, size_t size) {
+  ByteStream in(data, size);
+  std::vector<std::string> names(in.u8());
+  for (std::string& n : names) {
+    const uint8_t kind = in.u8(), x = in.u8();
+    if (kind % 2 == 0) {
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "layer_%03u", static_cast<unsigned>(x));
+      n = buf;
+    } else {
+      n = in.str(x);
+    }
+  }
+  expect_input_error_or_success(kCalibrationSource, [&] {
+    const size_t n_layers = std::min(calibration_layer_count(names, kCalibrationSource), kMaxFuzzLayers);
+    std::vector<LayerStats> layers(n_layers);
+    for (size_t i = 0; i < n_layers; ++i) {
+      LayerStats& l = layers[i];
+      ChannelStats* sites[6] = {nullptr, nullptr, nullptr, nullptr, &l.keys, &l.values};
+      l.inputs.resize(kActivationSites);
+      for (int s = 0; s < kActivationSites; ++s) sites[s] = &l.inputs[static_cast<size_t>(s)];
+      char prefix[32];
+      std::snprintf(prefix, sizeof prefix, "/layer_%03zu/", i);
+      for (int s = 0; s < 6; ++s) {
+        size_t percentiles = 0;
+        *sites[s] = decode_stats(in, percentiles);
+        check_calibration_channel_stats(*sites[s], percentiles, prefix + std::string(kSiteGroups[s]), kCalibrationSource);
+      }
+      l.output_absmax.resize(kProjections);
+      for (auto& v : l.output_absmax) v.assign(in.u8(), 1.0f);
+      check_calibration_layer(layers, i, kCalibrationSource);
+    }
+  });
+}
+
+void convert_spec(const uint8_t* data, size_t size) {
+  ConvertFlags flags;
+  if (size > 0) {
+    flags.alpha_given = data[0] & 1;
+    flags.no_smooth = data[0] & 2;
+    std::string* fields[] = {&flags.scheme, &flags.alpha, &flags.preset, &flags.weight, &flags.act};
+    std::stringstream rest(std::string(as_text(data + 1, size - 1)));
+    for (std::string* f : fields)
+      if (!std::getline(rest, *f)) f->clear();
+  }
+  try {
+    const ConvertSpec spec = parse_convert_flags(flags);
+    if (!spec.alpha_auto && !(spec.alpha >= 0.0f && spec.alpha <= 1.0f))
+      throw FuzzFinding("accepted --alpha " + flags.alpha + " outside [0, 1]");
+    if (flags.no_smooth && flags.alpha_given) throw FuzzFinding("accepted --alpha together with --no-smooth");
+    if (std::string(scheme_name(spec.scheme)) != flags.scheme) throw FuzzFinding("accepted --scheme " + flags.scheme);
+  } catch (const UsageError& e) {
+    if (std::string_view(e.what()).find("--") == std::string_view::npos)
+      throw FuzzFinding(std::string("usage error does not name the option: ") + e.what());
+  }
+}
+
+// ---- seeds ----------------------------------------------------------------------------------------
+
+namespace {
+
+std::vector<std::string> safetensors_seeds() {
+  TempDir dir;
+  std::vector<std::string> out;
+  const std::string a = dir.file("a.safetensors"), b = dir.file("b.safetensors");
+  write_safetensors(a,
+                    {{"model.embed_tokens.weight", "F32", Tensor::from_vector({2, 3}, {1, 2, 3, 4, 5, 6})},
+                     {"model.norm.weight", "F16", Tensor::from_vector({4}, {0.5f, -1, 65504, 1e-7f})},
+                     {"lm_head.weight", "BF16", Tensor::from_vector({}, {3.0f})},
+                     {"empty", "F32", Tensor::zeros({0, 5})}},
+                    {{"format", "pt"}});
+  write_safetensors(b, {{"x", "F32", Tensor::from_vector({3}, {1, 2, 3})}});
+  out.push_back(slurp(a));
+  out.push_back(slurp(b));
+  // Hand-made: an I8 tensor, a gap between tensors, an unaligned F32 view.
+  const std::string hdr =
+      R"({"i8":{"dtype":"I8","shape":[3],"data_offsets":[0,3]},"f":{"dtype":"F32","shape":[2],"data_offsets":[5,13]}})";
+  std::string c(8, '\0');
+  const uint64_t n = hdr.size();
+  std::memcpy(c.data(), &n, 8);
+  c += hdr + std::string(13, '\x01');
+  out.push_back(c);
+  return out;
+}
+
+std::vector<std::string> hf_config_seeds() {
+  std::vector<std::string> out;
+  ModelConfig c;
+  c.dim = 64;
+  c.hidden_dim = 172;
+  c.n_layers = 2;
+  c.n_heads = 8;
+  c.n_kv_heads = 4;
+  c.head_dim = 8;
+  c.vocab_size = 512;
+  c.max_seq_len = 512;
+  c.rope_layout = RopeLayout::HalfSplit;
+  for (const char* arch : {"llama", "mistral", "qwen2"}) {
+    c.architecture = arch;
+    c.qkv_bias = std::string(arch) == "qwen2";
+    c.tied_embeddings = std::string(arch) != "mistral";
+    out.push_back(make_hf_config_json(c, "bfloat16").dump(2));
+  }
+  out.push_back(R"({"model_type":"llama","hidden_size":4096,"intermediate_size":11008,"num_hidden_layers":32,)"
+                R"("num_attention_heads":32,"rope_scaling":{"rope_type":"default"},"eos_token_id":[2,3],)"
+                R"("attention_bias":true,"torch_dtype":"float16"})");
+  out.push_back(R"({"architectures":["MistralForCausalLM"],"hidden_size":4096,"intermediate_size":14336,)"
+                R"("num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"sliding_window":4096,)"
+                R"("max_position_embeddings":32768,"rms_norm_eps":1e-05,"rope_theta":1000000.0})");
+  return out;
+}
+
+std::vector<std::string> safetensors_index_seeds() {
+  return {R"({"metadata":{"total_size":1234},"weight_map":{"model.embed_tokens.weight":"model-00001-of-00002.safetensors",)"
+          R"("lm_head.weight":"model-00002-of-00002.safetensors"}})",
+          R"({"weight_map":{"a":"../escape.safetensors","b":"sub/dir.safetensors"}})",
+          R"({"weight_map":{}})"};
+}
+
+std::vector<std::string> llama2c_checkpoint_seeds() {
+  return {tiny_llama2c(0, true), tiny_llama2c(0, false), tiny_llama2c(1, true), tiny_llama2c(1, false)};
+}
+
+std::vector<std::string> llama2c_tokenizer_seeds() { return {tiny_tokenizer(true), tiny_tokenizer(false)}; }
+
+std::vector<std::string> sqm_file_seeds() {
+  TempDir dir;
+  std::vector<std::string> out;
+  for (bool compress : {false, true}) {
+    const std::string path = dir.file(compress ? "z.sqm" : "a.sqm");
+    SqmWriteOptions o;
+    o.compress = compress;
+    SqmWriter w(path, o);
+    const std::vector<float> f32 = {1, 2, 3, 4, 5, 6};
+    w.add_tensor("model.embed_tokens.weight", SqmDType::F32, {2, 3}, f32.data(), f32.size() * 4);
+    const std::vector<float> zeros(256, 0.0f);
+    w.add_tensor("model.norm.weight", SqmDType::F32, {256}, zeros.data(), zeros.size() * 4);
+    const int8_t i8[4] = {-128, -1, 0, 127};
+    w.add_tensor("model.layers.0.mlp.up_proj.weight", SqmDType::I8, {2, 2}, i8, 4);
+    const uint8_t i4[2] = {0x7f, 0x08};
+    w.add_tensor("model.layers.0.mlp.up_proj.qweight", SqmDType::I4x2, {3}, i4, 2);
+    const std::string tok = tiny_tokenizer(false);
+    w.add_tensor("tokenizer.bin", SqmDType::U8, {static_cast<int64_t>(tok.size())}, tok.data(), tok.size());
+    w.finish({{"producer", "sqkit fuzz seed"},
+              {"tokenizer", {{"format", "llama2c"}, {"tensor", "tokenizer.bin"}}},
+              {"model_config", {{"dim", 64}, {"n_layers", 1}}}});
+    out.push_back(slurp(path));
+  }
+  return out;
+}
+
+std::vector<std::string> calibration_seeds() {
+  return {encode_calibration(2, 8, 8, 4, 16), encode_calibration(1, 16, 32, 8, 48, /*extra_name=*/true),
+          encode_calibration(3, 4, 4, 2, 8)};
+}
+
+std::vector<std::string> convert_spec_seeds() {
+  return {std::string("\0w8a8\n0.5\n\n\n", 12), std::string("\1w8a8\nauto\nO1\n\n", 15),
+          std::string("\0w8a8\n0.85\nO3\nper-channel\nper-token", 35), std::string("\2f16\n\n\n\n", 8),
+          std::string("\0bf16\n1\nO2\nper-tensor\nper-tensor-static", 38)};
+}
+
+}  // namespace
+
+const std::vector<FuzzTarget>& fuzz_targets() {
+  static const std::vector<FuzzTarget> targets = {
+      {"safetensors", safetensors, safetensors_seeds, {}},
+      {"hf_config", hf_config, hf_config_seeds, {}},
+      {"safetensors_index", safetensors_index, safetensors_index_seeds, {}},
+      {"llama2c_checkpoint", llama2c_checkpoint, llama2c_checkpoint_seeds, {"stories260K/stories260K.bin"}},
+      {"llama2c_tokenizer", llama2c_tokenizer, llama2c_tokenizer_seeds, {"stories260K/tok512.bin"}},
+      {"sqm_file", sqm_file, sqm_file_seeds, {}},
+      {"calibration", calibration, calibration_seeds, {}},
+      {"convert_spec", convert_spec, convert_spec_seeds, {}},
+  };
+  return targets;
+}
+
+void run_on(const FuzzTarget& target, const std::string& input) {
+  target.run(reinterpret_cast<const uint8_t*>(input.data()), input.size());
+}
+
+}  // namespace sq::fuzz
