@@ -334,6 +334,20 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
     }
   }
   header["quantization"] = q;
+  if (o.kv.spec.quantized()) {
+    header["kv_cache"] = kv_spec_to_json(o.kv.spec);
+    for (size_t l = 0; l < o.kv.params.size(); ++l) {
+      const NuqLayerParams& p = o.kv.params[l];
+      const int li = static_cast<int>(l);
+      auto f32 = [&](const char* what, const std::vector<float>& v) {
+        if (!v.empty()) out.add_tensor(kv_tensor_name(li, what), SqmDType::F32, {int64_t(v.size())}, v.data(), v.size() * 4);
+      };
+      f32("key_codebook", p.key_codebook);
+      f32("value_codebook", p.value_codebook);
+      f32("key_offset", p.key_offset);
+      f32("key_scale", p.key_scale);
+    }
+  }
   if (!o.calib_path.empty()) {
     const auto& pv = calib.provenance;
     header["calibration"] = {{"file_sha256", sha256_file_hex(o.calib_path)}, {"model_fingerprint", pv.model_fingerprint},

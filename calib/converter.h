@@ -8,6 +8,7 @@
 
 #include "calib/convert_spec.h"  // ConvertScheme, parse_scheme, parse_convert_flags
 #include "calib/int4_layer_quantizer.h"
+#include "model/sqm_kv_cache.h"
 #include "calib/smoothquant.h"
 #include "formats/sqm_file.h"
 #include "model/model_loader.h"
@@ -38,6 +39,10 @@ struct ConvertOptions {
   /// FP32-model Hessians that `sq-calibrate --hessian` stored), or "auto" (sequential when the
   /// calibration text is readable, else file).
   std::string gptq_hessians = "auto";
+  /// KV-cache format the model is meant to run with (`--kv`), recorded in the header's kv_cache
+  /// object; for nuq formats with the per-layer codebooks and key scaling from
+  /// calib/kv_calibration.h (written as model.layers.{l}.kv.* tensors).
+  KVQuantization kv;
   SqmWriteOptions write;
   /// Called after each decoder layer is written: (layers done, total).
   std::function<void(int64_t, int64_t)> progress;

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "calib/converter.h"
+#include "calib/kv_calibration.h"
 #include "core/error.h"
 #include "core/memory_probe.h"
 #include "core/progress.h"
@@ -44,6 +45,19 @@ int main(int argc, char** argv) {
                  "GPTQ: sequential (recompute per layer on the quantized model's inputs from the calibration windows), "
                  "file (sq-calibrate --hessian), or auto")
       ->capture_default_str();
+  std::string kv, kv_keys, kv_key_axis;
+  int kv_group = -1, kv_sink = -1;
+  double kv_outliers = -1;
+  bool kv_qnorm = false;
+  app.add_option("--kv", kv,
+                 "KV-cache format to record: fp32 | int8 | int4 | int3 | int2 (uniform per-token asymmetric, Atom 4.4) | "
+                 "nuq4 | nuq3 | nuq2 (KVQuant; needs --calib from sq-calibrate --fisher)");
+  app.add_option("--kv-group", kv_group, "Uniform KV formats: channels per scale/zero-point group (default: head_dim)");
+  app.add_option("--kv-outliers", kv_outliers, "nuq: fraction of per-vector dense-and-sparse FP16 outliers, e.g. 0.01");
+  app.add_flag("--kv-qnorm", kv_qnorm, "nuq: Q-Norm centroids (KVQuant 3.5)");
+  app.add_option("--kv-sink-fp16", kv_sink, "Keep the first N tokens in FP16 (KVQuant 3.6; nuq default 1, int default 0)");
+  app.add_option("--kv-keys", kv_keys, "Quantize keys pre-rope | post-rope (nuq default pre-rope, int post-rope)");
+  app.add_option("--kv-key-axis", kv_key_axis, "nuq: key scaling per-channel (offline, default) | per-token (online)");
   app.add_option("--alpha-windows", o.alpha_windows, "Calibration windows used by --alpha auto")->capture_default_str();
   app.add_flag("--compress", o.write.compress, "zstd-compress tensors (per tensor, kept when smaller)");
   app.add_flag("--force", o.write.force, "Replace an existing output file");
@@ -76,12 +90,21 @@ int main(int argc, char** argv) {
       throw sq::UsageError("--act-order/--damp/--gptq-hessians need --gptq");
     if (o.scheme == sq::ConvertScheme::W4A16 && !o.calib_path.empty() && !o.int4.gptq)
       throw sq::UsageError("--calib has no effect on --scheme w4a16 without --gptq (round-to-nearest needs no calibration)");
+    const bool kv_flags = kv_group >= 0 || kv_outliers >= 0 || kv_qnorm || kv_sink >= 0 || !kv_keys.empty() || !kv_key_axis.empty();
+    if (kv_flags && kv.empty()) throw sq::UsageError("--kv-group/--kv-outliers/--kv-qnorm/--kv-sink-fp16/--kv-keys/--kv-key-axis need --kv");
+    sq::KVSpec kv_spec;
+    if (!kv.empty()) {
+      kv_spec = sq::parse_kv_spec(kv);
+      sq::apply_kv_options(kv_spec, kv_group, kv_outliers, kv_qnorm, kv_sink, kv_keys, kv_key_axis);
+    }
     sq::check_output_is_not_an_input(out_path, {model_path, o.calib_path, o.tokenizer_path});
 
     std::unique_ptr<sq::PeakRssAnonSampler> mem;
     if (report_memory) mem = std::make_unique<sq::PeakRssAnonSampler>();
     sq::LoadedModel src = sq::load_model(model_path);
     if (o.tokenizer_path.empty()) o.tokenizer_path = src.default_tokenizer;
+    sq::check_kv_spec(kv_spec, src.model->config());
+    o.kv = sq::fit_kv_quantization(kv_spec, o.calib_path, *src.model);
     std::unique_ptr<sq::ProgressBar> bar;
     o.progress = [&](int64_t done, int64_t total) {
       if (!bar) bar = std::make_unique<sq::ProgressBar>("sq-convert", total, "layers", !quiet);

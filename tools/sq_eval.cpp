@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
   int ctx = 0, threads = 0;
   int64_t chunks = 0;
   bool allow_long = false, quiet = false;
+  std::string kv, kv_keys;
+  int kv_group = -1, kv_sink = -1;
   app.add_option("-m,--model", model_path, "Model: llama2.c .bin or Hugging Face checkpoint directory")->required();
   app.add_option("--tokenizer", tokenizer_path, "Tokenizer (tokenizer.bin or tokenizer.model); default: the model's own");
   app.add_option("-f,--file", text_path, "Text file to evaluate (UTF-8)")->required();
@@ -30,6 +32,12 @@ int main(int argc, char** argv) {
   app.add_option("--chunks", chunks, "Evaluate only the first N chunks (default: all)");
   app.add_option("--json", json_path, "Also write the results as JSON to this file");
   app.add_option("-t,--threads", threads, "Threads (default: all cores)");
+  app.add_option("--kv", kv,
+                 "KV-cache format: fp32 | int8 | int4 | int3 | int2 (uniform per-token asymmetric) | nuq4 | nuq3 | nuq2 "
+                 "(KVQuant; needs a model converted with sq-convert --kv nuqX). Default: the model file's format, else fp32");
+  app.add_option("--kv-group", kv_group, "Uniform formats: channels per scale/zero-point group (default: head_dim)");
+  app.add_option("--kv-sink-fp16", kv_sink, "Uniform formats: keep the first N tokens in FP16 (KVQuant 3.6; default 0)");
+  app.add_option("--kv-keys", kv_keys, "fp32/uniform formats: store keys pre-rope (RoPE applied after reading) | post-rope (default)");
   app.add_flag("--allow-long-context", allow_long, "Allow -c larger than the model's trained context");
   app.add_flag("-q,--quiet", quiet, "No progress bar");
   try {
@@ -55,6 +63,10 @@ int main(int argc, char** argv) {
       throw sq::UsageError("-c " + std::to_string(opt.ctx) + " exceeds the model's trained context of " +
                            std::to_string(cfg.max_seq_len) + " tokens (use --allow-long-context to force)");
 
+    const sq::KVQuantization kvq = sq::select_kv_format(loaded.kv, kv, kv_group, kv_sink, kv_keys, cfg);
+    opt.kv = kvq.spec;
+    opt.kv_params = &kvq.params;
+
     const std::string text = sq::read_file_to_string(text_path);
     if (text.empty()) throw sq::InputError(text_path + ": the text file is empty");
     const std::vector<int> ids = tokenizer->encode(text, /*add_bos=*/true, /*add_eos=*/false);
@@ -73,6 +85,12 @@ int main(int argc, char** argv) {
     std::printf("protocol  %s, ctx %d, %lld chunks, %lld tokens scored\n", sq::protocol_name(opt.protocol), opt.ctx,
                 static_cast<long long>(r.chunks), static_cast<long long>(r.tokens_scored));
     std::printf("PPL       %.4f +/- %.5f\n", r.ppl, r.ppl_stderr);
+    const int64_t kvw = int64_t(cfg.n_kv_heads) * cfg.head_dim;
+    const double kv_theory = double(cfg.n_layers) * double(sq::kv_row_bytes(opt.kv, kvw, cfg.head_dim, false) +
+                                                           sq::kv_row_bytes(opt.kv, kvw, cfg.head_dim, true));
+    std::printf("KV cache  %s: %.2f bytes/token (dense %.2f, sinks %.2f, outliers %.2f, tables %.2f; FP32 %.0f)\n",
+                sq::kv_spec_name(opt.kv).c_str(), r.kv_bytes_per_token, r.kv_dense_bytes_per_token, r.kv_sink_bytes_per_token,
+                r.kv_outlier_bytes_per_token, r.kv_table_bytes_per_token, double(cfg.n_layers) * 8.0 * double(kvw));
     std::printf("speed     %.0f tokens/s (%lld tokens in %.2f s, %d threads)\n", r.tokens_per_second,
                 static_cast<long long>(r.tokens_processed), r.seconds, omp_get_max_threads());
 
@@ -86,6 +104,15 @@ int main(int argc, char** argv) {
       j["tokens_per_second"] = r.tokens_per_second;
       j["seconds"] = r.seconds;
       j["threads"] = omp_get_max_threads();
+      j["kv_cache"] = {{"format", sq::kv_spec_name(opt.kv)},
+                       {"spec", sq::kv_spec_to_json(opt.kv)},
+                       {"bytes_per_token", r.kv_bytes_per_token},
+                       {"dense_bytes_per_token", r.kv_dense_bytes_per_token},
+                       {"sink_bytes_per_token", r.kv_sink_bytes_per_token},
+                       {"outlier_bytes_per_token", r.kv_outlier_bytes_per_token},
+                       {"table_bytes_per_token", r.kv_table_bytes_per_token},
+                       {"dense_bytes_per_token_theoretical", kv_theory},
+                       {"fp32_bytes_per_token", double(cfg.n_layers) * 8.0 * double(kvw)}};
       j["protocol"] = {{"name", sq::protocol_name(opt.protocol)}, {"ctx", opt.ctx}, {"chunks", r.chunks}};
       j["model"] = {{"path", model_path}, {"format", loaded.format}, {"parameter_count", cfg.parameter_count()}};
       j["text"] = {{"path", text_path}, {"bytes", text.size()}, {"tokens", tokens.size()}};

@@ -29,6 +29,7 @@ namespace {
 struct ChunkSums {
   double nll = 0, nll2 = 0;
   int64_t count = 0;
+  KVCacheBytes kv;  ///< the cache's bytes after the chunk
 };
 
 /// Runs one chunk and accumulates NLL over its scored predictions.
@@ -48,6 +49,7 @@ ChunkSums score_chunk(const LlamaModel& model, const std::vector<int32_t>& token
   logits.resize(static_cast<size_t>(ctx) * vocab);
   model.forward(input.data(), ctx, cache, ws, logits.data(), LogitsFor::AllTokens);
   ChunkSums s;
+  s.kv = cache.bytes();
   for (int pos = first; pos < ctx - 1; ++pos) {
     const float* row = logits.data() + static_cast<size_t>(pos) * vocab;
     const int32_t target = tokens[static_cast<size_t>(start + pos + 1)];
@@ -77,7 +79,7 @@ PerplexityResult evaluate_perplexity(const LlamaModel& model, const std::vector<
   if (chunk_parallel) {
 #pragma omp parallel
     {
-      KVCache cache(model.config(), o.ctx);
+      KVCache cache(model.config(), o.ctx, o.kv, o.kv_params);
       Workspace ws;
       std::vector<float> logits;
       std::vector<int32_t> input;
@@ -91,7 +93,7 @@ PerplexityResult evaluate_perplexity(const LlamaModel& model, const std::vector<
       }
     }
   } else {
-    KVCache cache(model.config(), o.ctx);
+    KVCache cache(model.config(), o.ctx, o.kv, o.kv_params);
     Workspace ws;
     std::vector<float> logits;
     std::vector<int32_t> input;
@@ -121,6 +123,19 @@ PerplexityResult evaluate_perplexity(const LlamaModel& model, const std::vector<
   r.tokens_processed = chunks * o.ctx;
   r.seconds = seconds;
   r.tokens_per_second = seconds > 0 ? static_cast<double>(r.tokens_processed) / seconds : 0.0;
+  double dense = 0, sinks = 0, outl = 0, tables = 0;
+  for (const ChunkSums& s : sums) {
+    dense += static_cast<double>(s.kv.dense);
+    sinks += static_cast<double>(s.kv.sinks);
+    outl += static_cast<double>(s.kv.outliers);
+    tables += static_cast<double>(s.kv.tables);
+  }
+  const double per = 1.0 / (static_cast<double>(chunks) * o.ctx);
+  r.kv_dense_bytes_per_token = dense * per;
+  r.kv_sink_bytes_per_token = sinks * per;
+  r.kv_outlier_bytes_per_token = outl * per;
+  r.kv_table_bytes_per_token = tables * per;
+  r.kv_bytes_per_token = (dense + sinks + outl + tables) * per;
   return r;
 }
 

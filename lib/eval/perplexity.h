@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "model/llama_model.h"
+#include "quant/kv_codec.h"
+#include "runtime/kv_format.h"
 
 namespace sq {
 
@@ -29,6 +31,9 @@ struct PerplexityOptions {
   PplProtocol protocol = PplProtocol::Windows;
   int ctx = 256;        ///< window / chunk length in tokens
   int64_t max_chunks = 0;  ///< 0 = all chunks the text holds
+  KVSpec kv;               ///< KV-cache format every chunk's cache uses (default FP32)
+  /// Offline nuq parameters [n_layers] (from the .sqm file); required for nuq formats, else ignored.
+  const std::vector<NuqLayerParams>* kv_params = nullptr;
   /// Called from the evaluating thread after each chunk with (chunks done, total chunks, tokens processed).
   std::function<void(int64_t, int64_t, int64_t)> on_progress;
 };
@@ -43,6 +48,10 @@ struct PerplexityResult {
   double seconds = 0;            ///< wall time of the evaluation (not tokenization or loading)
   double tokens_per_second = 0;  ///< tokens_processed / seconds
   std::vector<double> chunk_nll; ///< mean NLL of each chunk, in order
+  /// KV-cache bytes per token measured on the filled caches (all layers, K and V; mean over chunks
+  /// of KVCache::bytes() / ctx), split like KVCacheBytes.
+  double kv_bytes_per_token = 0, kv_dense_bytes_per_token = 0, kv_sink_bytes_per_token = 0,
+         kv_outlier_bytes_per_token = 0, kv_table_bytes_per_token = 0;
 };
 
 /// Number of chunks `tokens` holds for ctx (floor(n/ctx), capped by max_chunks when > 0).

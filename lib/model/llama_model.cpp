@@ -173,13 +173,15 @@ void LlamaModel::run_layer(int l, const LlamaLayer& L, float* x, int64_t n, KVCa
     obs->on_linear_output(l, Projection::V, ws.v.data(), n, kvw);
     obs->on_kv(l, ws.k.data(), ws.v.data(), n, kvw);  // keys still pre-RoPE here
   }
+  // Queries (and post-RoPE keys) are rotated at their cache positions p0 … p0+n−1; the cache
+  // stores the new rows (quantizing them in its format) and returns every row's key rotated at its
+  // cache position, dequantized, with the values (runtime/kv_cache.h).
   ops::rope(ws.q.data(), ws.positions.data(), n, c.n_heads, static_cast<int>(hd), c.rope_theta, c.rope_layout);
-  ops::rope(ws.k.data(), ws.positions.data(), n, c.n_kv_heads, static_cast<int>(hd), c.rope_theta, c.rope_layout);
-  float* kc = cache.keys(l);
-  float* vc = cache.values(l);
-  std::memcpy(kc + p0 * kvw, ws.k.data(), static_cast<size_t>(n * kvw) * sizeof(float));
-  std::memcpy(vc + p0 * kvw, ws.v.data(), static_cast<size_t>(n * kvw) * sizeof(float));
-  attention(ws.q.data(), kc, vc, n, p0, ws.att.data(), ws);  // att[n, n_heads*hd]
+  if (!cache.keys_pre_rope())
+    ops::rope(ws.k.data(), ws.positions.data(), n, c.n_kv_heads, static_cast<int>(hd), c.rope_theta, c.rope_layout);
+  cache.write(l, ws.k.data(), ws.v.data(), n);
+  const KVCache::View kv = cache.read(l, p0 + n, ws.kbuf, ws.vbuf);
+  attention(ws.q.data(), kv.keys, kv.values, n, p0, ws.att.data(), ws);  // att[n, n_heads*hd]
   L.o_proj->forward(ws.att.data(), n, ws.proj.data());
   if (obs) {
     obs->on_linear_input(l, ActivationSite::AttnOutput, ws.att.data(), n, qw);

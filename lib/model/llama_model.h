@@ -38,6 +38,7 @@ enum class LogitsFor {
 /// Scratch buffers of one forward pass; reuse one per thread across calls to avoid allocation.
 struct Workspace {
   std::vector<float> x, xn, q, k, v, att, proj, gate, up;
+  std::vector<float> kbuf, vbuf;  ///< dequantized keys/values of one layer (quantized KV caches)
   std::vector<int32_t> positions;
   std::vector<std::vector<float>> scores;  ///< per worker thread: [query block, keys]
 };

@@ -35,6 +35,7 @@ LoadedModel load_model(const std::string& path) {
   if (!S_ISDIR(st.st_mode) && looks_like_sqm(path)) {
     out.sqm = SqmFile::open(path);
     out.model = build_model_from_sqm(out.sqm);
+    out.kv = kv_quantization_from_sqm(*out.sqm, out.model->config());
     out.format = "sqm";
     return out;
   }

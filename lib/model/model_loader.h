@@ -6,6 +6,7 @@
 
 #include "core/checkpoint.h"
 #include "model/llama_model.h"
+#include "model/sqm_kv_cache.h"
 
 namespace sq {
 
@@ -20,6 +21,8 @@ struct LoadedModel {
   /// files). Empty for .sqm files.
   Checkpoint checkpoint;
   std::shared_ptr<SqmFile> sqm;    ///< the packed file, for format "sqm"
+  /// The KV-cache format the file was converted for (`sq-convert --kv`), fp32 otherwise.
+  KVQuantization kv;
 };
 
 /// Detects the format of `path` and loads it: a directory is a Hugging Face checkpoint

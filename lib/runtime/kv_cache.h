@@ -1,35 +1,115 @@
-// FP32 key/value cache of a decoder.
+// The key/value cache of a decoder, stored in a KV format (runtime/kv_format.h): FP32, uniform
+// intX or KVQuant nuqX, optionally with FP16 attention-sink rows and sparse FP16 outliers.
+//
+// Rows and positions. The cache holds `length()` rows per layer; row r is at CACHE POSITION r,
+// which is the RoPE position attention uses for it (StreamingLLM §3.2: positions are assigned
+// within the cache). Without eviction row r is also text token r. Each row remembers the position
+// its stored key was rotated at (0 for pre-RoPE keys: RoPE at position 0 is the identity), and
+// `read` rotates keys by (cache position − stored rotation), so pre-RoPE keys get their RoPE after
+// dequantization (KVQuant §3.2) and post-RoPE keys are only re-rotated if eviction moved them.
+//
+// Storage. Rows live in slots; row → slot is a table, so evicting rows frees slots without moving
+// any data. Per layer and for K and V: dense slot bytes [slots, row_bytes] (the codec's layout,
+// quant/kv_codec.h), FP16 rows for the first `sink_fp16` text tokens, and per-slot sparse outlier
+// lists. Nothing is kept in FP32 for quantized formats: attention reads the packed rows.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/model_config.h"
+#include "quant/kv_codec.h"
+#include "runtime/kv_format.h"
 
 namespace sq {
 
-/// Keys and values of every layer for up to `capacity` positions.
-/// Layout per layer: K and V are [capacity, n_kv_heads * head_dim] row-major, row p = position p.
-/// Keys are stored after RoPE. `length` is the number of filled positions (same for all layers).
+/// Bytes a KV cache holds, split by kind (all layers, K and V).
+struct KVCacheBytes {
+  int64_t dense = 0;     ///< codes + per-row scales of the non-sink rows
+  int64_t sinks = 0;     ///< FP16 attention-sink rows
+  int64_t outliers = 0;  ///< sparse outliers: 4 bytes each + a 4-byte row pointer per row (CSR)
+  int64_t tables = 0;    ///< per-layer codebooks and per-channel key scaling (FP32)
+  int64_t total() const { return dense + sinks + outliers + tables; }
+};
+
 class KVCache {
  public:
+  /// FP32 cache (keys stored after RoPE) for up to `capacity` rows.
   KVCache(const ModelConfig& config, int64_t capacity);
+  /// Cache in format `spec`. `nuq` [n_layers] holds the offline parameters the nuq formats need
+  /// (from the .sqm file) and is copied; it is ignored for other formats. Throws UsageError when the
+  /// spec does not fit the model (check_kv_spec) and InputError when nuq parameters are missing or
+  /// inconsistent (the message names the layer).
+  KVCache(const ModelConfig& config, int64_t capacity, const KVSpec& spec,
+          const std::vector<NuqLayerParams>* nuq = nullptr);
+
   int64_t capacity() const { return capacity_; }
   int64_t length() const { return length_; }
-  int64_t kv_width() const { return kv_width_; }
-  /// Forget all positions (the storage is kept).
-  void clear() { length_ = 0; }
-  /// Mark `n` more positions as filled (after every layer has written them).
-  void advance(int64_t n) { length_ += n; }
+  int64_t kv_width() const { return width_; }
+  const KVSpec& spec() const { return spec_; }
+  /// Whether `write` expects keys before RoPE (otherwise rotated at their cache positions).
+  bool keys_pre_rope() const { return pre_rope_; }
+  /// Tokens appended since the last clear() (text positions of new rows start here).
+  int64_t tokens_seen() const { return tokens_seen_; }
 
-  float* keys(int layer) { return k_.data() + layer * capacity_ * kv_width_; }
-  float* values(int layer) { return v_.data() + layer * capacity_ * kv_width_; }
+  /// Forget all rows (storage is kept).
+  void clear();
+  /// Mark the `n` rows written since the last advance as filled (after every layer wrote them).
+  void advance(int64_t n);
+
+  /// Stores rows length() … length()+n−1 of layer `l`: k, v [n, kv_width] row-major FP32; keys
+  /// before RoPE when keys_pre_rope(), else rotated at positions length()+i. Throws
+  /// std::length_error when capacity is exceeded, std::out_of_range for a bad layer.
+  void write(int l, const float* k, const float* v, int64_t n);
+
+  /// FP32 views of rows [0, rows) of layer `l` (rows ≤ length() + rows written since advance):
+  /// keys [rows, kv_width] rotated at their cache positions 0 … rows−1, values [rows, kv_width].
+  /// Decodes into kbuf/vbuf (resized as needed) unless the rows are stored as FP32 at their cache
+  /// positions already, in which case the pointers point into the cache. Valid until the next
+  /// write/clear/evict or until the buffers change.
+  struct View {
+    const float* keys;
+    const float* values;
+  };
+  View read(int l, int64_t rows, std::vector<float>& kbuf, std::vector<float>& vbuf) const;
+
+  /// Keeps only the listed rows (ascending row indices < length()), which become rows 0 … k−1;
+  /// their slots and stored data are untouched. Throws std::invalid_argument for unsorted or
+  /// out-of-range indices.
+  void keep_rows(const std::vector<int64_t>& rows);
+
+  /// Text position (token index since clear()) of row r.
+  int64_t text_position(int64_t r) const { return text_pos_[static_cast<size_t>(r)]; }
+
+  /// Bytes held for the current rows (what a packed cache of length() tokens occupies).
+  KVCacheBytes bytes() const;
 
  private:
-  int64_t capacity_;
-  int64_t kv_width_;
-  int64_t length_ = 0;
-  std::vector<float> k_, v_;
+  struct LayerStore {
+    std::vector<uint8_t> k, v;                      ///< [capacity, row_bytes]
+    std::vector<uint8_t> sink_k, sink_v;            ///< [sink_fp16, 2·width]
+    std::vector<std::vector<KVOutlier>> sparse_k, sparse_v;  ///< [capacity] per slot (outlier formats)
+    std::unique_ptr<KVCodec> kc, vc;
+  };
+  void init(const ModelConfig& config, const std::vector<NuqLayerParams>* nuq);
+  void assign_rows(int64_t n);
+
+  KVSpec spec_;
+  int64_t capacity_ = 0, width_ = 0, length_ = 0, pending_ = 0, tokens_seen_ = 0;
+  int n_layers_ = 0, n_kv_heads_ = 0, head_dim_ = 0;
+  float rope_theta_ = 10000.0f;
+  RopeLayout rope_layout_ = RopeLayout::Interleaved;
+  bool pre_rope_ = false, sparse_ = false;
+  int64_t k_row_bytes_ = 0, v_row_bytes_ = 0, table_bytes_ = 0;
+  std::unique_ptr<KVCodec> sink_codec_;
+  std::vector<LayerStore> layers_;
+  std::vector<int32_t> slot_;      ///< [capacity] row → slot (≥ 0 dense slot, < 0: sink slot −1−s)
+  std::vector<int32_t> rotated_;   ///< [capacity] position row r's key was rotated at when stored
+  std::vector<int64_t> text_pos_;  ///< [capacity]
+  std::vector<int32_t> free_;      ///< free dense slots (stack)
+  std::vector<int32_t> free_sink_; ///< free sink slots
+  bool identity_ = true;           ///< slot_[r] == r and rotated_[r] == r for all rows (FP32 fast path)
 };
 
 }  // namespace sq
