@@ -737,12 +737,16 @@ class Reader {
     // corrupt, and must not size an allocation (checked per dimension, then for the product).
     const hsize_t limit = file_size() / e.size;
     hsize_t count = 1;
+    bool too_large = false;
+    std::string declared;
     for (int k = 0; k < rank; ++k) {
-      if (dims[k] > limit || (dims[k] > 0 && count > limit / dims[k]))
-        fail(name, "declares more elements of " + std::to_string(e.size) + " bytes than fit in the whole file (" +
-                       std::to_string(file_size()) + " bytes; file corrupt)");
-      count *= dims[k];
+      declared += (k > 0 ? " × " : "") + std::to_string(dims[k]);
+      too_large = too_large || dims[k] > limit || (dims[k] > 0 && count > limit / dims[k]);
+      if (!too_large) count *= dims[k];
     }
+    if (too_large)
+      fail(name, "declares " + declared + " elements of " + std::to_string(e.size) + " bytes, more than the whole file (" +
+                     std::to_string(file_size()) + " bytes; file corrupt)");
     std::vector<T> out(static_cast<size_t>(count));
     if (!out.empty()) check(H5Dread(ds.get(), e.mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) >= 0, name);
     if (ds_out) *ds_out = std::move(ds);

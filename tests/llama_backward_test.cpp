@@ -170,7 +170,8 @@ TEST(LlamaBackward, GradientsMatchFiniteDifferencesOnStories260K) {
   EXPECT_EQ(r.checked, 50);
   std::printf("stories260K: %d elements (%d below the floor), worst relative error %.3g\n", r.checked, r.below_floor,
               r.worst_rel);
-  // Most sampled elements must be tested in relative terms, not against the floor.
+  // Most sampled elements must be tested in relative terms, not against the floor: measured 12 of
+  // 50 below it, 10 of them the last token's exact zeros.
   EXPECT_LE(r.below_floor, 20);
 }
 
@@ -216,7 +217,7 @@ TEST(LlamaBackward, GradientsMatchFiniteDifferencesWithHalfSplitRopeBiasesAndUnt
   EXPECT_EQ(r.checked, 44);
   std::printf("synthetic half-split: %d elements (%d below the floor), worst relative error %.3g\n", r.checked,
               r.below_floor, r.worst_rel);
-  EXPECT_LE(r.below_floor, 16);
+  EXPECT_LE(r.below_floor, 16);  // measured 5 of 44 (4 last-token zeros)
 }
 
 TEST(LlamaBackward, Fp32GradientsAgreeWithFp64) {
