@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "calib/kv_fisher_samples.h"
+
 namespace sq {
 
 /// Per-token absmax percentiles recorded for clipping studies, in percent.
@@ -56,6 +58,9 @@ struct LayerStats {
   /// without --hessian).
   std::vector<std::vector<double>> hessians;
   int64_t hessian_tokens = 0;  ///< N, the tokens the Hessians were accumulated over
+  /// Sampled K/V activations with their Fisher weights (sq-calibrate --fisher; calib/fisher.h);
+  /// empty (tokens == 0) when not recorded.
+  KVFisherSamples kv_fisher;
 };
 
 /// Where the statistics came from (stored as HDF5 attributes; docs/formats.md).
@@ -74,6 +79,13 @@ struct CalibrationProvenance {
 struct CalibrationData {
   CalibrationProvenance provenance;
   std::vector<LayerStats> layers;
+  /// Cap on Fisher tokens per layer the run used (sq-calibrate --fisher-tokens); 0 without Fisher data.
+  int64_t fisher_max_tokens = 0;
+  /// Mean over the calibration windows of each window's mean next-token NLL (nats), from the
+  /// Fisher pass; 0 without Fisher data.
+  double fisher_mean_loss = 0.0;
+  /// Whether the layers carry Fisher data (all of them or none: formats/calibration_h5.h).
+  bool has_fisher() const { return !layers.empty() && layers[0].kv_fisher.tokens > 0; }
 };
 
 }  // namespace sq

@@ -2,6 +2,7 @@
 
 #include <ctime>
 
+#include "calib/fisher.h"
 #include "calib/hessian.h"
 #include "calib/stats_collector.h"
 #include "calib/window_sampler.h"
@@ -31,6 +32,8 @@ CalibrationData run_calibration(const LoadedModel& loaded, const Tokenizer& tok,
                      std::to_string(c.max_seq_len) + " tokens");
   if (loaded.checkpoint.tensors.empty())
     throw UsageError(loaded.path + ": calibrate the original (unquantized) checkpoint, not a " + loaded.format + " file");
+  if (o.fisher && o.fisher_tokens < 1)
+    throw UsageError("--fisher-tokens must be at least 1, got " + std::to_string(o.fisher_tokens));
 
   CalibrationData data;
   CalibrationProvenance& p = data.provenance;
@@ -59,6 +62,14 @@ CalibrationData run_calibration(const LoadedModel& loaded, const Tokenizer& tok,
       for (int s = 0; s < kActivationSites; ++s) ls.hessians[static_cast<size_t>(s)] = h.at(l, static_cast<ActivationSite>(s)).hessian();
       ls.hessian_tokens = h.at(l, ActivationSite::AttnInput).tokens();
     }
+  }
+  if (o.fisher) {
+    KVFisherResult f = collect_kv_fisher(*loaded.model, windows, o.fisher_tokens, o.seed, [&](int64_t done, int64_t total) {
+      if (o.progress) o.progress("fisher", done, total);
+    });
+    for (int l = 0; l < c.n_layers; ++l) data.layers[static_cast<size_t>(l)].kv_fisher = std::move(f.layers[static_cast<size_t>(l)]);
+    data.fisher_max_tokens = o.fisher_tokens;
+    data.fisher_mean_loss = f.mean_loss;
   }
   return data;
 }

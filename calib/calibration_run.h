@@ -6,6 +6,7 @@
 #include <string>
 
 #include "calib/activation_stats.h"
+#include "calib/fisher.h"
 #include "model/model_loader.h"
 
 namespace sq {
@@ -21,7 +22,13 @@ struct CalibrationOptions {
   /// pass over the same windows). Memory: 8·width² bytes per site and layer (4·dim² + dim² ... e.g.
   /// ~1.5 MB for stories260K, ~8 GB for a 1B model with hidden width 5632 and 22 layers).
   bool hessian = false;
-  /// Progress: (phase, done, total); phase is "reading" (bytes) or "running" (windows).
+  /// Also record K/V activations with their diagonal Fisher information (∂L/∂a)² (calib/fisher.h;
+  /// a forward + backward pass per window, FP32 models only) for at most `fisher_tokens` sampled
+  /// tokens per layer (LayerStats::kv_fisher).
+  bool fisher = false;
+  int64_t fisher_tokens = kDefaultFisherTokens;  ///< cap on Fisher tokens per layer (calib/fisher.h)
+  /// Progress: (phase, done, total); phase is "reading" (bytes), or "running", "hessians",
+  /// "fisher" (windows), in that order.
   std::function<void(const char*, int64_t, int64_t)> progress;
 };
 
@@ -29,8 +36,11 @@ struct CalibrationOptions {
 /// returns the statistics with their provenance (model fingerprint of `loaded.checkpoint`, text
 /// SHA-256, N, L, seed, sqkit version, `created` = now in UTC). Deterministic: the same inputs
 /// give bit-identical statistics for any thread count.
-/// With options.hessian the layers also carry their Hessians (LayerStats::hessians).
-/// Throws UsageError for N < 1, L < 2 or L above the model's context; InputError for bad text.
+/// With options.hessian the layers also carry their Hessians (LayerStats::hessians); with
+/// options.fisher their K/V Fisher samples (LayerStats::kv_fisher, CalibrationData::fisher_max_tokens).
+/// Throws UsageError for N < 1, L < 2 or L above the model's context, or fisher_tokens < 1 with
+/// fisher; InputError for bad text; UnsupportedError when fisher is asked of a model whose
+/// projections are not FP32.
 CalibrationData run_calibration(const LoadedModel& loaded, const Tokenizer& tokenizer, const CalibrationOptions& options);
 
 }  // namespace sq

@@ -100,6 +100,22 @@ const char* proj_name(int p) { return kProjectionNames[p]; }
 constexpr const char* kKCache = "k_cache";
 constexpr const char* kVCache = "v_cache";
 constexpr const char* kOutputs = "outputs";
+constexpr const char* kKvFisher = "kv_fisher";
+// Datasets of a kv_fisher group: [T, kvw] float32 ...
+const char* const kFisherMatrices[4] = {"keys", "keys_fisher", "values", "values_fisher"};
+// ... and [T] int32.
+constexpr const char* kFisherPositions = "positions";
+constexpr const char* kFisherWindows = "windows";
+constexpr const char* kFisherMaxTokensAttr = "fisher_max_tokens";
+constexpr const char* kFisherMeanLossAttr = "fisher_mean_loss";
+
+/// The four [T, kvw] matrices of `s`, in kFisherMatrices order.
+std::array<const std::vector<float>*, 4> fisher_matrices(const KVFisherSamples& s) {
+  return {&s.keys, &s.keys_fisher, &s.values, &s.values_fisher};
+}
+std::array<std::vector<float>*, 4> fisher_matrices(KVFisherSamples& s) {
+  return {&s.keys, &s.keys_fisher, &s.values, &s.values_fisher};
+}
 
 /// Width relations of one LLaMA layer (see read_calibration_h5), checked on write and read.
 /// `fail(object, message)` reports a violation.
@@ -170,6 +186,10 @@ class Writer {
     attr_scalar(root, "/", "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &p.seed);
     attr_string(root, "/", "sqkit_version", p.sqkit_version);
     attr_string(root, "/", "created", p.created);
+    if (data.has_fisher()) {  // optional (sq-calibrate --fisher), with a kv_fisher group in every layer
+      attr_scalar(root, "/", kFisherMaxTokensAttr, H5T_STD_I64LE, H5T_NATIVE_INT64, &data.fisher_max_tokens);
+      attr_scalar(root, "/", kFisherMeanLossAttr, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &data.fisher_mean_loss);
+    }
 
     for (size_t i = 0; i < data.layers.size(); ++i) {
       const LayerStats& l = data.layers[i];
@@ -204,6 +224,18 @@ class Writer {
         const std::string gname = lname + "/" + kVCache;
         Hid g = group(lg.get(), gname);
         channel_stats(g.get(), gname, l.values);
+      }
+      if (data.has_fisher()) {
+        const KVFisherSamples& f = l.kv_fisher;
+        const std::string gname = lname + "/" + kKvFisher;
+        Hid g = group(lg.get(), gname);
+        attr_scalar(g.get(), gname, "tokens", H5T_STD_I64LE, H5T_NATIVE_INT64, &f.tokens);
+        const auto mats = fisher_matrices(f);
+        for (int m = 0; m < 4; ++m)
+          dataset(g.get(), gname + "/" + kFisherMatrices[m], H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {f.tokens, f.width},
+                  mats[static_cast<size_t>(m)]->data());
+        dataset(g.get(), gname + "/" + kFisherPositions, H5T_STD_I32LE, H5T_NATIVE_INT32, {f.tokens}, f.positions.data());
+        dataset(g.get(), gname + "/" + kFisherWindows, H5T_STD_I32LE, H5T_NATIVE_INT32, {f.tokens}, f.windows.data());
       }
     }
     gcpl_ = Hid();
@@ -256,13 +288,24 @@ class Writer {
   }
 
   Hid dataset(hid_t parent, const std::string& name, hid_t file_type, hid_t mem_type, size_t n, const void* values) {
+    return dataset(parent, name, file_type, mem_type, {static_cast<int64_t>(n)}, values);
+  }
+
+  /// A dataset of shape `shape` (rank 1 or 2, row-major `values`).
+  Hid dataset(hid_t parent, const std::string& name, hid_t file_type, hid_t mem_type, std::initializer_list<int64_t> shape,
+              const void* values) {
     const std::string leaf = name.substr(name.rfind('/') + 1);
-    const hsize_t dims[1] = {static_cast<hsize_t>(n)};
-    Hid space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+    std::vector<hsize_t> dims;
+    hsize_t count = 1;
+    for (int64_t d : shape) {
+      dims.push_back(static_cast<hsize_t>(d));
+      count *= static_cast<hsize_t>(d);
+    }
+    Hid space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
     check(space.valid(), "dataspace");
     Hid ds(H5Dcreate2(parent, leaf.c_str(), file_type, space.get(), H5P_DEFAULT, dcpl_.get(), H5P_DEFAULT), H5Dclose);
     check(ds.valid(), "dataset " + name);
-    if (n > 0) check(H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values) >= 0, "dataset " + name);
+    if (count > 0) check(H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values) >= 0, "dataset " + name);
     return ds;
   }
 
@@ -305,6 +348,26 @@ void validate_channel_stats_for_write(const ChannelStats& s, const std::string& 
   if (sum != s.tokens) bad("token_absmax_hist sums to " + std::to_string(sum) + ", but tokens = " + std::to_string(s.tokens));
 }
 
+/// Fisher data of layer `i`: all layers or none, sizes consistent (see read_calibration_h5).
+void validate_fisher_for_write(const CalibrationData& data, size_t i) {
+  const KVFisherSamples& f = data.layers[i].kv_fisher;
+  const std::string object = layer_path(i) + "/" + kKvFisher;
+  auto bad = [&](const std::string& why) { throw std::invalid_argument("write_calibration_h5: " + object + ": " + why); };
+  if (!data.has_fisher()) {
+    if (f.tokens != 0) bad("has Fisher data, but layer_000 has none (all layers or none)");
+    return;
+  }
+  if (f.tokens < 1) bad("has no Fisher data, but layer_000 has (all layers or none)");
+  if (data.fisher_max_tokens < f.tokens)
+    bad(std::to_string(f.tokens) + " tokens exceed fisher_max_tokens = " + std::to_string(data.fisher_max_tokens));
+  if (f.width != data.layers[i].keys.channels)
+    bad("width " + std::to_string(f.width) + " differs from the k_cache width " + std::to_string(data.layers[i].keys.channels));
+  const size_t rows = static_cast<size_t>(f.tokens), cells = static_cast<size_t>(f.tokens * f.width);
+  for (const auto* m : fisher_matrices(f))
+    if (m->size() != cells) bad("a [tokens, width] matrix has " + std::to_string(m->size()) + " values, expected " + std::to_string(cells));
+  if (f.positions.size() != rows || f.windows.size() != rows) bad("positions/windows must hold `tokens` values");
+}
+
 void validate_for_write(const CalibrationData& data) {
   if (data.layers.empty()) throw std::invalid_argument("write_calibration_h5: no layers");
   auto fail = [](const std::string& object, const std::string& why) {
@@ -334,6 +397,7 @@ void validate_for_write(const CalibrationData& data) {
                                        prefix + site_name(s));
     validate_channel_stats_for_write(l.keys, prefix + kKCache);
     validate_channel_stats_for_write(l.values, prefix + kVCache);
+    validate_fisher_for_write(data, i);
     check_layer_widths(l, prefix, fail);
     if (i > 0) check_same_widths(data.layers[0], l, prefix, fail);
   }
@@ -365,6 +429,7 @@ struct Expect {
 const Expect kF32{H5T_FLOAT, 4, true, H5T_NATIVE_FLOAT, "float32"};
 const Expect kF64{H5T_FLOAT, 8, true, H5T_NATIVE_DOUBLE, "float64"};
 const Expect kI64{H5T_INTEGER, 8, true, H5T_NATIVE_INT64, "int64"};
+const Expect kI32{H5T_INTEGER, 4, true, H5T_NATIVE_INT32, "int32"};
 
 class Reader {
  public:
@@ -412,6 +477,12 @@ class Reader {
     p.seed = attr_uint(root, "/", "seed");
     p.sqkit_version = attr_string(root, "/", "sqkit_version");
     p.created = attr_string(root, "/", "created");
+    const htri_t has_fisher = H5Aexists(root, kFisherMaxTokensAttr);
+    check(has_fisher >= 0, "/");
+    if (has_fisher > 0) {
+      data.fisher_max_tokens = attr_int(root, "/", kFisherMaxTokensAttr);
+      data.fisher_mean_loss = attr_f64(root, "/", kFisherMeanLossAttr);
+    }
 
     const size_t n_layers = count_layers(root);
     data.layers.resize(n_layers);
@@ -463,6 +534,22 @@ class Reader {
         const std::string gname = lname + "/" + kVCache;
         Hid g = open_group(lg.get(), gname);
         l.values = channel_stats(g.get(), gname);
+      }
+      {
+        const std::string gname = lname + "/" + kKvFisher;
+        const htri_t exists = H5Lexists(lg.get(), kKvFisher, H5P_DEFAULT);
+        check(exists >= 0, gname);
+        if ((exists > 0) != (has_fisher > 0))
+          fail(gname, exists > 0 ? "exists, but the root attribute " + std::string(kFisherMaxTokensAttr) +
+                                       " is missing (Fisher data must be in every layer or none)"
+                                 : "is missing, but the root attribute " + std::string(kFisherMaxTokensAttr) +
+                                       " says the file has Fisher data (it must be in every layer)");
+        if (exists > 0) {
+          Hid g = open_group(lg.get(), gname);
+          l.kv_fisher = kv_fisher(g.get(), gname, l.keys.channels);
+          check_calibration_kv_fisher(l.kv_fisher, l.keys.channels, data.fisher_max_tokens, data.provenance,
+                                      i == 0 ? nullptr : &data.layers[0].kv_fisher, gname, path_);
+        }
       }
       check_calibration_layer(data.layers, i, path_);
     }
@@ -612,6 +699,25 @@ class Reader {
   /// `ds_out`, when given, receives the open dataset.
   template <typename T>
   std::vector<T> dataset(hid_t parent, const std::string& name, const Expect& e, Hid* ds_out = nullptr) {
+    hsize_t dims[1] = {0};
+    return dataset_of_rank<T>(parent, name, e, 1, dims, ds_out);
+  }
+
+  /// Reads the 2-D dataset `name` as row-major [rows, cols], checking both dimensions.
+  template <typename T>
+  std::vector<T> matrix(hid_t parent, const std::string& name, const Expect& e, int64_t rows, int64_t cols) {
+    hsize_t dims[2] = {0, 0};
+    std::vector<T> out = dataset_of_rank<T>(parent, name, e, 2, dims, nullptr);
+    if (dims[0] != static_cast<hsize_t>(rows) || dims[1] != static_cast<hsize_t>(cols))
+      fail(name, "has shape [" + std::to_string(dims[0]) + ", " + std::to_string(dims[1]) + "], expected [" +
+                     std::to_string(rows) + ", " + std::to_string(cols) + "] (tokens × k_cache width)");
+    return out;
+  }
+
+  /// Reads dataset `name` of rank `rank` (1 or 2) into a flat vector; `dims` receives its shape.
+  template <typename T>
+  std::vector<T> dataset_of_rank(hid_t parent, const std::string& name, const Expect& e, int want_rank, hsize_t* dims,
+                                 Hid* ds_out) {
     const std::string leaf = name.substr(name.rfind('/') + 1);
     const htri_t exists = H5Lexists(parent, leaf.c_str(), H5P_DEFAULT);
     check(exists >= 0, name);
@@ -625,18 +731,51 @@ class Reader {
     check(space.valid(), name);
     const int rank = H5Sget_simple_extent_ndims(space.get());
     check(rank >= 0, name);
-    if (rank != 1) fail(name, "has rank " + std::to_string(rank) + ", expected 1");
-    hsize_t dims[1] = {0};
+    if (rank != want_rank) fail(name, "has rank " + std::to_string(rank) + ", expected " + std::to_string(want_rank));
     check(H5Sget_simple_extent_dims(space.get(), dims, nullptr) >= 0, name);
     // sqkit writes contiguous, uncompressed datasets: a declared size beyond the whole file is
-    // corrupt, and must not size an allocation.
-    if (dims[0] > file_size() / e.size)
-      fail(name, "declares " + std::to_string(dims[0]) + " elements of " + std::to_string(e.size) +
-                     " bytes, more than the whole file (" + std::to_string(file_size()) + " bytes; file corrupt)");
-    std::vector<T> out(static_cast<size_t>(dims[0]));
+    // corrupt, and must not size an allocation (checked per dimension, then for the product).
+    const hsize_t limit = file_size() / e.size;
+    hsize_t count = 1;
+    bool too_large = false;
+    std::string declared;
+    for (int k = 0; k < rank; ++k) {
+      declared += (k > 0 ? " × " : "") + std::to_string(dims[k]);
+      too_large = too_large || dims[k] > limit || (dims[k] > 0 && count > limit / dims[k]);
+      if (!too_large) count *= dims[k];
+    }
+    if (too_large)
+      fail(name, "declares " + declared + " elements of " + std::to_string(e.size) + " bytes, more than the whole file (" +
+                     std::to_string(file_size()) + " bytes; file corrupt)");
+    std::vector<T> out(static_cast<size_t>(count));
     if (!out.empty()) check(H5Dread(ds.get(), e.mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) >= 0, name);
     if (ds_out) *ds_out = std::move(ds);
     return out;
+  }
+
+  double attr_f64(hid_t obj, const std::string& obj_name, const char* name) {
+    std::string what;
+    Hid a = open_attr(obj, obj_name, name, 0, what);
+    Hid type(H5Aget_type(a.get()), H5Tclose);
+    check(type.valid(), what);
+    check_type(type.get(), what, H5T_FLOAT, 8, true, "float64");
+    double v = 0;
+    check(H5Aread(a.get(), H5T_NATIVE_DOUBLE, &v) >= 0, what);
+    return v;
+  }
+
+  /// The datasets of a kv_fisher group (shapes checked here; values by check_calibration_kv_fisher).
+  KVFisherSamples kv_fisher(hid_t g, const std::string& gname, int64_t width) {
+    KVFisherSamples f;
+    f.tokens = attr_int(g, gname, "tokens");
+    if (f.tokens < 1) fail(gname, "attribute tokens must be ≥ 1, got " + std::to_string(f.tokens));
+    f.width = width;
+    const auto mats = fisher_matrices(f);
+    for (int m = 0; m < 4; ++m)
+      *mats[static_cast<size_t>(m)] = matrix<float>(g, gname + "/" + kFisherMatrices[m], kF32, f.tokens, width);
+    f.positions = dataset<int32_t>(g, gname + "/" + kFisherPositions, kI32);
+    f.windows = dataset<int32_t>(g, gname + "/" + kFisherWindows, kI32);
+    return f;
   }
 
   ChannelStats channel_stats(hid_t g, const std::string& gname) {
@@ -745,6 +884,51 @@ void check_calibration_layer(const std::vector<LayerStats>& layers, size_t i, co
   }
   check_layer_widths(layers[i], prefix, fail);
   if (i > 0) check_same_widths(layers[0], layers[i], prefix, fail);
+}
+
+void check_calibration_kv_fisher(const KVFisherSamples& f, int64_t kv_width, int64_t max_tokens,
+                                 const CalibrationProvenance& provenance, const KVFisherSamples* layer0,
+                                 const std::string& group, const std::string& path) {
+  auto fail = [&](const std::string& object, const std::string& why) { throw InputError(path + ": " + object + " " + why); };
+  if (max_tokens < 1) fail("root attribute " + std::string(kFisherMaxTokensAttr), "must be ≥ 1, got " + std::to_string(max_tokens));
+  if (f.tokens < 1 || f.tokens > max_tokens)
+    fail(group, "attribute tokens is " + std::to_string(f.tokens) + ", expected 1 … " + std::to_string(max_tokens) +
+                    " (root attribute " + kFisherMaxTokensAttr + ")");
+  if (f.width != kv_width)
+    fail(group, "has width " + std::to_string(f.width) + ", expected " + std::to_string(kv_width) + " (the k_cache width)");
+  const size_t rows = static_cast<size_t>(f.tokens), cells = rows * static_cast<size_t>(kv_width);
+  const auto mats = fisher_matrices(f);
+  for (int m = 0; m < 4; ++m) {
+    const std::vector<float>& v = *mats[static_cast<size_t>(m)];
+    const std::string object = group + "/" + kFisherMatrices[m];
+    if (v.size() != cells)
+      fail(object, "has " + std::to_string(v.size()) + " values, expected " + std::to_string(rows) + " × " +
+                       std::to_string(kv_width) + " (tokens × k_cache width)");
+    const bool weights = m % 2 == 1;
+    for (float x : v) {
+      if (!std::isfinite(x)) fail(object, "holds a non-finite value");
+      if (weights && x < 0) fail(object, "holds a negative Fisher weight");
+    }
+  }
+  const std::pair<const char*, const std::vector<int32_t>*> lists[] = {{kFisherPositions, &f.positions},
+                                                                        {kFisherWindows, &f.windows}};
+  for (const auto& [name, v] : lists)
+    if (v->size() != rows)
+      fail(group + "/" + name, "has length " + std::to_string(v->size()) + ", expected " + std::to_string(rows) +
+                                   " (attribute tokens)");
+  for (size_t r = 0; r < rows; ++r) {
+    const int64_t pos = f.positions[r], win = f.windows[r];
+    if (pos < 0 || pos > provenance.seq_len - 2)
+      fail(group + "/" + kFisherPositions, "holds position " + std::to_string(pos) + ", expected 0 … " +
+                                               std::to_string(provenance.seq_len - 2) + " (seq_len − 2)");
+    if (win < 0 || win >= provenance.samples)
+      fail(group + "/" + kFisherWindows, "holds window " + std::to_string(win) + ", expected 0 … " +
+                                             std::to_string(provenance.samples - 1) + " (samples − 1)");
+    if (r > 0 && std::make_pair(win, pos) <= std::make_pair(int64_t(f.windows[r - 1]), int64_t(f.positions[r - 1])))
+      fail(group, "tokens are not in strictly increasing (window, position) order at row " + std::to_string(r));
+  }
+  if (layer0 && (f.positions != layer0->positions || f.windows != layer0->windows))
+    fail(group, "holds other tokens than /layer_000/kv_fisher (every layer stores the same tokens)");
 }
 
 void write_calibration_h5(const std::string& path, const CalibrationData& data) {

@@ -13,6 +13,11 @@
 //   site datasets:  absmax, min, max f32 [C]; sum_sq f64 [C]; token_absmax_hist i64 [kHistBins];
 //                   token_absmax_percentiles f32 [7] (attribute percent f64 [7]);
 //                   attributes tokens (int64), tensor_absmax (f32)
+// Optional (sq-calibrate --hessian): site dataset hessian f64 [C·C] with site
+// attribute hessian_tokens. Optional, all layers or none (sq-calibrate --fisher, calib/fisher.h):
+//   root attributes fisher_max_tokens (int64), fisher_mean_loss (f64), and in every layer
+//     kv_fisher            attribute tokens (int64) T; keys, keys_fisher, values, values_fisher
+//                          f32 [T, kvw]; positions, windows i32 [T]
 //
 // The HDF5 library (serial build) is not thread-safe: call these from one thread at a time. Both
 // functions switch off HDF5's automatic error printing (H5Eset_auto2) for the whole process; errors
@@ -38,7 +43,9 @@ inline constexpr int kCalibrationFormatVersion = 1;
 /// Throws std::invalid_argument when `data` is inconsistent (no layers, a layer without 4 input
 /// sites or 7 output vectors, a ChannelStats whose vectors disagree with `channels` or with each
 /// other, a histogram not of kHistBins bins or not summing to `tokens`, or widths that do not fit
-/// one LLaMA model — see read_calibration_h5); OutputError naming `path` when writing fails.
+/// one LLaMA model — see read_calibration_h5; Fisher data in some layers but not all, or sized
+/// inconsistently with its tokens, the k_cache width or fisher_max_tokens); OutputError naming
+/// `path` when writing fails.
 void write_calibration_h5(const std::string& path, const CalibrationData& data);
 
 /// Reads a calibration file, validating everything before use: the format attribute, the version
@@ -50,7 +57,10 @@ void write_calibration_h5(const std::string& path, const CalibrationData& data);
 /// token_absmax_percentiles of 7 values; and widths consistent with one LLaMA model, the same in
 /// every layer: ffn_input C = attn_input C = o_proj = down_proj lengths; q_proj length =
 /// attn_output C; k_proj = v_proj lengths = k_cache C = v_cache C; gate_proj = up_proj lengths =
-/// ffn_hidden C. Objects and attributes not listed in the format are ignored.
+/// ffn_hidden C. Fisher data (CalibrationData::has_fisher()) is read when the root attribute
+/// fisher_max_tokens exists, and then every layer must have its kv_fisher group, checked by
+/// check_calibration_kv_fisher; a file without it (older files included) reads with
+/// has_fisher() false. Objects and attributes not listed in the format are ignored.
 /// Throws InputError naming the file and the group/dataset/attribute at fault when the file is
 /// missing, not HDF5, corrupt or truncated, or violates the format.
 CalibrationData read_calibration_h5(const std::string& path);
@@ -78,5 +88,15 @@ void check_calibration_channel_stats(const ChannelStats& stats, size_t percentil
 /// Checks the widths of layer `i` of `layers` (4 input sites and 7 output vectors each): one LLaMA
 /// layer's relations (see read_calibration_h5) and, for i > 0, the same widths as layer 0.
 void check_calibration_layer(const std::vector<LayerStats>& layers, size_t i, const std::string& path);
+
+/// Checks the Fisher samples of one layer read from `group` (e.g. "/layer_001/kv_fisher"):
+/// max_tokens (root attribute fisher_max_tokens) ≥ 1; 1 ≤ tokens ≤ max_tokens; width == kv_width
+/// (the layer's k_cache width); keys, keys_fisher, values, values_fisher of tokens × width finite
+/// values, the Fisher weights ≥ 0; positions and windows of `tokens` values with positions in
+/// 0 … seq_len−2 and windows in 0 … samples−1 (from `provenance`), rows in strictly increasing
+/// (window, position) order; and, when `layer0` is given, the same positions and windows as layer 0.
+void check_calibration_kv_fisher(const KVFisherSamples& samples, int64_t kv_width, int64_t max_tokens,
+                                 const CalibrationProvenance& provenance, const KVFisherSamples* layer0,
+                                 const std::string& group, const std::string& path);
 
 }  // namespace sq

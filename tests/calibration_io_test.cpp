@@ -367,6 +367,226 @@ TEST(CalibrationH5Write, InconsistentDataIsRejected) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("x.h5")));
 }
 
+// ---- Fisher data (sq-calibrate --fisher) ----
+
+constexpr int64_t kFisherTokens = 5;
+
+/// Adds Fisher samples of kFisherTokens tokens to every layer of `d` (same tokens in every layer,
+/// positions < seq_len − 1 = 511, windows < samples = 128; weights ≥ 0 spanning 1e−12 … 1).
+void add_fisher(CalibrationData& d, uint32_t seed = 3) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::uniform_real_distribution<float> ex(-12.0f, 0.0f);
+  d.fisher_max_tokens = 8;
+  d.fisher_mean_loss = 1.234567890123;
+  for (LayerStats& l : d.layers) {
+    sq::KVFisherSamples& f = l.kv_fisher;
+    f.tokens = kFisherTokens;
+    f.width = kKv;
+    for (auto* m : {&f.keys, &f.values}) {
+      m->resize(size_t(kFisherTokens * kKv));
+      for (float& x : *m) x = nd(rng);
+    }
+    for (auto* m : {&f.keys_fisher, &f.values_fisher}) {
+      m->resize(size_t(kFisherTokens * kKv));
+      for (float& x : *m) x = std::pow(10.0f, ex(rng));
+    }
+    f.windows = {0, 0, 3, 3, 127};
+    f.positions = {0, 510, 7, 8, 2};
+  }
+}
+
+void expect_fisher_equal(const sq::KVFisherSamples& a, const sq::KVFisherSamples& b) {
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.width, b.width);
+  EXPECT_EQ(a.keys, b.keys);
+  EXPECT_EQ(a.keys_fisher, b.keys_fisher);
+  EXPECT_EQ(a.values, b.values);
+  EXPECT_EQ(a.values_fisher, b.values_fisher);
+  EXPECT_EQ(a.positions, b.positions);
+  EXPECT_EQ(a.windows, b.windows);
+}
+
+/// Replaces dataset `path` by a zero-filled 2-D float32 dataset of [rows, cols].
+void replace_matrix(hid_t file, const std::string& path, hsize_t rows, hsize_t cols) {
+  EXPECT_GE(H5Ldelete(file, path.c_str(), H5P_DEFAULT), 0);
+  const hsize_t dims[2] = {rows, cols};
+  hid_t sp = H5Screate_simple(2, dims, nullptr);
+  hid_t ds = H5Dcreate2(file, path.c_str(), H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  EXPECT_GE(ds, 0);
+  std::vector<float> zeros(size_t(rows * cols), 0.0f);
+  EXPECT_GE(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, zeros.data()), 0);
+  H5Dclose(ds);
+  H5Sclose(sp);
+}
+
+class CalibrationH5Fisher : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    add_fisher(data_);
+    file_ = dir_.file("fisher.h5");
+    sq::write_calibration_h5(file_, data_);
+  }
+  std::string read_error() { return sq::test::expect_error<InputError>([&] { sq::read_calibration_h5(file_); }); }
+  ScratchDir dir_;
+  std::string file_;
+  CalibrationData data_ = make_data();
+};
+
+TEST_F(CalibrationH5Fisher, RoundTripIsExactAndLayoutIsTheDocumentedOne) {
+  const CalibrationData back = sq::read_calibration_h5(file_);
+  expect_data_equal(data_, back);
+  ASSERT_TRUE(back.has_fisher());
+  EXPECT_EQ(back.fisher_max_tokens, 8);
+  EXPECT_EQ(back.fisher_mean_loss, 1.234567890123);
+  for (size_t i = 0; i < back.layers.size(); ++i) expect_fisher_equal(data_.layers[i].kv_fisher, back.layers[i].kv_fisher);
+  H5File f(file_);
+  hid_t ds = H5Dopen2(f.id, "/layer_001/kv_fisher/values_fisher", H5P_DEFAULT);
+  hid_t sp = H5Dget_space(ds);
+  hsize_t dims[2] = {0, 0};
+  EXPECT_EQ(H5Sget_simple_extent_ndims(sp), 2);
+  H5Sget_simple_extent_dims(sp, dims, nullptr);
+  EXPECT_EQ(dims[0], hsize_t(kFisherTokens));
+  EXPECT_EQ(dims[1], hsize_t(kKv));
+  H5Sclose(sp);
+  H5Dclose(ds);
+  for (const char* obj : {"/layer_000/kv_fisher/keys", "/layer_000/kv_fisher/keys_fisher", "/layer_000/kv_fisher/values",
+                          "/layer_000/kv_fisher/positions", "/layer_000/kv_fisher/windows"})
+    EXPECT_GT(H5Lexists(f.id, obj, H5P_DEFAULT), 0) << obj;
+  EXPECT_GT(H5Aexists(f.id, "fisher_max_tokens"), 0);
+}
+
+TEST_F(CalibrationH5Fisher, FilesWithoutFisherDataReadAsBefore) {
+  // A file written without Fisher data (as every file before --fisher existed) has no kv_fisher
+  // object at all and reads with has_fisher() false.
+  const std::string plain = dir_.file("plain.h5");
+  sq::write_calibration_h5(plain, make_data());
+  H5File f(plain);
+  EXPECT_EQ(H5Lexists(f.id, "/layer_000/kv_fisher", H5P_DEFAULT), 0);
+  EXPECT_EQ(H5Aexists(f.id, "fisher_max_tokens"), 0);
+  const CalibrationData back = sq::read_calibration_h5(plain);
+  EXPECT_FALSE(back.has_fisher());
+  EXPECT_EQ(back.fisher_max_tokens, 0);
+  EXPECT_EQ(back.layers[1].kv_fisher.tokens, 0);
+}
+
+TEST_F(CalibrationH5Fisher, MissingDatasetGroupOrAttribute) {
+  {
+    H5File f(file_);
+    EXPECT_GE(H5Ldelete(f.id, "/layer_001/kv_fisher/values_fisher", H5P_DEFAULT), 0);
+  }
+  std::string msg = read_error();
+  EXPECT_NE(msg.find(file_ + ": /layer_001/kv_fisher/values_fisher is missing (expected a float32 dataset)"), std::string::npos)
+      << msg;
+  sq::write_calibration_h5(file_, data_);
+  {
+    H5File f(file_);
+    EXPECT_GE(H5Ldelete(f.id, "/layer_001/kv_fisher", H5P_DEFAULT), 0);
+  }
+  msg = read_error();
+  EXPECT_NE(msg.find("/layer_001/kv_fisher is missing, but the root attribute fisher_max_tokens says the file has Fisher data"),
+            std::string::npos)
+      << msg;
+  sq::write_calibration_h5(file_, data_);
+  {
+    H5File f(file_);
+    EXPECT_GE(H5Adelete(f.id, "fisher_max_tokens"), 0);
+  }
+  msg = read_error();
+  EXPECT_NE(msg.find("/layer_000/kv_fisher exists, but the root attribute fisher_max_tokens is missing"), std::string::npos)
+      << msg;
+  sq::write_calibration_h5(file_, data_);
+  {
+    H5File f(file_);
+    EXPECT_GE(H5Adelete(f.id, "fisher_mean_loss"), 0);
+  }
+  msg = read_error();
+  EXPECT_NE(msg.find("root attribute fisher_mean_loss is missing"), std::string::npos) << msg;
+}
+
+TEST_F(CalibrationH5Fisher, WrongShapesAndDtypes) {
+  {
+    H5File f(file_);
+    replace_matrix(f.id, "/layer_000/kv_fisher/keys", kFisherTokens, kKv + 1);
+  }
+  std::string msg = read_error();
+  EXPECT_NE(msg.find("/layer_000/kv_fisher/keys has shape [5, 7], expected [5, 6] (tokens × k_cache width)"), std::string::npos)
+      << msg;
+  sq::write_calibration_h5(file_, data_);
+  {
+    H5File f(file_);
+    replace_dataset(f.id, "/layer_001/kv_fisher/keys_fisher", H5T_IEEE_F32LE, kFisherTokens * kKv);
+  }
+  msg = read_error();
+  EXPECT_NE(msg.find("/layer_001/kv_fisher/keys_fisher has rank 1, expected 2"), std::string::npos) << msg;
+  sq::write_calibration_h5(file_, data_);
+  {
+    H5File f(file_);
+    replace_dataset(f.id, "/layer_000/kv_fisher/positions", H5T_STD_I32LE, kFisherTokens - 1);
+  }
+  msg = read_error();
+  EXPECT_NE(msg.find("/layer_000/kv_fisher/positions has length 4, expected 5 (attribute tokens)"), std::string::npos) << msg;
+  sq::write_calibration_h5(file_, data_);
+  {
+    H5File f(file_);
+    replace_dataset(f.id, "/layer_000/kv_fisher/windows", H5T_STD_I64LE, kFisherTokens);
+  }
+  msg = read_error();
+  EXPECT_NE(msg.find("/layer_000/kv_fisher/windows has dtype integer64, expected int32"), std::string::npos) << msg;
+}
+
+TEST(CalibrationFisherValidation, ValuesAreChecked) {
+  // The validation layer the reader applies to the values (exercised directly, like the fuzz target).
+  CalibrationData d = make_data();
+  add_fisher(d);
+  const auto& p = d.provenance;
+  const sq::KVFisherSamples good = d.layers[1].kv_fisher;
+  auto check = [&](const sq::KVFisherSamples& f, const sq::KVFisherSamples* layer0 = nullptr, int64_t max_tokens = 8) {
+    sq::check_calibration_kv_fisher(f, kKv, max_tokens, p, layer0, "/layer_001/kv_fisher", "cal.h5");
+  };
+  check(good, &d.layers[0].kv_fisher);
+  auto expect = [&](const sq::KVFisherSamples& f, const std::string& part, const sq::KVFisherSamples* layer0 = nullptr,
+                    int64_t max_tokens = 8) {
+    sq::test::expect_error<InputError>([&] { check(f, layer0, max_tokens); }, {"cal.h5: ", part});
+  };
+  sq::KVFisherSamples f = good;
+  f.keys_fisher[3] = -1e-9f;
+  expect(f, "/layer_001/kv_fisher/keys_fisher holds a negative Fisher weight");
+  f = good;
+  f.values[0] = NAN;
+  expect(f, "/layer_001/kv_fisher/values holds a non-finite value");
+  f = good;
+  f.positions[1] = 511;  // seq_len 512: the last position has no gradient and is never stored
+  expect(f, "positions holds position 511, expected 0 … 510 (seq_len − 2)");
+  f = good;
+  f.windows[4] = 128;
+  expect(f, "windows holds window 128, expected 0 … 127 (samples − 1)");
+  f = good;
+  std::swap(f.positions[0], f.positions[1]);
+  expect(f, "not in strictly increasing (window, position) order at row 1");
+  expect(good, "attribute tokens is 5, expected 1 … 4", nullptr, 4);
+  f = good;
+  f.positions[2] = 6;
+  expect(f, "holds other tokens than /layer_000/kv_fisher", &d.layers[0].kv_fisher);
+}
+
+TEST(CalibrationH5Write, FisherInSomeLayersOnlyIsRejected) {
+  ScratchDir dir;
+  CalibrationData d = make_data();
+  add_fisher(d);
+  d.layers[1].kv_fisher = {};
+  EXPECT_THROW(sq::write_calibration_h5(dir.file("x.h5"), d), std::invalid_argument);
+  d = make_data();
+  add_fisher(d);
+  d.layers[0].kv_fisher.values_fisher.pop_back();
+  EXPECT_THROW(sq::write_calibration_h5(dir.file("x.h5"), d), std::invalid_argument);
+  d = make_data();
+  add_fisher(d);
+  d.fisher_max_tokens = 4;  // below the 5 stored tokens
+  EXPECT_THROW(sq::write_calibration_h5(dir.file("x.h5"), d), std::invalid_argument);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("x.h5")));
+}
+
 // ---- hashes and fingerprints ----
 
 TEST(Sha256, KnownVectors) {

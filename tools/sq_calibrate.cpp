@@ -16,7 +16,8 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"sq-calibrate: run a model over N random windows of L tokens of a text and record per-channel "
-               "activation statistics (absmax, min/max, sum of squares, per-token absmax percentiles; K/V cache ranges)."};
+               "activation statistics (absmax, min/max, sum of squares, per-token absmax percentiles; K/V cache ranges); "
+               "optionally GPTQ Hessians (--hessian) and K/V Fisher information (--fisher)."};
   std::string model_path, tokenizer_path, out_path;
   sq::CalibrationOptions opt;
   int threads = 0;
@@ -29,6 +30,13 @@ int main(int argc, char** argv) {
   app.add_option("--seq-len", opt.seq_len, "Tokens per window (L)")->capture_default_str();
   app.add_option("--seed", opt.seed, "Sampling seed")->capture_default_str();
   app.add_flag("--hessian", opt.hessian, "Also record GPTQ Hessians 2XᵀX of every linear input (for sq-convert --gptq)");
+  app.add_flag("--fisher", opt.fisher,
+               "Also record K (before RoPE) and V activations of sampled tokens with their diagonal Fisher information "
+               "(∂L/∂a)², from a backward pass per window (KVQuant §3.3 weights; FP32 models only)");
+  app.add_option("--fisher-tokens", opt.fisher_tokens,
+                 "With --fisher: at most this many tokens per layer, sampled uniformly from all windows with the seed "
+                 "(each stores its whole K and V rows)")
+      ->capture_default_str();
   app.add_option("-o,--output", out_path, "Output calibration file (.h5)")->required();
   app.add_option("-t,--threads", threads, "Threads (default: all cores)");
   app.add_flag("--force", force, "Replace an existing output file");
@@ -40,16 +48,21 @@ int main(int argc, char** argv) {
   }
   return sq::run_tool("sq-calibrate", [&]() {
     if (threads > 0) omp_set_num_threads(threads);
+    if (app.count("--fisher-tokens") > 0 && !opt.fisher) throw sq::UsageError("--fisher-tokens needs --fisher");
     sq::check_output_is_not_an_input(out_path, {model_path, opt.text_path, tokenizer_path});
     if (std::filesystem::exists(out_path) && !force) throw sq::UsageError(out_path + " exists; use --force to replace it");
 
     sq::LoadedModel loaded = sq::load_model(model_path);
     auto tokenizer = sq::open_tokenizer_for(loaded, tokenizer_path);
     std::unique_ptr<sq::ProgressBar> bar;
+    // One bar over all passes: statistics, then Hessians and/or Fisher (each `total` windows).
+    const int64_t passes = 1 + (opt.hessian ? 1 : 0) + (opt.fisher ? 1 : 0);
     opt.progress = [&](const char* phase, int64_t done, int64_t total) {
-      if (std::string(phase) == "running" || std::string(phase) == "hessians") {
-        if (!bar) bar = std::make_unique<sq::ProgressBar>("sq-calibrate", opt.hessian ? 2 * total : total, "windows", !quiet);
-        const int64_t d = std::string(phase) == "hessians" ? total + done : done;
+      const std::string p = phase;
+      if (p == "running" || p == "hessians" || p == "fisher") {
+        if (!bar) bar = std::make_unique<sq::ProgressBar>("sq-calibrate", passes * total, "windows", !quiet);
+        const int64_t before = p == "running" ? 0 : p == "hessians" ? total : (opt.hessian ? 2 : 1) * total;
+        const int64_t d = before + done;
         bar->update(d, static_cast<double>(d * opt.seq_len), "tok");
       }
     };
@@ -60,6 +73,10 @@ int main(int argc, char** argv) {
     std::printf("sq-calibrate: %lld windows x %lld tokens (%lld tokens) of %s -> %s\n", static_cast<long long>(opt.samples),
                 static_cast<long long>(opt.seq_len), static_cast<long long>(tokens), opt.text_path.c_str(), out_path.c_str());
     std::printf("model fingerprint %s\n", data.provenance.model_fingerprint.c_str());
+    if (data.has_fisher())
+      std::printf("Fisher information: %lld tokens x %lld K/V channels per layer, mean NLL %.4f\n",
+                  static_cast<long long>(data.layers[0].kv_fisher.tokens), static_cast<long long>(data.layers[0].kv_fisher.width),
+                  data.fisher_mean_loss);
     return sq::kExitOk;
   });
 }

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string_view>
@@ -139,9 +140,54 @@ std::string slurp(const std::string& path) { return read_file_to_string(path); }
 //     u8 absmax, u8 min, u8 max, u8 sum_sq lengths; i64 channels; u16 histogram bins;
 //     u8 percentiles length; i64 tokens; u8 k, then k x (u16 bin, i64 count) histogram entries
 //   then 7 u8 output-vector lengths (q, k, v, o, gate, up, down).
+//   then (Fisher data; absent = u8 0, so inputs that end before it have none):
+//     u8 flag (non-zero: present); i64 max_tokens, i64 seq_len, i64 samples; for each layer:
+//     i64 tokens, i64 width; 4 x (u16 length, u8 value kind) for keys, keys_fisher, values,
+//     values_fisher (kind % 5: 0 → 0.5, 1 → −0.5, 2 → NaN, 3 → +inf, 4 → 0); u8 length, then
+//     that many (u16 window, u16 position) rows.
 
 constexpr const char* kSiteGroups[6] = {"attn_input", "attn_output", "ffn_input", "ffn_hidden", "k_cache", "v_cache"};
 constexpr size_t kMaxFuzzLayers = 8;
+
+/// Decodes one layer's Fisher samples (see the encoding above).
+KVFisherSamples decode_fisher(ByteStream& in) {
+  KVFisherSamples f;
+  f.tokens = in.i64();
+  f.width = in.i64();
+  const float kinds[5] = {0.5f, -0.5f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), 0.0f};
+  for (std::vector<float>* m : {&f.keys, &f.keys_fisher, &f.values, &f.values_fisher}) {
+    const size_t n = in.u16();
+    m->assign(n, kinds[in.u8() % 5]);
+  }
+  const size_t rows = in.u8();
+  for (size_t r = 0; r < rows; ++r) {
+    f.windows.push_back(static_cast<int16_t>(in.u16()));  // negative values reachable
+    f.positions.push_back(static_cast<int16_t>(in.u16()));
+  }
+  return f;
+}
+
+/// Fisher data for `layers` layers of kv width `kv`: `tokens` rows (windows 0, 0, 1, 1, …;
+/// positions 0, 1, 0, 1, …), all values valid for seq_len 8 and samples 4.
+void encode_fisher(ByteWriter& w, int layers, int kv, int tokens) {
+  w.u8(1);
+  w.i64(tokens);  // max_tokens
+  w.i64(8);       // seq_len
+  w.i64(4);       // samples
+  for (int l = 0; l < layers; ++l) {
+    w.i64(tokens);
+    w.i64(kv);
+    for (int m = 0; m < 4; ++m) {
+      w.u16(static_cast<unsigned>(tokens * kv));
+      w.u8(m % 2 == 0 ? 1 : 0);  // activations −0.5, weights 0.5
+    }
+    w.u8(static_cast<unsigned>(tokens));
+    for (int r = 0; r < tokens; ++r) {
+      w.u16(static_cast<unsigned>(r / 2));
+      w.u16(static_cast<unsigned>(r % 2));
+    }
+  }
+}
 
 ChannelStats decode_stats(ByteStream& in, size_t& percentiles) {
   ChannelStats s;
@@ -387,6 +433,20 @@ void calibration(const uint8_t* data, size_t size) {
       for (auto& v : l.output_absmax) v.assign(in.u8(), 1.0f);
       check_calibration_layer(layers, i, kCalibrationSource);
     }
+    if (in.u8() != 0) {  // Fisher data (sq-calibrate --fisher)
+      const int64_t max_tokens = in.i64();
+      CalibrationProvenance provenance;
+      provenance.seq_len = in.i64();
+      provenance.samples = in.i64();
+      for (size_t i = 0; i < n_layers; ++i) {
+        LayerStats& l = layers[i];
+        l.kv_fisher = decode_fisher(in);
+        char group[48];
+        std::snprintf(group, sizeof group, "/layer_%03zu/kv_fisher", i);
+        check_calibration_kv_fisher(l.kv_fisher, l.keys.channels, max_tokens, provenance,
+                                    i == 0 ? nullptr : &layers[0].kv_fisher, group, kCalibrationSource);
+      }
+    }
   });
 }
 
@@ -507,8 +567,14 @@ std::vector<std::string> sqm_file_seeds() {
 }
 
 std::vector<std::string> calibration_seeds() {
+  std::string with_fisher = encode_calibration(2, 8, 8, 4, 16);
+  {
+    ByteWriter w;
+    encode_fisher(w, 2, 4, 5);
+    with_fisher += w.out;
+  }
   return {encode_calibration(2, 8, 8, 4, 16), encode_calibration(1, 16, 32, 8, 48, /*extra_name=*/true),
-          encode_calibration(3, 4, 4, 2, 8)};
+          encode_calibration(3, 4, 4, 2, 8), with_fisher};
 }
 
 std::vector<std::string> convert_spec_seeds() {
