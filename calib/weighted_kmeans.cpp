@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -320,21 +321,47 @@ void pad_empty_clusters(KMeans1DResult& r, int64_t first, int k, double largest)
   }
 }
 
+struct Point {
+  float x, w;
+};
+
+/// Key whose unsigned order is the numeric order of finite floats (−0 just below +0).
+uint32_t sortable_key(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+/// Stable LSD radix sort by value (3 passes of 11/11/10 key bits): the same order as std::sort by
+/// `x` except that −0 precedes +0 (they compare equal and are merged anyway), several times faster
+/// for 10⁶ points.
+void sort_by_value(std::vector<Point>& pts) {
+  if (pts.size() < 4096) {
+    std::sort(pts.begin(), pts.end(), [](const Point& a, const Point& b) { return a.x < b.x; });
+    return;
+  }
+  std::vector<Point> tmp(pts.size());
+  for (int shift : {0, 11, 22}) {
+    std::vector<size_t> count(2049, 0);
+    for (const Point& p : pts) ++count[((sortable_key(p.x) >> shift) & 0x7FFu) + 1];
+    for (size_t d = 1; d < count.size(); ++d) count[d] += count[d - 1];
+    for (const Point& p : pts) tmp[count[(sortable_key(p.x) >> shift) & 0x7FFu]++] = p;
+    pts.swap(tmp);
+  }
+}
+
 }  // namespace
 
 KMeans1DResult weighted_kmeans_1d_exact(std::span<const float> values, std::span<const float> weights, int k) {
   const InputSummary in = check_and_summarize("weighted_kmeans_1d_exact", values, weights, k);
   // Sort (value, weight) of the positive-weight points and merge equal values.
-  struct Point {
-    float x, w;
-  };
   std::vector<Point> pts;
   pts.reserve(static_cast<size_t>(in.positive));
   for (size_t i = 0; i < values.size(); ++i) {
     const float w = weight_at(weights, i);
     if (w > 0) pts.push_back({values[i], w});
   }
-  std::sort(pts.begin(), pts.end(), [](const Point& a, const Point& b) { return a.x < b.x; });
+  sort_by_value(pts);
   std::vector<double> ax, aw, as, aq;  // atom value (caller units), then scaled/centered sums
   ax.reserve(pts.size());
   aw.reserve(pts.size());

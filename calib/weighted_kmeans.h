@@ -22,7 +22,8 @@
 // right with splits ≥ it): O(n log n) per layer, O(k · n log n) in total, O(k · n) memory for the
 // int32 split table used to recover the segments (4·k·n bytes; 64 MiB for k = 16, n = 1M).
 //
-// Preprocessing common to every solver here:
+// Preprocessing common to every solver here (the exact DP sorts with an LSD radix sort on the FP32
+// bit patterns):
 //   - values NaN/±inf, weights negative/NaN/inf, k < 1, mismatched sizes → std::invalid_argument
 //     naming the offending index / argument. An empty `weights` span means all weights are 1.
 //   - ZERO-WEIGHT POLICY: points with w = 0 do not enter Eq. 2 at all, so they are dropped before
@@ -93,7 +94,7 @@ struct KMeans1DResult {
   /// Atoms the DP ran on (distinct positive-weight values, or non-empty bins); Lloyd: points with w > 0.
   int64_t n_atoms = 0;
   /// Histogram solver: a priori bound on cost − (optimal cost) (file comment); 0 for the exact DP
-  /// (exact up to rounding) and for Lloyd (no bound; −1 there).
+  /// (exact up to rounding); −1 for Lloyd (no bound).
   double cost_bound = 0;
   /// Lloyd only: iterations run (0 for the DP solvers).
   int iterations = 0;
