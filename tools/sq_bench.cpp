@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "bench/fp32_bench.h"
+#include "bench/kmeans_bench.h"
 #include "bench/w4a16_bench.h"
 #include "bench/w4a4_bench.h"
 #include "bench/w8a8_bench.h"
@@ -20,10 +21,12 @@
 int main(int argc, char** argv) {
   CLI::App app{"sq-bench: sqkit speed benchmarks (each result is a ratio measured in the same run).\n"
                "Suites: fp32 (sgemm at LLaMA-7B shapes vs synthetic-model prefill), w8a8-linear (INT8 linear vs sgemm), "
-               "w8a8-prefill (W8A8 vs FP32 synthetic-model prefill), w4a16 (batch-1 INT4 GEMV vs FP32 sgemv), w4a4 (Atom W4A4 GEMM vs W8A8 GEMM and sgemm)."};
+               "w8a8-prefill (W8A8 vs FP32 synthetic-model prefill), w4a16 (batch-1 INT4 GEMV vs FP32 sgemv), w4a4 (Atom W4A4 GEMM vs W8A8 GEMM and sgemm), "
+               "kmeans (KVQuant codebook fitting: exact weighted 1-D k-means vs histogram DP vs Lloyd)."};
   sq::bench::Fp32BenchOptions fp32;
   std::string json_path, suites = "fp32,w8a8-linear,w8a8-prefill", eval_model, eval_tok, eval_text, synthetic_dir;
   int threads = 0, eval_ctx = 256, synthetic_layers = 16;
+  int64_t kmeans_values = 1000000;
   app.add_option("--suite", suites, "Comma-separated suites to run")->capture_default_str();
   app.add_option("--tokens", fp32.tokens, "GEMM rows / prefill length")->capture_default_str();
   app.add_option("--layers", fp32.layers, "Layers of the synthetic model")->capture_default_str();
@@ -34,6 +37,7 @@ int main(int argc, char** argv) {
   app.add_option("--eval-ctx", eval_ctx, "Context for --eval-model")->capture_default_str();
   app.add_option("--write-synthetic", synthetic_dir, "Only write the synthetic 1B-class model as an HF F32 checkpoint directory");
   app.add_option("--synthetic-layers", synthetic_layers, "Layers for --write-synthetic")->capture_default_str();
+  app.add_option("--kmeans-values", kmeans_values, "Weighted values per codebook fit (kmeans suite)")->capture_default_str();
   app.add_option("--json", json_path, "Write all results as JSON");
   app.add_option("-t,--threads", threads, "Threads (default: all cores)");
   try {
@@ -50,10 +54,12 @@ int main(int argc, char** argv) {
                   static_cast<long long>(ck.config.parameter_count()), synthetic_dir.c_str());
       return sq::kExitOk;
     }
+    if (kmeans_values < 1) throw sq::UsageError("--kmeans-values must be >= 1, got " + std::to_string(kmeans_values));
     std::set<std::string> want;
     std::stringstream ss(suites);
     for (std::string s; std::getline(ss, s, ',');) {
-      if (s != "fp32" && s != "w8a8-linear" && s != "w8a8-prefill" && s != "w4a16" && s != "w4a4") throw sq::UsageError("unknown --suite '" + s + "'");
+      if (s != "fp32" && s != "w8a8-linear" && s != "w8a8-prefill" && s != "w4a16" && s != "w4a4" &&
+          s != "kmeans") throw sq::UsageError("unknown --suite '" + s + "'");
       want.insert(s);
     }
     nlohmann::json all;
@@ -63,6 +69,7 @@ int main(int argc, char** argv) {
     if (want.count("w8a8-prefill")) all["w8a8_prefill"] = sq::bench::run_w8a8_prefill_bench(fp32.layers, fp32.tokens, fp32.min_seconds);
     if (want.count("w4a16")) all["w4a16"] = sq::bench::run_w4a16_bench(fp32.min_seconds);
     if (want.count("w4a4")) all["w4a4"] = sq::bench::run_w4a4_bench(fp32.tokens, fp32.min_seconds);
+    if (want.count("kmeans")) all["kmeans"] = sq::bench::run_kmeans_bench(kmeans_values, fp32.min_seconds);
     if (!eval_model.empty()) all["eval_speed"] = sq::bench::run_eval_speed_bench(eval_model, eval_tok, eval_text, eval_ctx);
     if (!json_path.empty()) sq::write_file_atomic(json_path, all.dump(2) + "\n");
     return sq::kExitOk;
