@@ -9,6 +9,7 @@
 #include "core/progress.h"
 #include "core/tool_main.h"
 #include "eval/perplexity.h"
+#include "eval/streaming.h"
 #include "formats/atomic_file.h"
 #include "formats/mapped_file.h"
 #include "formats/tokenizer.h"
@@ -27,8 +28,20 @@ int main(int argc, char** argv) {
   app.add_option("-m,--model", model_path, "Model: llama2.c .bin or Hugging Face checkpoint directory")->required();
   app.add_option("--tokenizer", tokenizer_path, "Tokenizer (tokenizer.bin or tokenizer.model); default: the model's own");
   app.add_option("-f,--file", text_path, "Text file to evaluate (UTF-8)")->required();
-  app.add_option("--protocol", protocol, "windows | llamacpp")->capture_default_str();
-  app.add_option("-c,--ctx", ctx, "Window/chunk length in tokens (default: min(512, model context))");
+  app.add_option("--protocol", protocol,
+                 "windows | llamacpp | streaming (token-by-token decoding under --kv-policy, every token scored)")
+      ->capture_default_str();
+  app.add_option("-c,--ctx", ctx,
+                 "Window/chunk length in tokens (default: min(512, model context)); streaming: stream length "
+                 "(default: the whole text)");
+  std::string policy_text = "dense";
+  int64_t segment = 1000, max_tokens = 0;
+  app.add_option("--kv-policy", policy_text,
+                 "Streaming: dense | window:W | sink:S,window:W | recompute:W | h2o:B,recent:R | qhitter:B,recent:R,lambda:L "
+                 "(B, R may be N% of the stream)")
+      ->capture_default_str();
+  app.add_option("--segment", segment, "Streaming: tokens per reported PPL segment")->capture_default_str();
+  app.add_option("--max-tokens", max_tokens, "Streaming: use only the first N tokens of the text (default: all)");
   app.add_option("--chunks", chunks, "Evaluate only the first N chunks (default: all)");
   app.add_option("--json", json_path, "Also write the results as JSON to this file");
   app.add_option("-t,--threads", threads, "Threads (default: all cores)");
@@ -49,8 +62,13 @@ int main(int argc, char** argv) {
   return sq::run_tool("sq-eval", [&]() {
     if (threads < 0) throw sq::UsageError("--threads must be >= 0");
     if (threads > 0) omp_set_num_threads(threads);
+    const bool streaming = protocol == "streaming";
+    if (!streaming && (app.count("--kv-policy") || app.count("--segment") || app.count("--max-tokens")))
+      throw sq::UsageError("--kv-policy, --segment and --max-tokens need --protocol streaming");
+    if (streaming && chunks != 0) throw sq::UsageError("--chunks does not apply to --protocol streaming (use --max-tokens)");
+    const sq::KVPolicy policy = sq::parse_kv_policy(policy_text);
     sq::PerplexityOptions opt;
-    opt.protocol = sq::parse_protocol(protocol);
+    if (!streaming) opt.protocol = sq::parse_protocol(protocol);
     if (chunks < 0) throw sq::UsageError("--chunks must be >= 0");
     opt.max_chunks = chunks;
 
@@ -59,7 +77,7 @@ int main(int argc, char** argv) {
     auto tokenizer = sq::open_tokenizer_for(loaded, tokenizer_path);
     opt.ctx = ctx > 0 ? ctx : std::min(512, cfg.max_seq_len);
     if (ctx < 0 || (ctx > 0 && ctx < 2)) throw sq::UsageError("-c must be at least 2, got " + std::to_string(ctx));
-    if (opt.ctx > cfg.max_seq_len && !allow_long)
+    if (!streaming && opt.ctx > cfg.max_seq_len && !allow_long)
       throw sq::UsageError("-c " + std::to_string(opt.ctx) + " exceeds the model's trained context of " +
                            std::to_string(cfg.max_seq_len) + " tokens (use --allow-long-context to force)");
 
@@ -71,6 +89,63 @@ int main(int argc, char** argv) {
     if (text.empty()) throw sq::InputError(text_path + ": the text file is empty");
     const std::vector<int> ids = tokenizer->encode(text, /*add_bos=*/true, /*add_eos=*/false);
     const std::vector<int32_t> tokens(ids.begin(), ids.end());
+    if (streaming) {
+      sq::StreamingOptions so;
+      so.policy = policy;
+      so.ctx = ctx;
+      so.max_tokens = max_tokens;
+      so.segment = segment;
+      so.kv = opt.kv;
+      so.kv_params = opt.kv_params;
+      if (max_tokens < 0) throw sq::UsageError("--max-tokens must be >= 0");
+      const int64_t n = max_tokens > 0 ? std::min<int64_t>(max_tokens, int64_t(tokens.size())) : int64_t(tokens.size());
+      sq::ProgressBar bar("sq-eval", ctx > 0 ? (n / ctx) * (ctx - 1) : n - 1, "tok", !quiet);
+      so.on_progress = [&](int64_t done, int64_t) { bar.update(done); };
+      const sq::StreamingResult r = sq::evaluate_streaming(*loaded.model, tokens, so);
+      bar.finish();
+      std::printf("model     %s (%s, %lld parameters)\n", model_path.c_str(), loaded.format.c_str(),
+                  static_cast<long long>(cfg.parameter_count()));
+      std::printf("protocol  streaming, kv-policy %s, %lld stream(s) of %lld tokens, %lld tokens scored\n",
+                  sq::kv_policy_name(sq::resolve_kv_policy(policy, r.stream_length)).c_str(), static_cast<long long>(r.streams),
+                  static_cast<long long>(r.stream_length), static_cast<long long>(r.tokens_scored));
+      std::printf("PPL       %.4f\n", r.ppl);
+      std::printf("KV cache  %s: peak %lld bytes (%lld tokens)\n", sq::kv_spec_name(opt.kv).c_str(),
+                  static_cast<long long>(r.peak_kv_bytes), static_cast<long long>(r.peak_kv_rows));
+      std::printf("speed     %.1f tokens/s (%.2f s, %d threads)\n", r.tokens_per_second, r.seconds, omp_get_max_threads());
+      std::printf("segments  (stream positions, PPL, KV bytes at segment end)\n");
+      for (size_t i = 0; i < r.segment_ppl.size(); ++i)
+        std::printf("  %7lld-%-7lld %10.4f %12lld\n", static_cast<long long>(int64_t(i) * segment),
+                    static_cast<long long>(int64_t(i) * segment + r.segment_tokens[i] / r.streams - 1), r.segment_ppl[i],
+                    static_cast<long long>(i < r.segment_kv_bytes.size() ? r.segment_kv_bytes[i] : 0));
+      if (!json_path.empty()) {
+        nlohmann::json j;
+        j["ppl"] = r.ppl;
+        j["nll_mean"] = r.nll_mean;
+        j["tokens_scored"] = r.tokens_scored;
+        j["tokens_per_second"] = r.tokens_per_second;
+        j["seconds"] = r.seconds;
+        j["threads"] = omp_get_max_threads();
+        j["protocol"] = {{"name", "streaming"},
+                         {"kv_policy", sq::kv_policy_name(sq::resolve_kv_policy(policy, r.stream_length))},
+                         {"streams", r.streams},
+                         {"stream_length", r.stream_length},
+                         {"segment", segment}};
+        j["kv_cache"] = {{"format", sq::kv_spec_name(opt.kv)}, {"spec", sq::kv_spec_to_json(opt.kv)},
+                         {"peak_bytes", r.peak_kv_bytes}, {"peak_tokens", r.peak_kv_rows}};
+        nlohmann::json segs = nlohmann::json::array();
+        for (size_t i = 0; i < r.segment_ppl.size(); ++i)
+          segs.push_back({{"first", int64_t(i) * segment},
+                          {"tokens", r.segment_tokens[i]},
+                          {"ppl", r.segment_ppl[i]},
+                          {"kv_bytes", i < r.segment_kv_bytes.size() ? r.segment_kv_bytes[i] : 0}});
+        j["segments"] = segs;
+        j["model"] = {{"path", model_path}, {"format", loaded.format}, {"parameter_count", cfg.parameter_count()}};
+        j["text"] = {{"path", text_path}, {"bytes", text.size()}, {"tokens", tokens.size()}};
+        j["sqkit_version"] = SQ_VERSION;
+        sq::write_file_atomic(json_path, j.dump(2) + "\n");
+      }
+      return sq::kExitOk;
+    }
     if (sq::perplexity_chunks(static_cast<int64_t>(tokens.size()), opt) == 0)
       throw sq::InputError(text_path + ": too short: " + std::to_string(tokens.size()) + " tokens, need at least " +
                            std::to_string(opt.ctx) + " for one chunk of -c " + std::to_string(opt.ctx));

@@ -29,6 +29,18 @@ int main(int argc, char** argv) {
   app.add_option("--seed", so.seed, "RNG seed")->capture_default_str();
   app.add_option("-t,--threads", threads, "Threads (default: all cores)");
   app.add_flag("-q,--quiet", quiet, "No statistics on stderr");
+  std::string policy = "dense", kv, kv_keys;
+  int kv_group = -1, kv_sink = -1;
+  sq::GenerationOptions go;
+  app.add_option("--kv-policy", policy,
+                 "KV cache policy: dense (stop at the model's context) | window:W | sink:S,window:W | h2o:B,recent:R | "
+                 "qhitter:B,recent:R,lambda:L (constant memory, generate as long as asked)")
+      ->capture_default_str();
+  app.add_option("--kv", kv, "KV-cache format: fp32 | int8 | int4 | int3 | int2 | nuq4 | nuq3 | nuq2 (default: the model file's)");
+  app.add_option("--kv-group", kv_group, "Uniform KV formats: channels per scale/zero-point group (default: head_dim)");
+  app.add_option("--kv-sink-fp16", kv_sink, "Keep the first N tokens' K/V in FP16");
+  app.add_option("--kv-keys", kv_keys, "Store keys pre-rope | post-rope");
+  app.add_flag("--ignore-eos", go.ignore_eos, "Do not stop at end-of-text tokens");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -48,11 +60,15 @@ int main(int argc, char** argv) {
     std::fputs(prompt.c_str(), stdout);
     std::fflush(stdout);
     const int64_t context = loaded.model->config().max_seq_len;
+    go.policy = sq::parse_kv_policy(policy);
+    const sq::KVQuantization kvq = sq::select_kv_format(loaded.kv, kv, kv_group, kv_sink, kv_keys, loaded.model->config());
+    go.kv = kvq.spec;
+    go.kv_params = &kvq.params;
     const sq::GenerationStats st = sq::generate(*loaded.model, prompt_tokens, n, context, sampler, [&](int32_t prev, int32_t tok) {
       const std::string piece = tokenizer->decode_token(prev, tok);
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
-    });
+    }, go);
     std::fputc('\n', stdout);
     std::fflush(stdout);
     if (!quiet) {
@@ -63,6 +79,9 @@ int main(int argc, char** argv) {
                    st.prefill_seconds > 0 ? st.prompt_tokens / st.prefill_seconds : 0.0,
                    static_cast<long long>(st.generated_tokens), st.decode_seconds,
                    st.decode_seconds > 0 ? st.generated_tokens / st.decode_seconds : 0.0);
+      std::fprintf(stderr, "sq-run: KV cache %s, policy %s: peak %lld bytes (%lld tokens)\n", sq::kv_spec_name(go.kv).c_str(),
+                   sq::kv_policy_name(go.policy).c_str(), static_cast<long long>(st.peak_kv_bytes),
+                   static_cast<long long>(st.peak_kv_tokens));
     }
     return sq::kExitOk;
   });

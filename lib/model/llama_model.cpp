@@ -221,7 +221,9 @@ void LlamaModel::attention(const float* q, const float* keys, const float* value
   // Parallel over (head, query block) only when there is enough work to pay for waking threads
   // (~2^20 multiply-adds); decode steps of small models run on the calling thread.
   const double work = double(n) * double(p0 + n) * double(hd) * c.n_heads;
-  const int threads = (omp_in_parallel() || work < double(1 << 20)) ? 1 : omp_get_max_threads();
+  std::vector<double>* mass = ws.attention_mass;
+  const int threads = (omp_in_parallel() || work < double(1 << 20) || mass) ? 1 : omp_get_max_threads();
+  if (mass && static_cast<int64_t>(mass->size()) < p0 + n) mass->resize(static_cast<size_t>(p0 + n), 0.0);
   if (static_cast<int>(ws.scores.size()) < threads) ws.scores.resize(static_cast<size_t>(threads));
 
 #pragma omp parallel for schedule(dynamic) num_threads(threads) if (threads > 1 && tasks > 1)
@@ -244,6 +246,8 @@ void LlamaModel::attention(const float* q, const float* keys, const float* value
       const int64_t visible = p0 + r0 + i + 1;  // causal mask
       ops::softmax_row(row, static_cast<int>(visible));
       std::fill(row + visible, row + n_keys, 0.0f);
+      if (mass)
+        for (int64_t j = 0; j < visible; ++j) (*mass)[static_cast<size_t>(j)] += row[j];
     }
     // out_h[rows, hd] = P[rows, n_keys] · V_g[n_keys, hd]
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows), static_cast<blasint>(hd),

@@ -39,6 +39,10 @@ enum class LogitsFor {
 struct Workspace {
   std::vector<float> x, xn, q, k, v, att, proj, gate, up;
   std::vector<float> kbuf, vbuf;  ///< dequantized keys/values of one layer (quantized KV caches)
+  /// When set, attention adds, for every cache row j, Σ over layers, heads and the block's queries
+  /// of the softmax probability P[i, j] to (*attention_mass)[j] (resized to the cache length).
+  /// H2O / Q-Hitter accumulate it over decode steps. Attention then runs on one thread.
+  std::vector<double>* attention_mass = nullptr;
   std::vector<int32_t> positions;
   std::vector<std::vector<float>> scores;  ///< per worker thread: [query block, keys]
 };

@@ -6,6 +6,9 @@
 #include <vector>
 
 #include "model/llama_model.h"
+#include "quant/kv_codec.h"
+#include "runtime/kv_format.h"
+#include "runtime/kv_policy.h"
 #include "runtime/sampler.h"
 
 namespace sq {
@@ -17,13 +20,28 @@ struct GenerationStats {
   double decode_seconds = 0;
   bool hit_context_limit = false;  ///< stopped because the model's context was full
   bool hit_end_token = false;      ///< stopped at EOS (or BOS, which llama2.c models emit between stories)
+  int64_t peak_kv_bytes = 0;       ///< largest KVCache::bytes().total() during generation
+  int64_t peak_kv_tokens = 0;      ///< largest number of cached tokens
+};
+
+/// KV cache and stopping behaviour of `generate`.
+struct GenerationOptions {
+  /// Cache policy: dense (the default) stops at `context_limit`; window/sink/h2o/qhitter evict and
+  /// generate for as long as asked with constant memory (percent budgets resolve against
+  /// context_limit). Recompute is not a generation policy (UsageError).
+  KVPolicy policy;
+  KVSpec kv;                                               ///< KV format (default FP32)
+  const std::vector<NuqLayerParams>* kv_params = nullptr;  ///< nuq parameters [n_layers]
+  bool ignore_eos = false;  ///< keep generating after EOS/BOS (the token is fed back like any other)
 };
 
 /// Generates up to `max_new_tokens` after `prompt` (token ids, normally starting with BOS), calling
 /// `on_token(prev, token)` for each generated token as soon as it is sampled. Stops early at
 /// EOS/BOS or when the context (`context_limit` positions, normally config.max_seq_len) is full.
 /// Throws UsageError for an empty prompt or one longer than the context.
+/// With an evicting policy the prompt must fit the policy's cache (UsageError otherwise).
 GenerationStats generate(const LlamaModel& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
-                         int64_t context_limit, Sampler& sampler, const std::function<void(int32_t, int32_t)>& on_token);
+                         int64_t context_limit, Sampler& sampler, const std::function<void(int32_t, int32_t)>& on_token,
+                         const GenerationOptions& options = {});
 
 }  // namespace sq

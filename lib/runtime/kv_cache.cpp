@@ -1,5 +1,6 @@
 #include "runtime/kv_cache.h"
 
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -63,10 +64,18 @@ void KVCache::init(const ModelConfig& c, const std::vector<NuqLayerParams>* nuq)
   slot_.assign(cap, 0);
   rotated_.assign(cap, 0);
   text_pos_.assign(cap, 0);
+  qerr_k_.assign(cap, 0.0f);
+  qerr_v_.assign(cap, 0.0f);
   clear();
 }
 
 void KVCache::clear() {
+  rows_dense_ = rows_sink_ = outliers_ = 0;
+  if (sparse_)
+    for (LayerStore& L : layers_) {
+      for (auto& v : L.sparse_k) v.clear();
+      for (auto& v : L.sparse_v) v.clear();
+    }
   length_ = 0;
   pending_ = 0;
   tokens_seen_ = 0;
@@ -94,13 +103,16 @@ void KVCache::assign_rows(int64_t n) {
     const int64_t text = tokens_seen_ + (r - length_);
     const size_t i = static_cast<size_t>(r);
     text_pos_[i] = text;
+    qerr_k_[i] = qerr_v_[i] = 0.0f;
     rotated_[i] = pre_rope_ ? 0 : static_cast<int32_t>(r);
     if (text < (spec_.quantized() ? spec_.sink_fp16 : 0) && !free_sink_.empty()) {
       slot_[i] = -1 - free_sink_.back();
       free_sink_.pop_back();
+      ++rows_sink_;
     } else {
       slot_[i] = free_.back();
       free_.pop_back();
+      ++rows_dense_;
     }
     if (slot_[i] != r || rotated_[i] != r) identity_ = false;
   }
@@ -123,11 +135,30 @@ void KVCache::write(int l, const float* k, const float* v, int64_t n) {
       continue;
     }
     const size_t ss = static_cast<size_t>(s);
+    if (track_qerr_) {
+      thread_local std::vector<KVOutlier> sp;
+      thread_local std::vector<uint8_t> enc;
+      thread_local std::vector<float> dec;
+      dec.resize(static_cast<size_t>(width_));
+      auto err = [&](const KVCodec& codec, const float* x) {
+        sp.clear();
+        enc.resize(static_cast<size_t>(codec.row_bytes()));
+        codec.encode(x, enc.data(), sp);
+        codec.decode(enc.data(), sp.data(), static_cast<int64_t>(sp.size()), dec.data());
+        double e = 0;
+        for (int64_t c = 0; c < width_; ++c) e += double(x[c] - dec[size_t(c)]) * double(x[c] - dec[size_t(c)]);
+        return static_cast<float>(std::sqrt(e));
+      };
+      qerr_k_[static_cast<size_t>(length_ + i)] += err(*L.kc, kr);
+      qerr_v_[static_cast<size_t>(length_ + i)] += err(*L.vc, vr);
+    }
     if (sparse_) {
+      outliers_ -= static_cast<int64_t>(L.sparse_k[ss].size() + L.sparse_v[ss].size());
       L.sparse_k[ss].clear();
       L.sparse_v[ss].clear();
       L.kc->encode(kr, L.k.data() + ss * static_cast<size_t>(k_row_bytes_), L.sparse_k[ss]);
       L.vc->encode(vr, L.v.data() + ss * static_cast<size_t>(v_row_bytes_), L.sparse_v[ss]);
+      outliers_ += static_cast<int64_t>(L.sparse_k[ss].size() + L.sparse_v[ss].size());
     } else {
       thread_local std::vector<KVOutlier> unused;
       unused.clear();
@@ -187,14 +218,27 @@ void KVCache::keep_rows(const std::vector<int64_t>& rows) {
   for (int64_t r = 0; r < length_; ++r) {
     if (kept[static_cast<size_t>(r)]) continue;
     const int32_t s = slot_[static_cast<size_t>(r)];
-    if (s < 0) free_sink_.push_back(-1 - s);
-    else free_.push_back(s);
+    if (s < 0) {
+      free_sink_.push_back(-1 - s);
+      --rows_sink_;
+      continue;
+    }
+    free_.push_back(s);
+    --rows_dense_;
+    if (sparse_)
+      for (LayerStore& L : layers_) {
+        outliers_ -= static_cast<int64_t>(L.sparse_k[size_t(s)].size() + L.sparse_v[size_t(s)].size());
+        L.sparse_k[size_t(s)].clear();
+        L.sparse_v[size_t(s)].clear();
+      }
   }
   for (size_t i = 0; i < rows.size(); ++i) {
     const size_t from = static_cast<size_t>(rows[i]);
     slot_[i] = slot_[from];
     rotated_[i] = rotated_[from];
     text_pos_[i] = text_pos_[from];
+    qerr_k_[i] = qerr_k_[from];
+    qerr_v_[i] = qerr_v_[from];
   }
   length_ = static_cast<int64_t>(rows.size());
   identity_ = true;
@@ -203,21 +247,12 @@ void KVCache::keep_rows(const std::vector<int64_t>& rows) {
 }
 
 KVCacheBytes KVCache::bytes() const {
+  // Counters cover every row that holds a slot (maintained by assign_rows, write, keep_rows, clear).
   KVCacheBytes b;
   b.tables = table_bytes_;
-  for (int64_t r = 0; r < length_; ++r) {
-    const int32_t s = slot_[static_cast<size_t>(r)];
-    if (s < 0) {
-      b.sinks += int64_t(n_layers_) * 2 * 2 * width_;
-      continue;
-    }
-    b.dense += int64_t(n_layers_) * (k_row_bytes_ + v_row_bytes_);
-    if (sparse_) {
-      for (const LayerStore& L : layers_)
-        b.outliers += 4 * static_cast<int64_t>(L.sparse_k[static_cast<size_t>(s)].size() + L.sparse_v[static_cast<size_t>(s)].size());
-      b.outliers += int64_t(n_layers_) * 2 * 4;  // CSR row pointers for K and V
-    }
-  }
+  b.sinks = rows_sink_ * int64_t(n_layers_) * 2 * 2 * width_;
+  b.dense = rows_dense_ * int64_t(n_layers_) * (k_row_bytes_ + v_row_bytes_);
+  if (sparse_) b.outliers = 4 * outliers_ + rows_dense_ * int64_t(n_layers_) * 2 * 4;  // + CSR row pointers
   return b;
 }
 

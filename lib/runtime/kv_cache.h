@@ -82,6 +82,14 @@ class KVCache {
   /// Text position (token index since clear()) of row r.
   int64_t text_position(int64_t r) const { return text_pos_[static_cast<size_t>(r)]; }
 
+  /// Q-Hitter (Algorithm 1) needs each token's quantization error: when enabled, `write` also
+  /// decodes every row it encodes and adds ‖x − x̂‖₂ of that layer's key (value) row to the row's
+  /// key (value) error, summed over layers. Off by default (it doubles the encoding work).
+  void set_track_quantization_error(bool on) { track_qerr_ = on; }
+  /// Σ over layers of ‖K − Quant(K)‖₂ (resp. V) of row r; 0 unless tracking was on when written.
+  float key_quantization_error(int64_t r) const { return qerr_k_[static_cast<size_t>(r)]; }
+  float value_quantization_error(int64_t r) const { return qerr_v_[static_cast<size_t>(r)]; }
+
   /// Bytes held for the current rows (what a packed cache of length() tokens occupies).
   KVCacheBytes bytes() const;
 
@@ -109,6 +117,9 @@ class KVCache {
   std::vector<int64_t> text_pos_;  ///< [capacity]
   std::vector<int32_t> free_;      ///< free dense slots (stack)
   std::vector<int32_t> free_sink_; ///< free sink slots
+  std::vector<float> qerr_k_, qerr_v_;  ///< [capacity] per-row quantization errors (tracking on)
+  bool track_qerr_ = false;
+  int64_t rows_dense_ = 0, rows_sink_ = 0, outliers_ = 0;  ///< counters for bytes() in O(1)
   bool identity_ = true;           ///< slot_[r] == r and rotated_[r] == r for all rows (FP32 fast path)
 };
 

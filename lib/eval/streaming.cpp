@@ -1,0 +1,144 @@
+#include "eval/streaming.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "core/error.h"
+#include "ops/ops.h"
+#include "runtime/kv_cache.h"
+
+namespace sq {
+
+namespace {
+
+struct StreamOut {
+  std::vector<double> nll;           ///< [len − 1]: NLL of token t+1 given the stream up to t
+  std::vector<int64_t> segment_bytes;
+  int64_t peak_bytes = 0, peak_rows = 0;
+};
+
+/// Token-by-token decoding of tokens[0, len) under a cache policy.
+StreamOut decode_stream(const LlamaModel& model, const int32_t* toks, int64_t len, const KVPolicy& policy,
+                        const StreamingOptions& o, const std::function<void()>& tick) {
+  const int vocab = model.config().vocab_size;
+  StreamOut out;
+  out.nll.resize(static_cast<size_t>(len - 1));
+  KVCache cache(model.config(), policy.capacity(len), o.kv, o.kv_params);
+  cache.set_track_quantization_error(policy.kind == KVPolicyKind::QHitter);
+  KVRowScores scores;
+  Workspace ws;
+  if (policy.needs_attention()) ws.attention_mass = &scores.attention;
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  for (int64_t t = 0; t + 1 < len; ++t) {
+    evict_for_next_token(policy, cache, scores);
+    model.forward(toks + t, 1, cache, ws, logits.data(), LogitsFor::LastToken);
+    out.nll[size_t(t)] = ops::log_sum_exp(logits.data(), vocab) - logits[size_t(toks[t + 1])];
+    const int64_t bytes = cache.bytes().total();
+    out.peak_bytes = std::max(out.peak_bytes, bytes);
+    out.peak_rows = std::max(out.peak_rows, cache.length());
+    if ((t + 1) % o.segment == 0 || t + 2 == len) out.segment_bytes.push_back(bytes);
+    if (tick) tick();
+  }
+  return out;
+}
+
+/// Recompute:W: the logits at t come from a fresh prefill of tokens [max(0, t−W+1), t].
+StreamOut recompute_stream(const LlamaModel& model, const int32_t* toks, int64_t len, const KVPolicy& policy,
+                           const StreamingOptions& o, const std::function<void()>& tick) {
+  const int vocab = model.config().vocab_size;
+  const int64_t w = policy.window;
+  StreamOut out;
+  out.nll.resize(static_cast<size_t>(len - 1));
+  int64_t peak = 0;
+#pragma omp parallel reduction(max : peak)
+  {
+    KVCache cache(model.config(), w, o.kv, o.kv_params);
+    Workspace ws;
+    std::vector<float> logits(static_cast<size_t>(vocab));
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t t = 0; t < len - 1; ++t) {
+      const int64_t first = std::max<int64_t>(0, t - w + 1);
+      cache.clear();
+      model.forward(toks + first, t - first + 1, cache, ws, logits.data(), LogitsFor::LastToken);
+      out.nll[size_t(t)] = ops::log_sum_exp(logits.data(), vocab) - logits[size_t(toks[t + 1])];
+      peak = std::max(peak, cache.bytes().total());
+      if (tick) tick();
+    }
+  }
+  out.peak_bytes = peak;
+  out.peak_rows = std::min(w, len);
+  for (int64_t t = 0; t + 1 < len; ++t)
+    if ((t + 1) % o.segment == 0 || t + 2 == len) out.segment_bytes.push_back(peak);
+  return out;
+}
+
+}  // namespace
+
+StreamingResult evaluate_streaming(const LlamaModel& model, const std::vector<int32_t>& all, const StreamingOptions& o) {
+  int64_t n = static_cast<int64_t>(all.size());
+  if (o.max_tokens > 0) n = std::min(n, o.max_tokens);
+  if (o.segment <= 0) throw UsageError("--segment must be positive, got " + std::to_string(o.segment));
+  if (o.ctx < 0 || o.ctx == 1) throw UsageError("the stream length -c must be 0 (whole text) or at least 2");
+  const int64_t len = o.ctx > 0 ? o.ctx : n;
+  const int64_t streams = len > 0 ? n / len : 0;
+  if (len < 2 || streams == 0)
+    throw UsageError("the text has " + std::to_string(n) + " tokens, fewer than one stream of " + std::to_string(std::max<int64_t>(len, 2)));
+  const KVPolicy policy = resolve_kv_policy(o.policy, len);
+
+  const int64_t total = streams * (len - 1);
+  int64_t done = 0;
+  std::vector<StreamOut> outs(static_cast<size_t>(streams));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::function<void()> tick = [&] {  // safe from several threads; reports from thread 0
+    int64_t now;
+#pragma omp atomic capture
+    now = ++done;
+    if (o.on_progress && omp_get_thread_num() == 0 && (now % 64 == 0 || now == total)) o.on_progress(now, total);
+  };
+  const bool recompute = policy.kind == KVPolicyKind::Recompute;
+  if (streams > 1 && !recompute && omp_get_max_threads() > 1) {
+    int64_t shared_done = 0;
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t s = 0; s < streams; ++s) {
+      outs[size_t(s)] = decode_stream(model, all.data() + s * len, len, policy, o, nullptr);
+      int64_t now;
+#pragma omp atomic capture
+      now = shared_done += len - 1;
+      if (omp_get_thread_num() == 0 && o.on_progress) o.on_progress(now, total);
+    }
+  } else {
+    for (int64_t s = 0; s < streams; ++s)
+      outs[size_t(s)] = recompute ? recompute_stream(model, all.data() + s * len, len, policy, o, tick)
+                                  : decode_stream(model, all.data() + s * len, len, policy, o, tick);
+  }
+  StreamingResult r;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.streams = streams;
+  r.stream_length = len;
+  const int64_t n_seg = (len - 1 + o.segment - 1) / o.segment;
+  std::vector<double> seg_nll(static_cast<size_t>(n_seg), 0.0);
+  r.segment_tokens.assign(static_cast<size_t>(n_seg), 0);
+  double nll = 0;
+  for (const StreamOut& s : outs) {
+    for (int64_t t = 0; t + 1 < len; ++t) {
+      nll += s.nll[size_t(t)];
+      seg_nll[size_t(t / o.segment)] += s.nll[size_t(t)];
+      ++r.segment_tokens[size_t(t / o.segment)];
+    }
+    r.peak_kv_bytes = std::max(r.peak_kv_bytes, s.peak_bytes);
+    r.peak_kv_rows = std::max(r.peak_kv_rows, s.peak_rows);
+  }
+  r.segment_kv_bytes = outs[0].segment_bytes;
+  r.tokens_scored = total;
+  r.nll_mean = nll / static_cast<double>(total);
+  r.ppl = std::exp(r.nll_mean);
+  for (int64_t i = 0; i < n_seg; ++i) r.segment_ppl.push_back(std::exp(seg_nll[size_t(i)] / double(r.segment_tokens[size_t(i)])));
+  r.tokens_per_second = r.seconds > 0 ? static_cast<double>(total) / r.seconds : 0.0;
+  if (o.on_progress) o.on_progress(total, total);
+  return r;
+}
+
+}  // namespace sq

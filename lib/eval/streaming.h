@@ -1,0 +1,50 @@
+// Streaming evaluation (`sq-eval --protocol streaming`, docs/protocols.md): decode a token stream
+// one token at a time (batch 1) under a KV-cache policy (runtime/kv_policy.h) and KV format, and
+// score every next-token prediction. StreamingLLM (Xiao et al. 2024) §4.1 / thesis §4.2 setting.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "model/llama_model.h"
+#include "quant/kv_codec.h"
+#include "runtime/kv_format.h"
+#include "runtime/kv_policy.h"
+
+namespace sq {
+
+struct StreamingOptions {
+  KVPolicy policy;          ///< percentages are resolved against the stream length
+  /// Stream length in tokens: the text is cut into consecutive streams of `ctx` tokens, each decoded
+  /// from an empty cache; 0 = one stream over the whole text (after max_tokens).
+  int64_t ctx = 0;
+  int64_t max_tokens = 0;   ///< use only the first N tokens of the text (0 = all)
+  int64_t segment = 1000;   ///< tokens per reported segment (by position within a stream)
+  KVSpec kv;                ///< KV format (default FP32)
+  const std::vector<NuqLayerParams>* kv_params = nullptr;  ///< nuq parameters [n_layers]
+  /// Called after each scored token from the evaluating thread: (tokens scored, total to score).
+  std::function<void(int64_t, int64_t)> on_progress;
+};
+
+struct StreamingResult {
+  double ppl = 0, nll_mean = 0;
+  int64_t tokens_scored = 0;
+  int64_t streams = 0, stream_length = 0;
+  std::vector<double> segment_ppl;        ///< PPL of predictions at stream positions [i·segment, (i+1)·segment)
+  std::vector<int64_t> segment_tokens;    ///< scored predictions per segment
+  std::vector<int64_t> segment_kv_bytes;  ///< KV-cache bytes at the end of each segment (first stream)
+  int64_t peak_kv_bytes = 0;              ///< largest KVCache::bytes().total() seen after any token
+  int64_t peak_kv_rows = 0;               ///< largest number of cached tokens
+  double seconds = 0, tokens_per_second = 0;  ///< decode wall time; tokens decoded / seconds
+};
+
+/// Decodes `tokens` under `options` and scores every prediction of the next token. Recompute:W
+/// runs, for each position t, a fresh prefill of tokens [t−W+1, t] (positions 0…) and scores its
+/// last prediction; streams and recompute positions run in parallel over OpenMP threads,
+/// token-by-token streams sequentially. Throws UsageError when the text holds fewer than 2 tokens
+/// or the policy does not fit the stream.
+StreamingResult evaluate_streaming(const LlamaModel& model, const std::vector<int32_t>& tokens,
+                                   const StreamingOptions& options);
+
+}  // namespace sq
