@@ -57,6 +57,10 @@ int main(int argc, char** argv) {
   app.add_flag("--kv-qnorm", kv_qnorm, "nuq: Q-Norm centroids (KVQuant 3.5)");
   app.add_option("--kv-sink-fp16", kv_sink, "Keep the first N tokens in FP16 (KVQuant 3.6; nuq default 1, int default 0)");
   app.add_option("--kv-keys", kv_keys, "Quantize keys pre-rope | post-rope (nuq default pre-rope, int post-rope)");
+  std::string kv_weighting = "fisher";
+  app.add_option("--kv-weighting", kv_weighting,
+                 "nuq: k-means weights: fisher (KVQuant Eq. 2, from sq-calibrate --fisher) | uniform (ablation)")
+      ->capture_default_str();
   app.add_option("--kv-key-axis", kv_key_axis, "nuq: key scaling per-channel (offline, default) | per-token (online)");
   app.add_option("--alpha-windows", o.alpha_windows, "Calibration windows used by --alpha auto")->capture_default_str();
   app.add_flag("--compress", o.write.compress, "zstd-compress tensors (per tensor, kept when smaller)");
@@ -104,7 +108,10 @@ int main(int argc, char** argv) {
     sq::LoadedModel src = sq::load_model(model_path);
     if (o.tokenizer_path.empty()) o.tokenizer_path = src.default_tokenizer;
     sq::check_kv_spec(kv_spec, src.model->config());
-    o.kv = sq::fit_kv_quantization(kv_spec, o.calib_path, *src.model);
+    if (kv_weighting != "fisher" && kv_weighting != "uniform")
+      throw sq::UsageError("--kv-weighting '" + kv_weighting + "': expected fisher or uniform");
+    if (app.count("--kv-weighting") && kv_spec.kind != sq::KVKind::Nuq) throw sq::UsageError("--kv-weighting applies to the nuq formats only");
+    o.kv = sq::fit_kv_quantization(kv_spec, o.calib_path, src, nullptr, kv_weighting == "fisher");
     std::unique_ptr<sq::ProgressBar> bar;
     o.progress = [&](int64_t done, int64_t total) {
       if (!bar) bar = std::make_unique<sq::ProgressBar>("sq-convert", total, "layers", !quiet);

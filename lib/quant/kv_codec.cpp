@@ -10,36 +10,6 @@
 
 namespace sq {
 
-void kv_put_code(uint8_t* bytes, int64_t i, int bits, uint32_t value) {
-  int64_t bit = i * bits;
-  for (int k = 0; k < bits; ++k, ++bit) {
-    uint8_t& b = bytes[bit >> 3];
-    const uint8_t mask = static_cast<uint8_t>(1u << (bit & 7));
-    b = static_cast<uint8_t>(((value >> k) & 1u) ? (b | mask) : (b & ~mask));
-  }
-}
-
-uint32_t kv_get_code(const uint8_t* bytes, int64_t i, int bits) {
-  // Read up to 16 bits starting at the code's first byte (a code of ≤ 8 bits spans ≤ 2 bytes).
-  const int64_t bit = i * bits;
-  const int64_t byte = bit >> 3;
-  const int shift = static_cast<int>(bit & 7);
-  uint32_t word = bytes[byte];
-  if (shift + bits > 8) word |= static_cast<uint32_t>(bytes[byte + 1]) << 8;
-  return (word >> shift) & ((1u << bits) - 1u);
-}
-
-int kv_nearest_signpost(const float* codebook, int k, float a) {
-  // Midpoint thresholds: index = number of midpoints strictly below a (ties → lower signpost).
-  int lo = 0, hi = k - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi) / 2;
-    if (a > 0.5f * (codebook[mid] + codebook[mid + 1])) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
-
 float kv_percentile(float* v, int64_t n, double q) {
   const double pos = q * static_cast<double>(n - 1);
   const int64_t i = static_cast<int64_t>(std::floor(pos));
@@ -49,6 +19,27 @@ float kv_percentile(float* v, int64_t n, double q) {
   if (frac == 0.0 || i + 1 >= n) return a;
   const float b = *std::min_element(v + i + 1, v + n);
   return static_cast<float>(a + frac * (static_cast<double>(b) - a));
+}
+
+void kv_token_scaling(const float* x, int64_t width, double outlier_fraction, float& offset, float& scale) {
+  thread_local std::vector<float> tmp;
+  tmp.clear();
+  for (int64_t c = 0; c < width; ++c)
+    if (std::isfinite(x[c])) tmp.push_back(x[c]);
+  float lo = 0.0f, hi = 0.0f;
+  if (!tmp.empty()) {
+    const int64_t n = static_cast<int64_t>(tmp.size());
+    if (outlier_fraction > 0) {
+      lo = kv_percentile(tmp.data(), n, outlier_fraction / 2);
+      hi = kv_percentile(tmp.data(), n, 1.0 - outlier_fraction / 2);
+    } else {
+      const auto [mn, mx] = std::minmax_element(tmp.begin(), tmp.end());
+      lo = *mn;
+      hi = *mx;
+    }
+  }
+  offset = half_to_float(float_to_half(0.5f * (hi + lo)));
+  scale = half_to_float(float_to_half(0.5f * (hi - lo)));
 }
 
 namespace {

@@ -6,14 +6,8 @@
 // outliers; decoding reverses it. Rows are independent of each other, so a cache can evict or
 // reorder rows without re-encoding anything.
 //
-// Dense b-bit codes are packed little-endian, LSB first: code i occupies bits [i·b, i·b + b) of the
-// row's code bytes, bit k of the stream being bit (k mod 8) of byte ⌊k/8⌋. For b = 3:
-//
-//   byte 0: c2[1:0] c1[2:0] c0[2:0]     (MSB … LSB)
-//   byte 1: c5[0] c4[2:0] c3[2:0] c2[2]
-//   byte 2: c7[2:0] c6[2:0] c5[2:1]
-//
-// so 8 codes fill exactly 3 bytes; a row's code section is ⌈width·b/8⌉ bytes.
+// Dense b-bit codes are packed with quant/packed_bits.h (LSB first, ⌈width·b/8⌉ bytes per row);
+// nuq codes are nearest-signpost indices (quant/codebook_quantize.h).
 #pragma once
 
 #include <cstdint>
@@ -84,14 +78,11 @@ std::unique_ptr<KVCodec> make_kv_nuq_codec(int64_t width, int bits, bool per_cha
 /// The FP16 codec used for attention-sink rows of quantized caches (KVQuant §3.6): 2·width bytes.
 std::unique_ptr<KVCodec> make_kv_f16_codec(int64_t width);
 
-/// Writes code `value` (< 2^bits) as the i-th b-bit code of `bytes` (layout above). Bits of other
-/// codes are preserved.
-void kv_put_code(uint8_t* bytes, int64_t i, int bits, uint32_t value);
-/// Reads the i-th b-bit code of `bytes`.
-uint32_t kv_get_code(const uint8_t* bytes, int64_t i, int bits);
-
-/// Index of the signpost of the sorted `codebook` [k] nearest to a (ties go to the lower signpost).
-int kv_nearest_signpost(const float* codebook, int k, float a);
+/// Online per-token scaling of the nuq formats (KVQuant §3.7): lower/upper thresholds of x [width]
+/// (finite values only) are its min/max, or with outlier_fraction p > 0 its p/2 and 1 − p/2
+/// percentiles (kv_percentile); offset = (hi + lo)/2 and scale = (hi − lo)/2, both rounded to FP16
+/// (what the row stores), so that a = (x − offset)/scale ∈ [−1, 1] for the non-outliers.
+void kv_token_scaling(const float* x, int64_t width, double outlier_fraction, float& offset, float& scale);
 
 /// Linearly interpolated percentile q ∈ [0, 1] of v [n] (numpy.percentile's default), n ≥ 1.
 /// Reorders v.

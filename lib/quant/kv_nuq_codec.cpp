@@ -7,7 +7,9 @@
 #include <string>
 
 #include "formats/safetensors.h"  // float_to_half / half_to_float
+#include "quant/codebook_quantize.h"
 #include "quant/kv_codec.h"
+#include "quant/packed_bits.h"
 
 namespace sq {
 namespace {
@@ -20,7 +22,8 @@ class NuqCodec final : public KVCodec {
         bits_(bits),
         per_channel_(per_channel),
         outliers_(outliers),
-        codebook_(std::move(codebook)),
+        codebook_(codebook),
+        quantizer_(std::move(codebook), bits),
         offset_(std::move(offset)),
         scale_(std::move(scale)),
         code_bytes_((width * bits + 7) / 8) {}
@@ -31,30 +34,11 @@ class NuqCodec final : public KVCodec {
     std::memset(dst, 0, static_cast<size_t>(row_bytes()));
     float o = 0.0f, s = 1.0f;
     if (!per_channel_) {
-      // Online per-token thresholds (§3.7): min/max, or the p/2 and 1 − p/2 percentiles.
-      thread_local std::vector<float> tmp;
-      tmp.clear();
-      for (int64_t c = 0; c < width_; ++c)
-        if (std::isfinite(x[c])) tmp.push_back(x[c]);
-      float lo = 0.0f, hi = 0.0f;
-      if (!tmp.empty()) {
-        const int64_t n = static_cast<int64_t>(tmp.size());
-        if (outliers_ > 0) {
-          lo = kv_percentile(tmp.data(), n, outliers_ / 2);
-          hi = kv_percentile(tmp.data(), n, 1.0 - outliers_ / 2);
-        } else {
-          const auto [mn, mx] = std::minmax_element(tmp.begin(), tmp.end());
-          lo = *mn;
-          hi = *mx;
-        }
-      }
-      const uint16_t o16 = float_to_half(0.5f * (hi + lo)), s16 = float_to_half(0.5f * (hi - lo));
+      kv_token_scaling(x, width_, outliers_, o, s);
+      const uint16_t s16 = float_to_half(s), o16 = float_to_half(o);  // exact: already FP16 values
       std::memcpy(dst + code_bytes_, &s16, 2);
       std::memcpy(dst + code_bytes_ + 2, &o16, 2);
-      o = half_to_float(o16);
-      s = half_to_float(s16);
     }
-    const int k = static_cast<int>(codebook_.size());
     for (int64_t c = 0; c < width_; ++c) {
       const float oc = per_channel_ ? offset_[static_cast<size_t>(c)] : o;
       const float sc = per_channel_ ? scale_[static_cast<size_t>(c)] : s;
@@ -65,7 +49,7 @@ class NuqCodec final : public KVCodec {
         continue;  // dense code stays 0; the sparse value overrides it
       }
       a = std::clamp(a, -1.0f, 1.0f);
-      kv_put_code(dst, c, bits_, static_cast<uint32_t>(kv_nearest_signpost(codebook_.data(), k, a)));
+      packed_set(dst, c, bits_, quantizer_.encode(a));
     }
   }
 
@@ -79,7 +63,7 @@ class NuqCodec final : public KVCodec {
       o = half_to_float(o16);
     }
     for (int64_t c = 0; c < width_; ++c) {
-      const float a = codebook_[kv_get_code(src, c, bits_)];
+      const float a = codebook_[packed_get(src, c, bits_)];
       x[c] = per_channel_ ? a * scale_[static_cast<size_t>(c)] + offset_[static_cast<size_t>(c)] : a * s + o;
     }
     for (int64_t i = 0; i < n_sparse; ++i) x[sparse[i].channel] = half_to_float(sparse[i].value_f16);
@@ -90,7 +74,9 @@ class NuqCodec final : public KVCodec {
   int bits_;
   bool per_channel_;
   double outliers_;
-  std::vector<float> codebook_, offset_, scale_;
+  std::vector<float> codebook_;
+  CodebookQuantizer quantizer_;  ///< nearest signpost (ties to the lower index)
+  std::vector<float> offset_, scale_;
   int64_t code_bytes_;
 };
 

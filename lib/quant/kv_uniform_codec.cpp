@@ -7,6 +7,7 @@
 
 #include "formats/safetensors.h"  // float_to_half / half_to_float
 #include "quant/kv_codec.h"
+#include "quant/packed_bits.h"
 
 namespace sq {
 namespace {
@@ -48,7 +49,7 @@ class UniformCodec final : public KVCodec {
           const float v = std::isfinite(x[c]) ? x[c] : (x[c] > 0 ? hi : lo);
           q = std::clamp(std::nearbyint((v - z) / delta), 0.0f, qmax);
         }
-        kv_put_code(dst, c, bits_, static_cast<uint32_t>(q));
+        packed_set(dst, c, bits_, static_cast<uint8_t>(q));
       }
     }
   }
@@ -60,7 +61,7 @@ class UniformCodec final : public KVCodec {
       std::memcpy(&d16, meta + 4 * j, 2);
       std::memcpy(&z16, meta + 4 * j + 2, 2);
       const float delta = half_to_float(d16), z = half_to_float(z16);
-      for (int64_t c = g0; c < g0 + group_; ++c) x[c] = z + static_cast<float>(kv_get_code(src, c, bits_)) * delta;
+      for (int64_t c = g0; c < g0 + group_; ++c) x[c] = z + static_cast<float>(packed_get(src, c, bits_)) * delta;
     }
   }
 
