@@ -12,7 +12,8 @@ ConvertScheme parse_scheme(const std::string& s) {
   if (s == "bf16") return ConvertScheme::BF16;
   if (s == "w8a8") return ConvertScheme::W8A8;
   if (s == "w4a16") return ConvertScheme::W4A16;
-  throw UsageError("--scheme must be f32, f16, bf16, w8a8 or w4a16, got '" + s + "'");
+  if (s == "w4a4-atom") return ConvertScheme::W4A4Atom;
+  throw UsageError("--scheme must be f32, f16, bf16, w8a8, w4a16 or w4a4-atom, got '" + s + "'");
 }
 
 const char* scheme_name(ConvertScheme s) {
@@ -22,6 +23,7 @@ const char* scheme_name(ConvertScheme s) {
     case ConvertScheme::BF16: return "bf16";
     case ConvertScheme::W8A8: return "w8a8";
     case ConvertScheme::W4A16: return "w4a16";
+    case ConvertScheme::W4A4Atom: return "w4a4-atom";
   }
   return "?";
 }

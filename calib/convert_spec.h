@@ -9,12 +9,14 @@
 
 namespace sq {
 
-/// Output encoding of sq-convert: plain re-encoding (f32 / f16 / bf16), SmoothQuant W8A8, or
-/// group-wise INT4 weights with FP32 activations (W4A16: RTN or GPTQ).
-enum class ConvertScheme { F32, F16, BF16, W8A8, W4A16 };
-/// Parses "f32" / "f16" / "bf16" / "w8a8" / "w4a16" (exact, lower case); throws UsageError otherwise.
+/// Output encoding of sq-convert: plain re-encoding (f32 / f16 / bf16), SmoothQuant W8A8,
+/// group-wise INT4 weights with FP32 activations (W4A16: RTN or GPTQ), or Atom's W4A4 with INT8
+/// outlier channels (W4A4Atom).
+enum class ConvertScheme { F32, F16, BF16, W8A8, W4A16, W4A4Atom };
+/// Parses "f32" / "f16" / "bf16" / "w8a8" / "w4a16" / "w4a4-atom" (exact, lower case); throws
+/// UsageError otherwise.
 ConvertScheme parse_scheme(const std::string& s);
-/// "f32", "f16", "bf16", "w8a8" or "w4a16".
+/// "f32", "f16", "bf16", "w8a8", "w4a16" or "w4a4-atom".
 const char* scheme_name(ConvertScheme s);
 
 /// The option texts exactly as the user typed them (the defaults are sq-convert's).

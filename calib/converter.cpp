@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 
+#include "calib/channel_reorder.h"
 #include "calib/layerwise_runner.h"
 #include "calib/window_sampler.h"
 #include "core/error.h"
@@ -18,6 +19,7 @@
 #include "formats/tokenizer.h"
 #include "model/sqm_model.h"
 #include "model/w4a16_linear.h"
+#include "model/w4a4_linear.h"
 #include "model/w8a8_linear.h"
 
 namespace sq {
@@ -124,6 +126,53 @@ void write_int4_linear(SqmWriter& w, const Int4Projection& p) {
   if (q.asym) w.add_tensor(p.name + ".weight_zero", SqmDType::U4x2, {q.out, ng}, q.zeros_packed.data(), q.zeros_packed.size());
 }
 
+/// Packs INT4 codes (one per byte, [−8, 7]) two per byte over the flat element order (I4x2).
+std::vector<uint8_t> pack_i4x2(const std::vector<int8_t>& codes) {
+  std::vector<uint8_t> b((codes.size() + 1) / 2, 0);
+  for (size_t i = 0; i < codes.size(); ++i) {
+    const uint8_t nib = static_cast<uint8_t>(codes[i] & 0xF);
+    b[i / 2] |= static_cast<uint8_t>((i & 1) ? nib << 4 : nib);
+  }
+  return b;
+}
+
+/// Writes one W4A4 (Atom) projection (docs/formats.md): weight I4x2 [out, in − n], weight_scale F16
+/// [out, G], weight_outlier I8 [out, n] + weight_outlier_scale F32 [out] (INT8 outliers) or
+/// weight_outlier F32 [out, n] (FP32 outliers), act_clip F32 [1].
+void write_atom_linear(SqmWriter& w, const std::string& name, const W4A4LinearData& d) {
+  const int64_t inn = d.in - d.n_outlier, G = w4a4_stored_groups(inn, d.group);
+  const auto packed = pack_i4x2(d.codes);
+  w.add_tensor(name + ".weight", SqmDType::I4x2, {d.out, inn}, packed.data(), packed.size());
+  w.add_tensor(name + ".weight_scale", SqmDType::F16, {d.out, G}, d.scales_f16.data(), d.scales_f16.size() * 2);
+  if (d.n_outlier > 0 && d.outlier_format == W4A4OutlierFormat::Int8) {
+    w.add_tensor(name + ".weight_outlier", SqmDType::I8, {d.out, d.n_outlier}, d.outlier_codes.data(), d.outlier_codes.size());
+    w.add_tensor(name + ".weight_outlier_scale", SqmDType::F32, {d.out}, d.outlier_scales.data(), d.outlier_scales.size() * 4);
+  } else if (d.n_outlier > 0) {
+    w.add_tensor(name + ".weight_outlier", SqmDType::F32, {d.out, d.n_outlier}, d.outlier_weights.data(), d.outlier_weights.size() * 4);
+  }
+  w.add_tensor(name + ".act_clip", SqmDType::F32, {1}, &d.act_clip, 4);
+}
+
+/// Every k-th row of each linear input of one layer (Atom --clip search).
+class SiteCapture final : public ActivationObserver {
+ public:
+  SiteCapture(int layer, int64_t stride) : layer_(layer), stride_(stride) {}
+  void on_linear_input(int layer, ActivationSite site, const float* x, int64_t n, int64_t width) override {
+    if (layer != layer_) return;
+    SiteRows& r = rows[size_t(site)];
+    r.width = width;
+    for (int64_t t = 0; t < n; t += stride_) r.data.insert(r.data.end(), x + t * width, x + (t + 1) * width);
+  }
+  std::array<SiteRows, kActivationSites> rows;
+
+ private:
+  int layer_;
+  int64_t stride_;
+};
+
+/// Rows per site captured for --clip search (every k-th calibration token).
+constexpr int64_t kAtomClipRows = 2048;
+
 }  // namespace
 
 ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, const std::string& out_path) {
@@ -132,7 +181,20 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
   const ModelConfig& c = base.config;
   const bool w8a8 = o.scheme == ConvertScheme::W8A8;
   const bool w4 = o.scheme == ConvertScheme::W4A16;
+  const bool atom = o.scheme == ConvertScheme::W4A4Atom;
   if (w4 && c.qkv_bias) throw UnsupportedError(src.path + ": --scheme w4a16 does not support q/k/v biases yet");
+  bool atom_outliers = false;
+  if (atom) {
+    if (c.qkv_bias) throw UnsupportedError(src.path + ": --scheme w4a4-atom does not support q/k/v biases yet");
+    validate_atom_options(o.atom);
+    for (int64_t width : {int64_t(c.dim), int64_t(c.n_heads) * c.head_dim, int64_t(c.hidden_dim)})
+      atom_outliers |= atom_outlier_count(width, o.atom.outlier_channels) > 0;  // UsageError for a count ≥ a width
+    if (atom_outliers && o.calib_path.empty())
+      throw UsageError("--scheme w4a4-atom picks outlier channels from calibration statistics: give --calib (or --outlier-channels 0)");
+    if (o.atom.gptq && o.calib_path.empty()) throw UsageError("--gptq needs --calib (a calibration file from sq-calibrate, for the Hessians)");
+    if (o.atom.clip == "search" && o.calib_path.empty())
+      throw UsageError("--clip search needs --calib (its text, seed and windows give the calibration activations)");
+  }
   if (w4 && o.int4.gptq && o.calib_path.empty())
     throw UsageError("--gptq needs --calib (a calibration file from sq-calibrate, for the Hessians)");
   if (o.gptq_hessians != "auto" && o.gptq_hessians != "sequential" && o.gptq_hessians != "file")
@@ -176,26 +238,31 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
 
   // W4A16 GPTQ: Hessians layer by layer on the outputs of the already-quantized layers, or the
   // FP32-model Hessians stored in the calibration file.
-  const bool keep_f32 = w8a8 || w4;
+  const bool keep_f32 = w8a8 || w4 || atom;
   std::unique_ptr<LayerwiseRunner> sequential;
   ConvertSummary summary;
-  if (w4 && o.int4.gptq) {
+  const bool gptq = (w4 && o.int4.gptq) || (atom && o.atom.gptq);
+  const bool clip_search = atom && o.atom.clip == "search";
+  if (gptq || clip_search) {
     std::string mode = o.gptq_hessians;
     if (mode == "auto") mode = std::filesystem::exists(calib.provenance.text_path) && !o.tokenizer_path.empty() ? "sequential" : "file";
-    if (mode == "sequential") {
+    if (clip_search && o.tokenizer_path.empty()) throw UsageError("--clip search needs the tokenizer (give --tokenizer)");
+    if (mode == "sequential" || clip_search) {
       if (o.tokenizer_path.empty()) throw UsageError("--gptq-hessians sequential needs the tokenizer (give --tokenizer)");
       auto tok = load_tokenizer(o.tokenizer_path);
       const auto& pv = calib.provenance;
       const auto windows = sample_calibration_windows(pv.text_path, *tok, pv.samples, pv.seq_len, pv.seed);
       sequential = std::make_unique<LayerwiseRunner>(*src.model, windows);
-    } else {
+    }
+    if (gptq && mode == "file") {
       for (size_t l = 0; l < calib.layers.size(); ++l)
         if (calib.layers[l].hessians.size() != size_t(kActivationSites))
           throw InputError(o.calib_path + ": no GPTQ Hessians for layer " + std::to_string(l) +
                            " (record them with sq-calibrate --hessian, or let sq-convert recompute them from the calibration text)");
     }
-    summary.hessian_source = mode;
+    if (gptq) summary.hessian_source = mode;
   }
+  const bool sequential_h = gptq && summary.hessian_source == "sequential";
 
   SqmWriter out(out_path, o.write);
   if (w8a8 && o.quantize_head) {
@@ -249,6 +316,49 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
     write_float(out, p + "input_layernorm.weight", layer.tensors.at(p + "input_layernorm.weight"), keep_f32 ? ConvertScheme::F32 : o.scheme);
     write_float(out, p + "post_attention_layernorm.weight", layer.tensors.at(p + "post_attention_layernorm.weight"),
                 keep_f32 ? ConvertScheme::F32 : o.scheme);
+    if (atom) {
+      std::array<const std::vector<double>*, kActivationSites> H{};
+      std::unique_ptr<LayerHessians> layer_h;
+      const LlamaLayer& f = src.model->layers()[size_t(l)];
+      if (sequential_h) {
+        layer_h = std::make_unique<LayerHessians>(sequential->hessians(l, f));
+        for (int s = 0; s < kActivationSites; ++s) {
+          const auto& acc = layer_h->at(static_cast<ActivationSite>(s));
+          if (acc.tokens() > 0) held_hessians[size_t(s)] = acc.hessian();
+          H[size_t(s)] = &held_hessians[size_t(s)];
+        }
+      } else if (gptq) {
+        for (int s = 0; s < kActivationSites; ++s) H[size_t(s)] = &calib.layers[size_t(l)].hessians[size_t(s)];
+      }
+      std::unique_ptr<SiteCapture> capture_rows;
+      std::array<const SiteRows*, kActivationSites> rows{};
+      if (clip_search) {
+        capture_rows = std::make_unique<SiteCapture>(l, std::max<int64_t>(1, (sequential->tokens() + kAtomClipRows - 1) / kAtomClipRows));
+        sequential->observe(l, f, *capture_rows);
+        for (int s = 0; s < kActivationSites; ++s) rows[size_t(s)] = &capture_rows->rows[size_t(s)];
+      }
+      AtomLayer al = quantize_layer_atom(layer, l, o.atom, calib.layers.empty() ? nullptr : &calib.layers[size_t(l)], H, rows);
+      for (ActivationSite site : {ActivationSite::AttnInput, ActivationSite::AttnOutput, ActivationSite::FfnInput}) {
+        const auto& ord = al.orders[size_t(site)];
+        if (!ord.empty())
+          out.add_tensor(p + activation_site_name(site) + ".order", SqmDType::I32, {int64_t(ord.size())}, ord.data(), ord.size() * 4);
+      }
+      for (size_t k = 0; k < al.linears.size(); ++k) {
+        write_atom_linear(out, al.linears[k].first, al.linears[k].second);
+        const ActivationSite site = projection_input_site(static_cast<Projection>(k));
+        summary.atom.push_back({al.linears[k].first, al.n_outlier[size_t(site)], al.clips[k], al.hessian_errors[k]});
+      }
+      if (sequential) {  // the converted layer produces the next layer's inputs
+        LlamaLayer q;
+        q.attn_norm = f.attn_norm;
+        q.ffn_norm = f.ffn_norm;
+        std::unique_ptr<Linear>* slots[kProjections] = {&q.q_proj, &q.k_proj, &q.v_proj, &q.o_proj, &q.gate_proj, &q.up_proj, &q.down_proj};
+        for (int k = 0; k < kProjections; ++k) *slots[k] = std::make_unique<W4A4Linear>(al.linears[size_t(k)].second);
+        sequential->advance(l, q);
+      }
+      if (o.progress) o.progress(l + 1, c.n_layers);
+      continue;
+    }
     if (w4) {
       std::array<const std::vector<double>*, kActivationSites> H{};
       std::unique_ptr<LayerHessians> layer_h;
@@ -332,6 +442,40 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
     if (o.int4.gptq) {
       q["gptq"] = {{"act_order", o.int4.act_order}, {"damp", o.int4.damp}, {"static_groups", true}, {"hessians", summary.hessian_source}};
     }
+  }
+  if (atom) {
+    const auto& a = o.atom;
+    q["group_size"] = a.group_size;
+    q["symmetric"] = true;
+    q["method"] = a.gptq ? "gptq" : "rtn";
+    q["outlier_channels"] = a.outlier_channels < 0 ? nlohmann::json("auto") : nlohmann::json(a.outlier_channels);
+    q["outlier_format"] = to_string(a.outlier_format);
+    q["outlier_selection"] = "largest calibration sum of squares per linear input";
+    nlohmann::json counts = nlohmann::json::object();
+    for (int s = 0; s < kActivationSites; ++s) {
+      const int64_t widths[kActivationSites] = {c.dim, int64_t(c.n_heads) * c.head_dim, c.dim, c.hidden_dim};
+      counts[activation_site_name(static_cast<ActivationSite>(s))] = atom_outlier_count(widths[s], a.outlier_channels);
+    }
+    q["outliers_per_site"] = counts;
+    q["reorder"] = {{"attn_input", "gather"}, {"attn_output", "gather"}, {"ffn_input", "gather"},
+                    {"ffn_hidden", "folded into gate_proj/up_proj rows"}};
+    q["activations"] = "dynamic per token: INT4 per group, INT8 outliers";
+    nlohmann::json clip = {{"mode", a.clip}};
+    if (a.clip == "default") {
+      clip["weight"] = a.weight_clip;
+      clip["act"] = a.act_clip;
+    }
+    if (a.clip == "search") {
+      nlohmann::json per = nlohmann::json::array();
+      for (const auto& lin : summary.atom) per.push_back({{"name", lin.name}, {"weight", lin.clip.weight}, {"act", lin.clip.act}});
+      clip["grid"] = kAtomClipGrid;
+      clip["linears"] = per;
+    }
+    q["clip"] = clip;
+    if (a.gptq)
+      q["gptq"] = {{"act_order", a.act_order}, {"damp", a.damp}, {"static_groups", true}, {"hessians", summary.hessian_source},
+                   {"outliers", "error-compensated, quantized after the INT4 columns"}};
+    q["kv_cache"] = "fp32";
   }
   header["quantization"] = q;
   if (o.kv.spec.quantized()) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "calib/atom_layer_quantizer.h"
 #include "calib/convert_spec.h"  // ConvertScheme, parse_scheme, parse_convert_flags
 #include "calib/int4_layer_quantizer.h"
 #include "model/sqm_kv_cache.h"
@@ -33,6 +34,9 @@ struct ConvertOptions {
   std::string tokenizer_path;  ///< tokenizer file to embed ("" = none)
   /// W4A16: group size, symmetric/asymmetric, RTN or GPTQ (calib/int4_layer_quantizer.h).
   Int4Options int4;
+  /// W4A4 (Atom): outliers, group size, clipping, GPTQ (calib/atom_layer_quantizer.h). GPTQ's
+  /// act_order/damp/on-off are taken from `atom`, not `int4`.
+  AtomOptions atom;
   /// Where GPTQ's Hessians come from: "sequential" (recomputed layer by layer from the calibration
   /// file's windows — its text, seed, N and L — so each layer sees the outputs of the already
   /// quantized layers before it, as GPTQ §4 / the reference's llama_sequential), "file" (the
@@ -51,7 +55,16 @@ struct ConvertOptions {
 struct ConvertSummary {
   std::vector<SmoothingGroup> groups;  ///< every smoothed input with its α and factors
   std::vector<Int4Projection> int4;    ///< W4A16: every projection's INT4 weights and Hessian error
-  std::string hessian_source;          ///< W4A16 GPTQ: "sequential" or "file"
+  std::string hessian_source;          ///< W4A16 / W4A4 GPTQ: "sequential" or "file"
+  /// W4A4 (Atom): per projection (layer order, then kProjections order) its base name, outlier
+  /// channels, clipping ratios (and the --clip search objective) and Hessian-weighted error.
+  struct AtomLinear {
+    std::string name;
+    int64_t n_outlier = 0;
+    AtomClipChoice clip;
+    double hessian_error = 0;
+  };
+  std::vector<AtomLinear> atom;
   uint64_t file_bytes = 0;
 };
 
@@ -62,8 +75,12 @@ struct ConvertSummary {
 /// activation for O3. LM head and embeddings stay FP32 unless `quantize_head`.
 /// W4A16: every projection group-wise INT4 (RTN or GPTQ, options.int4), written as I4x2/U4x2
 /// weights + F16 scales (+ U4x2 zero points); embeddings, norms and the LM head stay FP32.
+/// W4A4 (Atom): every projection through quantize_layer_atom (options.atom) and written as
+/// docs/formats.md describes (I4x2 codes, F16 scales, INT8/FP32 outlier columns, the activation
+/// clipping ratio, one I32 reorder per gathered input site); with GPTQ (sequential) or --clip search
+/// the calibration windows are run layer by layer through the already-converted W4A4 layers.
 /// Throws UsageError (missing --calib, bad α, O3 with --quantize-head, GPTQ without --calib, bad
-/// group size), InputError (calibration file for another model: fingerprint mismatch; layer count
+/// group size, bad W4A4 options, an outlier count ≥ a linear's width), InputError (calibration file for another model: fingerprint mismatch; layer count
 /// mismatch; GPTQ Hessians missing from the file; a Hessian not positive definite), OutputError.
 ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& options, const std::string& out_path);
 

@@ -32,15 +32,22 @@ void validate(int64_t out, int64_t in, const GptqOptions& o) {
   if (o.block_size < 1) throw UsageError("GPTQ: block size must be ≥ 1, got " + std::to_string(o.block_size));
   if (!(o.damp >= 0) || !std::isfinite(o.damp)) throw UsageError("GPTQ: dampening must be a finite value ≥ 0");
   if (out < 0 || in < 0) throw std::invalid_argument("GPTQ/RTN: negative matrix size");
+  if (!(o.clip > 0.0f && o.clip <= 1.0f)) throw UsageError("GPTQ/RTN: clipping ratio must be in (0, 1], got " + std::to_string(o.clip));
+  if (o.tail_columns < 0 || (in > 0 && o.tail_columns >= in) || (in == 0 && o.tail_columns != 0))
+    throw UsageError("GPTQ/RTN: tail columns must be in [0, in = " + std::to_string(in) + "), got " + std::to_string(o.tail_columns));
 }
 
 /// Quantizer parameters of one row of one group (file comment of gptq.h).
-QParams find_params(const float* w, int64_t len, int bits, bool symmetric, bool fp16) {
+QParams find_params(const float* w, int64_t len, int bits, bool symmetric, bool fp16, float clip) {
   const int maxq = (1 << bits) - 1;
   float lo = 0.0f, hi = 0.0f;
   for (int64_t j = 0; j < len; ++j) {
     lo = std::min(lo, w[j]);
     hi = std::max(hi, w[j]);
+  }
+  if (clip != 1.0f) {
+    lo *= clip;
+    hi *= clip;
   }
   QParams p;
   if (symmetric) {
@@ -71,9 +78,10 @@ GptqResult empty_result(int64_t out, int64_t in, const GptqOptions& o) {
   r.out = out;
   r.in = in;
   r.bits = o.bits;
-  const int64_t g = o.group_size == 0 ? std::max<int64_t>(in, 1) : o.group_size;
+  const int64_t qc = in - o.tail_columns;  // quantized columns
+  const int64_t g = o.group_size == 0 ? std::max<int64_t>(qc, 1) : o.group_size;
   r.group_size = static_cast<int>(g);
-  r.n_groups = (in + g - 1) / g;
+  r.n_groups = (qc + g - 1) / g;
   r.dequantized.assign(static_cast<size_t>(out * in), 0.0f);
   r.codes.assign(static_cast<size_t>(out * in), 0);
   r.scales.assign(static_cast<size_t>(out * r.n_groups), 1.0f);
@@ -81,7 +89,7 @@ GptqResult empty_result(int64_t out, int64_t in, const GptqOptions& o) {
   r.g_idx.resize(static_cast<size_t>(in));
   r.perm.resize(static_cast<size_t>(in));
   std::iota(r.perm.begin(), r.perm.end(), int64_t{0});
-  for (int64_t j = 0; j < in; ++j) r.g_idx[static_cast<size_t>(j)] = static_cast<int32_t>(j / g);
+  for (int64_t j = 0; j < in; ++j) r.g_idx[static_cast<size_t>(j)] = j < qc ? static_cast<int32_t>(j / g) : -1;
   return r;
 }
 
@@ -98,12 +106,13 @@ GptqResult rtn_quantize(const float* W, int64_t out, int64_t in, const GptqOptio
   validate(out, in, o);
   GptqResult r = empty_result(out, in, o);
   const int maxq = (1 << o.bits) - 1;
-  const int64_t g = r.group_size;
-  for (int64_t row = 0; row < out; ++row)
+  const int64_t g = r.group_size, qc = in - o.tail_columns;
+  for (int64_t row = 0; row < out; ++row) {
+    for (int64_t c = qc; c < in; ++c) r.dequantized[static_cast<size_t>(row * in + c)] = W[row * in + c];  // kept tail
     for (int64_t G = 0; G < r.n_groups; ++G) {
-      const int64_t c0 = G * g, len = std::min(g, in - c0);
+      const int64_t c0 = G * g, len = std::min(g, qc - c0);
       const float* w = W + row * in + c0;
-      const QParams p = find_params(w, len, o.bits, o.symmetric, o.fp16_scales);
+      const QParams p = find_params(w, len, o.bits, o.symmetric, o.fp16_scales, o.clip);
       r.scales[static_cast<size_t>(row * r.n_groups + G)] = p.scale;
       r.zeros[static_cast<size_t>(row * r.n_groups + G)] = p.zero;
       for (int64_t j = 0; j < len; ++j) {
@@ -112,6 +121,7 @@ GptqResult rtn_quantize(const float* W, int64_t out, int64_t in, const GptqOptio
         r.dequantized[static_cast<size_t>(row * in + c0 + j)] = dequant(c, p);
       }
     }
+  }
   return r;
 }
 
@@ -178,7 +188,7 @@ GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, std::vector<do
     if (!std::isfinite(v)) not_pd(o, in, "it has non-finite entries");
   const std::vector<double> H0 = H;  // for hessian_error
   const int maxq = (1 << o.bits) - 1;
-  const int64_t n = in, g = r.group_size, B = o.block_size;
+  const int64_t n = in, g = r.group_size, B = o.block_size, qc = in - o.tail_columns;
   const auto at = [n](int64_t i, int64_t j) { return static_cast<size_t>(i * n + j); };
 
   // Working copy of W (FP32, as the reference), step 1: dead columns.
@@ -195,8 +205,8 @@ GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, std::vector<do
     static_params.resize(static_cast<size_t>(out * r.n_groups));
     for (int64_t row = 0; row < out; ++row)
       for (int64_t G = 0; G < r.n_groups; ++G) {
-        const int64_t c0 = G * g, len = std::min(g, in - c0);
-        const QParams p = find_params(Wc.data() + row * in + c0, len, o.bits, o.symmetric, o.fp16_scales);
+        const int64_t c0 = G * g, len = std::min(g, qc - c0);
+        const QParams p = find_params(Wc.data() + row * in + c0, len, o.bits, o.symmetric, o.fp16_scales, o.clip);
         static_params[static_cast<size_t>(row * r.n_groups + G)] = p;
         r.scales[static_cast<size_t>(row * r.n_groups + G)] = p.scale;
         r.zeros[static_cast<size_t>(row * r.n_groups + G)] = p.zero;
@@ -206,7 +216,8 @@ GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, std::vector<do
   // Step 2: act-order permutation (descending diag(H), stable).
   std::vector<int64_t>& perm = r.perm;
   if (o.act_order) {
-    std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return H[at(a, a)] > H[at(b, b)]; });
+    // Only the quantized columns are reordered; the kept tail stays last.
+    std::stable_sort(perm.begin(), perm.begin() + qc, [&](int64_t a, int64_t b) { return H[at(a, a)] > H[at(b, b)]; });
     std::vector<double> Hp(H.size());
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < n; ++j) Hp[at(i, j)] = H[at(perm[size_t(i)], perm[size_t(j)])];
@@ -260,11 +271,19 @@ GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, std::vector<do
       std::copy_n(Wc.data() + row * in + i1, cnt, W1.data() + row * B);
     for (int64_t i = 0; i < cnt; ++i) {
       const int64_t col = i1 + i;
+      if (col >= qc) {  // kept tail column: no quantization, it only receives the updates (e = 0)
+        for (int64_t row = 0; row < out; ++row) {
+          codes_p[static_cast<size_t>(row * in + col)] = 0;
+          deq_p[static_cast<size_t>(row * in + col)] = W1[static_cast<size_t>(row * B + i)];
+          E[static_cast<size_t>(row * B + i)] = 0.0f;
+        }
+        continue;
+      }
       if (o.static_groups) {
         const int64_t G = perm[size_t(col)] / g;
         for (int64_t row = 0; row < out; ++row) params[size_t(row)] = static_params[static_cast<size_t>(row * r.n_groups + G)];
       } else if (col % g == 0) {  // entering a group: parameters from the current (error-updated) weights
-        const int64_t G = col / g, len = std::min(g, n - col);
+        const int64_t G = col / g, len = std::min(g, qc - col);
         for (int64_t row = 0; row < out; ++row) {
           for (int64_t j = 0; j < len; ++j) {
             const int64_t c = col + j;
@@ -276,7 +295,7 @@ GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, std::vector<do
               cur[size_t(j)] = v;
             }
           }
-          const QParams p = find_params(cur.data(), len, o.bits, o.symmetric, o.fp16_scales);
+          const QParams p = find_params(cur.data(), len, o.bits, o.symmetric, o.fp16_scales, o.clip);
           params[size_t(row)] = p;
           r.scales[static_cast<size_t>(row * r.n_groups + G)] = p.scale;
           r.zeros[static_cast<size_t>(row * r.n_groups + G)] = p.zero;
@@ -306,7 +325,7 @@ GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, std::vector<do
   // Step 6: back to the original column order.
   for (int64_t k = 0; k < n; ++k) {
     const int64_t j = perm[size_t(k)];
-    r.g_idx[size_t(j)] = static_cast<int32_t>(o.static_groups ? j / g : k / g);
+    r.g_idx[size_t(j)] = j >= qc ? -1 : static_cast<int32_t>(o.static_groups ? j / g : k / g);
     for (int64_t row = 0; row < out; ++row) {
       r.codes[static_cast<size_t>(row * in + j)] = codes_p[static_cast<size_t>(row * in + k)];
       r.dequantized[static_cast<size_t>(row * in + j)] = deq_p[static_cast<size_t>(row * in + k)];

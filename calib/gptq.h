@@ -16,6 +16,17 @@
 //
 // Groups: columns [k·g, (k+1)·g) share (Δ, z) per row; group_size 0 means one group per row (per
 // channel). When g does not divide `in`, the last group is shorter (in mod g columns).
+//
+// Clipping (Atom §5.1): with clip c < 1 the quantizer's range is shrunk before Δ is computed:
+// symmetric Δ = (c · max|w|) / (2^(b−1) − 1); asymmetric lo, hi are multiplied by c. Weights beyond
+// the clipped range saturate at the end codes.
+//
+// Kept tail columns (Atom's mixed precision, §4.1 and the reference's GPTQ with "keeper" channels):
+// with tail_columns = t > 0 the last t columns are not quantized here. They come after every other
+// column (act_order permutes only the first in − t), receive the error feedback of all quantized
+// columns, and are returned as their updated FP32 values in `dequantized` (codes 0, g_idx −1); the
+// caller stores them at higher precision (Atom: INT8 per row, or FP32). Groups cover the first in − t
+// columns only.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +53,10 @@ struct GptqOptions {
   /// ranges j / g even with act_order (what a group-wise packed layout needs). Without it, a group's
   /// parameters come from its error-updated weights when quantization reaches it.
   bool static_groups = false;
+  /// Clipping ratio c ∈ (0, 1] of the quantizer's range (file comment; 1 = no clipping).
+  float clip = 1.0f;
+  /// Trailing columns kept unquantized but error-compensated (file comment), 0 ≤ t < in (t = 0 when in = 0).
+  int64_t tail_columns = 0;
   std::string name;       ///< layer/tensor name used in error messages, e.g. "model.layers.0.mlp.up_proj"
 };
 
@@ -49,8 +64,8 @@ struct GptqOptions {
 struct GptqResult {
   int64_t out = 0, in = 0;
   int bits = 0;
-  int group_size = 0;   ///< effective g (= in for per-channel)
-  int64_t n_groups = 0; ///< ceil(in / g)
+  int group_size = 0;   ///< effective g (= in − tail_columns for per-channel)
+  int64_t n_groups = 0; ///< ceil((in − tail_columns) / g)
   std::vector<float> dequantized;  ///< Ŵ [out, in] row-major FP32, Ŵ[r, j] = scales[r, G] · (codes[r, j] − zeros[r, G]), G = g_idx[j]
   std::vector<uint8_t> codes;      ///< [out, in] row-major, original column order, values in [0, 2^bits − 1]
   std::vector<float> scales;       ///< Δ [out, n_groups] row-major
@@ -84,7 +99,7 @@ struct GptqResult {
 ///     one sgemm).
 ///  6. the codes are un-permuted to the original column order.
 /// Throws UsageError for invalid options (bits ∉ [2, 8], group_size < 0, block_size < 1, damp < 0
-/// or not finite); std::invalid_argument when H.size() != in·in or out/in < 0; InputError naming
+/// or not finite, clip ∉ (0, 1], tail_columns ∉ [0, in)); std::invalid_argument when H.size() != in·in or out/in < 0; InputError naming
 /// options.name when H has non-finite entries or is not positive definite after dampening.
 GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, std::vector<double> H, const GptqOptions& options);
 

@@ -77,4 +77,17 @@ LayerHessians LayerwiseRunner::hessians(int l, const LlamaLayer& L) const {
   return total;
 }
 
+void LayerwiseRunner::observe(int l, const LlamaLayer& L, ActivationObserver& observer) const {
+  for (const auto& h : hidden_) {
+    std::vector<float> x = h;  // the layer's output is discarded
+    run_window(l, L, x, &observer);
+  }
+}
+
+int64_t LayerwiseRunner::tokens() const {
+  int64_t n = 0;
+  for (const auto& h : hidden_) n += static_cast<int64_t>(h.size()) / model_.config().dim;
+  return n;
+}
+
 }  // namespace sq

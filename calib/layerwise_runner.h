@@ -51,6 +51,14 @@ class LayerwiseRunner {
   /// Deterministic for any thread count: per-window accumulators merged in window order.
   LayerHessians hessians(int l, const LlamaLayer& L) const;
 
+  /// Runs layer `l` (weights `L`) over every window, one window at a time in window order, with
+  /// `observer` seeing its activations (e.g. to capture calibration rows); the stored hidden states
+  /// are left unchanged.
+  void observe(int l, const LlamaLayer& L, ActivationObserver& observer) const;
+
+  /// Total tokens over all windows.
+  int64_t tokens() const;
+
  private:
   /// Runs layer l on window w's hidden states in `x` (in place), observed by `obs` (may be null).
   void run_window(int l, const LlamaLayer& L, std::vector<float>& x, ActivationObserver* obs) const;

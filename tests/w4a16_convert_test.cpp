@@ -131,7 +131,7 @@ TEST_F(W4A16Cli, BadInputsAreOneLineExitTwo) {
   expect_error(convert({"--gptq"}, out), "--gptq needs --calib", out);
   expect_error(convert({"--sym", "--asym"}, out), "--sym and --asym exclude each other", out);
   expect_error(convert({"--act-order"}, out), "need --gptq", out);
-  expect_error(run_process({tool("sq-convert"), "-m", stories_model(), "--group-size", "64", "-o", out, "-q"}), "apply to --scheme w4a16 only",
+  expect_error(run_process({tool("sq-convert"), "-m", stories_model(), "--group-size", "64", "-o", out, "-q"}), "apply to --scheme w4a16 or w4a4-atom only",
                out);
   // A calibration file without Hessians, where they must come from the file.
   const std::string plain = dir_->file("plain.h5");

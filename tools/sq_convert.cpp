@@ -3,7 +3,9 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
+#include <string>
 #include <memory>
 
 #include "calib/converter.h"
@@ -15,7 +17,8 @@
 #include "model/model_loader.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"sq-convert: compute SmoothQuant smoothing factors and INT8 weights (W8A8), or re-encode as f32/f16/bf16, "
+  CLI::App app{"sq-convert: compute SmoothQuant smoothing factors and INT8 weights (W8A8), group-wise INT4 weights (W4A16), "
+               "Atom W4A4 with INT8 outlier channels (w4a4-atom), or re-encode as f32/f16/bf16, "
                "and write one packed, checksummed .sqm model file.\n"
                "Presets (SmoothQuant Table 3.2): O1 = per-tensor weights + per-token dynamic activations, O2 = per-tensor "
                "dynamic, O3 = per-tensor static (calibrated). Without a preset: per-channel weights, per-token activations."};
@@ -26,7 +29,7 @@ int main(int argc, char** argv) {
   app.add_option("-m,--model", model_path, "Model: llama2.c .bin or Hugging Face checkpoint directory")->required();
   app.add_option("--tokenizer", o.tokenizer_path, "Tokenizer to embed in the output (default: the model's own, if any)");
   app.add_option("--calib", o.calib_path, "Calibration file from sq-calibrate (needed for smoothing and O3)");
-  app.add_option("--scheme", scheme, "w8a8 | w4a16 | f32 | f16 | bf16")->capture_default_str();
+  app.add_option("--scheme", scheme, "w8a8 | w4a16 | w4a4-atom | f32 | f16 | bf16")->capture_default_str();
   app.add_option("--alpha", alpha, "SmoothQuant migration strength in [0,1], or 'auto' (grid search per group)")->capture_default_str();
   app.add_flag("--no-smooth", no_smooth, "Naive W8A8: no smoothing");
   app.add_flag("--smooth-vo", o.smooth_vo, "Also smooth o_proj inputs (folded into v_proj rows; exact under GQA)");
@@ -35,10 +38,21 @@ int main(int argc, char** argv) {
   app.add_option("--act", act, "per-token | per-tensor-dynamic | per-tensor-static (overrides the preset)");
   app.add_flag("--quantize-head", o.quantize_head, "Also quantize the LM head to W8A8");
   bool sym = false;
-  app.add_option("--group-size", o.int4.group_size, "W4A16: input columns per INT4 group (32, 64 or 128)")->capture_default_str();
+  app.add_option("--group-size", o.int4.group_size,
+                 "W4A16 / W4A4: input columns per INT4 group (32, 64 or 128; W4A4 also 0 = per channel / per token)")
+      ->capture_default_str();
   app.add_flag("--sym", sym, "W4A16: symmetric INT4 (the default)");
   app.add_flag("--asym", o.int4.asym, "W4A16: asymmetric INT4 with a zero point per group");
-  app.add_flag("--gptq", o.int4.gptq, "W4A16: GPTQ (needs --calib) instead of round-to-nearest");
+  app.add_flag("--gptq", o.int4.gptq, "W4A16 / W4A4: GPTQ (needs --calib) instead of round-to-nearest");
+  std::string outliers = "auto", outlier_format = "int8";
+  app.add_option("--outlier-channels", outliers,
+                 "W4A4: outlier channels per linear input, by calibration sum of squares: N, or auto = min(128, width/16)")
+      ->capture_default_str();
+  app.add_option("--outlier-format", outlier_format, "W4A4: int8 | fp32 (precision of the outlier channels)")->capture_default_str();
+  app.add_option("--clip", o.atom.clip, "W4A4: none | default (--weight-clip/--act-clip) | search (grid per linear on calibration data)")
+      ->capture_default_str();
+  app.add_option("--weight-clip", o.atom.weight_clip, "W4A4: weight clipping ratio in (0, 1] for --clip default")->capture_default_str();
+  app.add_option("--act-clip", o.atom.act_clip, "W4A4: activation clipping ratio in (0, 1] for --clip default")->capture_default_str();
   app.add_flag("--act-order", o.int4.act_order, "GPTQ: quantize columns by descending Hessian diagonal (static groups)");
   app.add_option("--damp", o.int4.damp, "GPTQ: dampening, fraction of the mean Hessian diagonal")->capture_default_str();
   app.add_option("--gptq-hessians", o.gptq_hessians,
@@ -86,10 +100,44 @@ int main(int argc, char** argv) {
     o.weight = spec.weight;
     o.act = spec.act;
     if (sym && o.int4.asym) throw sq::UsageError("--sym and --asym exclude each other");
+    const bool atom = o.scheme == sq::ConvertScheme::W4A4Atom;
+    const bool atom_flags = app.count("--outlier-channels") || app.count("--outlier-format") || app.count("--clip") ||
+                            app.count("--weight-clip") || app.count("--act-clip");
+    if (atom_flags && !atom)
+      throw sq::UsageError("--outlier-channels/--outlier-format/--clip/--weight-clip/--act-clip apply to --scheme w4a4-atom only");
+    if (atom && (sym || o.int4.asym)) throw sq::UsageError("--scheme w4a4-atom is symmetric only (Atom §4.3): drop --sym/--asym");
     const bool int4_flags = app.count("--group-size") || sym || o.int4.asym || o.int4.gptq || app.count("--damp") ||
                             o.int4.act_order || app.count("--gptq-hessians");
-    if (int4_flags && o.scheme != sq::ConvertScheme::W4A16)
-      throw sq::UsageError("--group-size/--sym/--asym/--gptq/--act-order/--damp apply to --scheme w4a16 only");
+    if (int4_flags && o.scheme != sq::ConvertScheme::W4A16 && !atom)
+      throw sq::UsageError("--group-size/--sym/--asym/--gptq/--act-order/--damp apply to --scheme w4a16 or w4a4-atom only");
+    if (atom) {
+      if (outliers == "auto") {
+        o.atom.outlier_channels = -1;
+      } else {
+        size_t used = 0;
+        long long v = -1;
+        try {
+          v = std::stoll(outliers, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != outliers.size() || v < 0)
+          throw sq::UsageError("--outlier-channels must be a count ≥ 0 or 'auto', got '" + outliers + "'");
+        o.atom.outlier_channels = v;
+      }
+      if (outlier_format == "int8") o.atom.outlier_format = sq::W4A4OutlierFormat::Int8;
+      else if (outlier_format == "fp32") o.atom.outlier_format = sq::W4A4OutlierFormat::Fp32;
+      else throw sq::UsageError("--outlier-format must be int8 or fp32, got '" + outlier_format + "'");
+      if ((app.count("--weight-clip") || app.count("--act-clip")) && o.atom.clip != "default")
+        throw sq::UsageError("--weight-clip/--act-clip apply to --clip default only");
+      o.atom.group_size = o.int4.group_size;
+      o.atom.gptq = o.int4.gptq;
+      o.atom.act_order = o.int4.act_order;
+      o.atom.damp = o.int4.damp;
+      sq::validate_atom_options(o.atom);
+      if (!o.calib_path.empty() && !o.atom.gptq && o.atom.clip != "search" && o.atom.outlier_channels == 0)
+        throw sq::UsageError("--calib has no effect on --scheme w4a4-atom without outliers, --gptq or --clip search");
+    }
     if ((o.int4.act_order || app.count("--damp") || app.count("--gptq-hessians")) && !o.int4.gptq)
       throw sq::UsageError("--act-order/--damp/--gptq-hessians need --gptq");
     if (o.scheme == sq::ConvertScheme::W4A16 && !o.calib_path.empty() && !o.int4.gptq)

@@ -2,10 +2,11 @@
 // recipe, calibration provenance, tensor bytes by dtype and bits per weight (docs/formats.md).
 //
 // Bits per weight = 8 x (raw bytes of every tensor whose name does not start with "tokenizer")
-//                     / (logical elements of every tensor whose name ends with ".weight").
+//                     / (logical elements of every tensor whose name ends with ".weight" or ".weight_outlier").
 // The numerator counts everything the model needs besides its tokenizer (quantized weights, scales,
-// zero points, codebooks, norms, biases); the denominator counts logical weight elements (an I4x2
-// tensor of shape [n, k] counts n*k). Raw (uncompressed) bytes are used, so the figure does not
+// zero points, codebooks, norms, biases, reorders); the denominator counts logical weight elements (an
+// I4x2 tensor of shape [n, k] counts n*k; Atom W4A4 keeps a linear's outlier input columns in a
+// separate "*.weight_outlier" tensor, counted too). Raw (uncompressed) bytes are used, so the figure does not
 // depend on --compress. "n/a" when no tensor is named *.weight.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -89,10 +90,11 @@ int main(int argc, char** argv) {
       total_stored += t.stored_bytes;
       compressed += t.compressed ? 1 : 0;
       if (!starts_with(t.name, "tokenizer")) weight_bytes += t.raw_bytes;
-      if (ends_with(t.name, ".weight")) weight_elements += t.numel();
+      if (ends_with(t.name, ".weight") || ends_with(t.name, ".weight_outlier")) weight_elements += t.numel();
     }
     // Quantized linears only (INT8/INT4 *.weight with their *.weight_scale / *.weight_zero /
-    // *.input_scale companions): the storage cost of the packed layout itself.
+    // *.input_scale companions, and for Atom W4A4 *.weight_outlier (elements counted as weights),
+    // *.weight_outlier_scale and *.act_clip): the storage cost of the packed layout itself.
     uint64_t qlin_bytes = 0, qlin_elements = 0;
     for (const auto& t : file->tensors()) {
       if (!ends_with(t.name, ".weight")) continue;
@@ -100,8 +102,9 @@ int main(int argc, char** argv) {
       const std::string base = t.name.substr(0, t.name.size() - 7);
       qlin_bytes += t.raw_bytes;
       qlin_elements += t.numel();
-      for (const char* companion : {".weight_scale", ".weight_zero", ".input_scale"})
+      for (const char* companion : {".weight_scale", ".weight_zero", ".input_scale", ".weight_outlier", ".weight_outlier_scale", ".act_clip"})
         if (file->has(base + companion)) qlin_bytes += file->info(base + companion).raw_bytes;
+      if (file->has(base + ".weight_outlier")) qlin_elements += file->info(base + ".weight_outlier").numel();
     }
     const double qlin_bpw = qlin_elements ? 8.0 * static_cast<double>(qlin_bytes) / static_cast<double>(qlin_elements) : 0.0;
     const bool has_bpw = weight_elements > 0;
@@ -174,7 +177,7 @@ int main(int argc, char** argv) {
     else
       std::printf("%-15s n/a (no tensor named *.weight)\n", "bits/weight:");
     if (qlin_elements)
-      std::printf("%-15s %.4f (8 x %llu bytes of quantized weights + scales/zero points / %llu weights)\n", "linear bits/w:",
+      std::printf("%-15s %.4f (8 x %llu bytes of quantized weights + scales/zero points/outliers / %llu weights)\n", "linear bits/w:",
                   qlin_bpw, static_cast<unsigned long long>(qlin_bytes), static_cast<unsigned long long>(qlin_elements));
 
     if (list_tensors) {

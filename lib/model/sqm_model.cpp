@@ -6,6 +6,7 @@
 #include "formats/safetensors.h"
 #include "formats/tokenizer.h"
 #include "model/w4a16_linear.h"
+#include "model/w4a4_linear.h"
 #include "model/w8a8_linear.h"
 #include "quant/int8_quantize.h"
 
@@ -130,12 +131,84 @@ std::unique_ptr<Linear> load_int4_linear(const std::shared_ptr<SqmFile>& f, cons
   }
 }
 
+/// A W4A4 (Atom) projection (docs/formats.md): weight I4x2 [out, in − n], weight_scale F16 [out, G],
+/// weight_outlier I8 [out, n] + weight_outlier_scale F32 [out] or weight_outlier F32 [out, n],
+/// act_clip F32 [1]; the reorder is the I32 tensor `order_name` (gathered sites; absent when the
+/// site has no outliers) or none (down_proj: folded into gate/up rows).
+std::unique_ptr<Linear> load_atom_linear(const std::shared_ptr<SqmFile>& f, const std::string& base, int64_t out, int64_t in,
+                                         const nlohmann::json& quant, const std::string& order_name) {
+  W4A4LinearData d;
+  d.out = out;
+  d.in = in;
+  if (!quant.contains("group_size") || !quant.at("group_size").is_number_integer())
+    throw InputError(f->path() + ": W4A4 weights but the header has no integer quantization.group_size");
+  d.group = quant.at("group_size").get<int64_t>();
+  if (d.group != 0 && d.group != 32 && d.group != 64 && d.group != 128)
+    throw InputError(f->path() + ": quantization.group_size " + std::to_string(d.group) + " is not 0, 32, 64 or 128");
+  const std::string oname = base + ".weight_outlier";
+  if (f->has(oname)) {
+    const SqmTensorInfo& oi = f->info(oname);
+    if (oi.shape.size() != 2 || oi.shape[0] != out || oi.shape[1] <= 0 || oi.shape[1] >= in)
+      throw InputError(f->path() + ": tensor '" + oname + "' has shape " + shape_to_string(oi.shape) + ", expected [" +
+                       std::to_string(out) + ", n] with 0 < n < " + std::to_string(in));
+    d.n_outlier = oi.shape[1];
+    d.outlier_format = oi.dtype == SqmDType::F32 ? W4A4OutlierFormat::Fp32 : W4A4OutlierFormat::Int8;
+  }
+  const int64_t inn = in - d.n_outlier, G = w4a4_stored_groups(inn, d.group);
+  const std::vector<uint8_t> packed = load_bytes(f, base + ".weight", SqmDType::I4x2, {out, inn});
+  d.codes.resize(static_cast<size_t>(out * inn));
+  for (size_t i = 0; i < d.codes.size(); ++i) {
+    const int nib = (i & 1) ? packed[i / 2] >> 4 : packed[i / 2] & 0xF;
+    d.codes[i] = static_cast<int8_t>(nib >= 8 ? nib - 16 : nib);
+  }
+  const std::vector<uint8_t> scales = load_bytes(f, base + ".weight_scale", SqmDType::F16, {out, G});
+  d.scales_f16.resize(scales.size() / 2);
+  std::memcpy(d.scales_f16.data(), scales.data(), scales.size());
+  if (d.n_outlier > 0 && d.outlier_format == W4A4OutlierFormat::Int8) {
+    const std::vector<uint8_t> oc = load_bytes(f, oname, SqmDType::I8, {out, d.n_outlier});
+    d.outlier_codes.assign(reinterpret_cast<const int8_t*>(oc.data()), reinterpret_cast<const int8_t*>(oc.data()) + oc.size());
+    const Tensor os = load_float(f, base + ".weight_outlier_scale", {out});
+    d.outlier_scales.assign(os.data(), os.data() + out);
+  } else if (d.n_outlier > 0) {
+    const Tensor ow = load_float(f, oname, {out, d.n_outlier});
+    d.outlier_weights.assign(ow.data(), ow.data() + ow.numel());
+  }
+  d.act_clip = load_float(f, base + ".act_clip", {1}).data()[0];
+  if (!order_name.empty() && f->has(order_name)) {
+    const std::vector<uint8_t> ob = load_bytes(f, order_name, SqmDType::I32, {in});
+    d.order.resize(static_cast<size_t>(in));
+    std::memcpy(d.order.data(), ob.data(), ob.size());
+  } else if (!order_name.empty() && d.n_outlier > 0) {
+    throw InputError(f->path() + ": tensor '" + order_name + "' is missing (the reorder of " + base + "'s " +
+                     std::to_string(d.n_outlier) + " outlier channels)");
+  }
+  try {
+    return std::make_unique<W4A4Linear>(d);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(f->path() + ": W4A4 projection '" + base + "': " + e.what());
+  }
+}
+
+/// The reorder tensor of a projection's input site for Atom W4A4 (docs/formats.md), "" for down_proj.
+std::string atom_order_name(const std::string& base) {
+  const std::string layer = base.substr(0, base.rfind('.', base.rfind('.') - 1) + 1);  // "model.layers.N."
+  auto ends = [&](const char* sfx) { return base.size() >= std::strlen(sfx) && base.compare(base.size() - std::strlen(sfx), std::string::npos, sfx) == 0; };
+  if (ends("q_proj") || ends("k_proj") || ends("v_proj")) return layer + "attn_input.order";
+  if (ends("o_proj")) return layer + "attn_output.order";
+  if (ends("gate_proj") || ends("up_proj")) return layer + "ffn_input.order";
+  return "";
+}
+
 std::unique_ptr<Linear> load_linear(const std::shared_ptr<SqmFile>& f, const std::string& base, int64_t out, int64_t in,
                                     bool has_bias, const nlohmann::json& quant) {
   const std::string wname = base + ".weight";
   Tensor bias = has_bias ? load_float(f, base + ".bias", {out}) : Tensor();
   if (!f->has(wname)) throw InputError(f->path() + ": tensor '" + wname + "' is missing");
   const SqmTensorInfo& info = f->info(wname);
+  if (info.dtype == SqmDType::I4x2 && quant.value("scheme", std::string()) == "w4a4-atom") {
+    if (has_bias) throw UnsupportedError(f->path() + ": '" + wname + "': W4A4 weights with a bias are not supported");
+    return load_atom_linear(f, base, out, in, quant, atom_order_name(base));
+  }
   if (info.dtype == SqmDType::I4x2 || info.dtype == SqmDType::U4x2) {
     if (has_bias) throw UnsupportedError(f->path() + ": '" + wname + "': INT4 weights with a bias are not supported");
     return load_int4_linear(f, base, out, in, quant);

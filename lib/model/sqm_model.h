@@ -21,6 +21,9 @@ nlohmann::json model_config_to_json(const ModelConfig& c);
 ///  * linears whose `<name>.weight` is I8 become W8A8Linear with `<name>.weight_scale` (F32 [out] =
 ///    per-channel or [1] = per-tensor), the activation mode from header.quantization.act, and for
 ///    static activations `<name>.input_scale` (F32 [1], the step Δ);
+///  * linears whose `<name>.weight` is I4x2/U4x2 become W4A16Linear, or — when header.quantization.scheme
+///    is "w4a4-atom" — W4A4Linear (Atom: INT4 codes, FP16 group scales, INT8 or FP32 outlier columns,
+///    activation clipping ratio, and the input site's reorder `model.layers.N.<site>.order`);
 ///  * F32 / F16 / BF16 tensors are used as FP32 (F32 uncompressed: zero-copy views into the mapping).
 /// Throws InputError naming the file and tensor for anything missing or inconsistent.
 std::unique_ptr<LlamaModel> build_model_from_sqm(const std::shared_ptr<SqmFile>& file);

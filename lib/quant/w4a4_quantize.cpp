@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -75,12 +76,73 @@ int32_t quantize_span(const float* x, int64_t count, float step, float lo, float
   return sum;
 }
 
+/// max |x[src[k]]| over k < count (src[k] = −1 reads 0): the group's absmax read through the map.
+float abs_max_mapped(const float* x, const int32_t* src, int64_t count) {
+  int64_t k = 0;
+  float m = 0.0f;
+  bool finite = true;
+#ifdef __AVX512F__
+  const __m512i minus1 = _mm512_set1_epi32(-1);
+  __m512 vm = _mm512_setzero_ps();
+  for (; k < count; k += 16) {
+    const __mmask16 live = count - k >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (count - k)) - 1);
+    const __m512i idx = _mm512_maskz_loadu_epi32(live, src + k);
+    const __mmask16 use = _mm512_mask_cmpneq_epi32_mask(live, idx, minus1);
+    const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), use, idx, x, 4);
+    vm = _mm512_max_ps(vm, _mm512_abs_ps(v));  // NaN: max_ps returns the second operand, caught below
+    if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) != 0) finite = false;
+  }
+  m = _mm512_reduce_max_ps(vm);
+#else
+  for (; k < count; ++k) {
+    const float v = src[k] >= 0 ? x[src[k]] : 0.0f;
+    if (std::isnan(v)) finite = false;
+    m = std::max(m, std::fabs(v));
+  }
+#endif
+  return finite ? m : std::numeric_limits<float>::quiet_NaN();
+}
+
+/// quantize_span of the values x[src[k]] (0 where src[k] = −1): the reorder fused into quantization.
+int32_t quantize_span_mapped(const float* x, const int32_t* src, int64_t count, float step, float lo, float hi, int8_t* q) {
+  int64_t k = 0;
+  int32_t sum = 0;
+#ifdef __AVX512F__
+  const __m512i minus1 = _mm512_set1_epi32(-1);
+  const __m512 vstep = _mm512_set1_ps(step), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+  __m512i vsum = _mm512_setzero_si512();
+  for (; k < count; k += 16) {
+    const __mmask16 live = count - k >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (count - k)) - 1);
+    const __m512i idx = _mm512_maskz_loadu_epi32(live, src + k);
+    const __mmask16 use = _mm512_mask_cmpneq_epi32_mask(live, idx, minus1);
+    __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), use, idx, x, 4);
+    v = _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(v, vstep), vlo), vhi);
+    const __m512i r = _mm512_maskz_mov_epi32(live, _mm512_cvtps_epi32(v));
+    vsum = _mm512_add_epi32(vsum, r);
+    _mm512_mask_cvtepi32_storeu_epi8(q + k, live, r);
+  }
+  sum = _mm512_reduce_add_epi32(vsum);
+#else
+  for (; k < count; ++k) {
+    float v = (src[k] >= 0 ? x[src[k]] : 0.0f) / step;
+    v = v > lo ? v : lo;
+    v = v < hi ? v : hi;
+    const int r = static_cast<int>(std::nearbyint(v));
+    q[k] = static_cast<int8_t>(r);
+    sum += r;
+  }
+#endif
+  return sum;
+}
+
 }  // namespace
 
 void check_w4a4_shape(int64_t out, int64_t in, int64_t n_outlier, int64_t group) {
   const std::string s = shape_string(out, in, n_outlier, group);
-  if (group != 32 && group != 64 && group != 128)
-    throw std::invalid_argument("W4A4: group size g = " + std::to_string(group) + " is not supported (expected 32, 64 or 128); " + s);
+  const bool whole_row = group > 0 && group % 8 == 0 && group == in - n_outlier;
+  if (group != 32 && group != 64 && group != 128 && !whole_row)
+    throw std::invalid_argument("W4A4: group size g = " + std::to_string(group) +
+                                " is not supported (expected 32, 64, 128, or one group per row: g = in - n_outlier, a multiple of 8); " + s);
   if (out <= 0 || in <= 0) throw std::invalid_argument("W4A4: empty weight " + s);
   if (n_outlier < 0 || n_outlier >= in)
     throw std::invalid_argument("W4A4: n_outlier must lie in [0, in), i.e. at least one INT4 group; " + s);
@@ -252,11 +314,13 @@ int64_t w4a4_activation_stride(int64_t in, int64_t n_outlier) {
   return gemm::round_up(in - n_outlier + gemm::round_up(n_outlier, 4), 64);
 }
 
-void quantize_w4a4_activations(const float* x, int64_t m, int64_t in, int64_t n_outlier, int64_t group, float clip,
-                               W4A4Activations& out) {
-  if (m < 0) throw std::invalid_argument("quantize_w4a4_activations: negative token count " + std::to_string(m));
-  check_w4a4_shape(1, in, n_outlier, group);
-  check_clip("quantize_w4a4_activations", clip);
+namespace {
+
+/// The per-token quantizer of quantize_w4a4_activations / _mapped. `absmax(i, c0, len)` and
+/// `span(i, c0, len, step, lo, hi, q)` read kernel columns [c0, c0 + len) of token i.
+template <typename AbsMax, typename Span>
+void quantize_rows(int64_t m, int64_t in, int64_t n_outlier, int64_t group, float clip, W4A4Activations& out, AbsMax absmax,
+                   Span span) {
   out.m = m;
   out.in = in;
   out.n_outlier = n_outlier;
@@ -269,24 +333,23 @@ void quantize_w4a4_activations(const float* x, int64_t m, int64_t in, int64_t n_
   std::atomic<bool> ok{true};
 #pragma omp parallel for schedule(dynamic, 16) if (m * in >= kParallelMinElements && m > 1)
   for (int64_t i = 0; i < m; ++i) {
-    const float* xr = x + i * in;
     int8_t* qr = out.q.data() + i * ld;
     float* sr = out.scales.data() + i * ns;
     int32_t* cr = out.sums.data() + i * ns;
     bool row_ok = true;
     for (int64_t j = 0; j < ng; ++j) {
-      const float amax = abs_max(xr + j * group, group);
+      const float amax = absmax(i, j * group, group);
       if (!std::isfinite(amax)) row_ok = false;
       const float step = std::isfinite(amax) ? act_step4(amax, clip) : 1.0f;
       sr[j] = step;
-      cr[j] = quantize_span(xr + j * group, group, step, -8.0f, 7.0f, qr + j * group);
+      cr[j] = span(i, j * group, group, step, -8.0f, 7.0f, qr + j * group);
     }
     if (n_outlier > 0) {
-      const float amax = abs_max(xr + inn, n_outlier);
+      const float amax = absmax(i, inn, n_outlier);
       if (!std::isfinite(amax)) row_ok = false;
       const float step = std::isfinite(amax) && amax > 0.0f ? amax / float(kInt8Max) : 1.0f;
       sr[ng] = step;
-      cr[ng] = quantize_span(xr + inn, n_outlier, step, -float(kInt8Max), float(kInt8Max), qr + inn);
+      cr[ng] = span(i, inn, n_outlier, step, -float(kInt8Max), float(kInt8Max), qr + inn);
     } else {
       sr[ng] = 1.0f;
       cr[ng] = 0;
@@ -295,6 +358,43 @@ void quantize_w4a4_activations(const float* x, int64_t m, int64_t in, int64_t n_
     if (!row_ok) ok.store(false, std::memory_order_relaxed);
   }
   if (!ok.load()) throw std::invalid_argument("quantize_w4a4_activations: the activations contain NaN or infinity");
+}
+
+}  // namespace
+
+void quantize_w4a4_activations(const float* x, int64_t m, int64_t in, int64_t n_outlier, int64_t group, float clip,
+                               W4A4Activations& out) {
+  if (m < 0) throw std::invalid_argument("quantize_w4a4_activations: negative token count " + std::to_string(m));
+  check_w4a4_shape(1, in, n_outlier, group);
+  check_clip("quantize_w4a4_activations", clip);
+  quantize_rows(
+      m, in, n_outlier, group, clip, out, [&](int64_t i, int64_t c0, int64_t len) { return abs_max(x + i * in + c0, len); },
+      [&](int64_t i, int64_t c0, int64_t len, float step, float lo, float hi, int8_t* q) {
+        return quantize_span(x + i * in + c0, len, step, lo, hi, q);
+      });
+}
+
+void quantize_w4a4_activations_mapped(const float* x, int64_t m, int64_t x_width, const int32_t* src, int64_t in,
+                                      int64_t n_outlier, int64_t group, float clip, W4A4Activations& out) {
+  if (m < 0) throw std::invalid_argument("quantize_w4a4_activations_mapped: negative token count " + std::to_string(m));
+  check_w4a4_shape(1, in, n_outlier, group);
+  check_clip("quantize_w4a4_activations_mapped", clip);
+  check_w4a4_source_map(src, in, x_width);
+  quantize_rows(
+      m, in, n_outlier, group, clip, out,
+      [&](int64_t i, int64_t c0, int64_t len) { return abs_max_mapped(x + i * x_width, src + c0, len); },
+      [&](int64_t i, int64_t c0, int64_t len, float step, float lo, float hi, int8_t* q) {
+        return quantize_span_mapped(x + i * x_width, src + c0, len, step, lo, hi, q);
+      });
+}
+
+void check_w4a4_source_map(const int32_t* src, int64_t in, int64_t x_width) {
+  if (x_width <= 0 || x_width > int64_t(INT32_MAX))
+    throw std::invalid_argument("W4A4 source map: input width " + std::to_string(x_width) + " is not in [1, 2^31)");
+  for (int64_t k = 0; k < in; ++k)
+    if (src[k] < -1 || src[k] >= x_width)
+      throw std::invalid_argument("W4A4 source map: column " + std::to_string(k) + " reads input channel " + std::to_string(src[k]) +
+                                  ", outside [-1, " + std::to_string(x_width) + ")");
 }
 
 }  // namespace sq

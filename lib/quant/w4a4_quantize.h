@@ -8,7 +8,9 @@
 // in_normal = in − n_outlier:
 //
 //   normal columns  [0, in_normal):   INT4 symmetric, groups of g ∈ {32, 64, 128} consecutive columns
-//                                      (§4.2), one step Δw[o, j] per (row o, group j), stored FP16;
+//                                      (§4.2), or one group per row (g = in_normal, a multiple of 8:
+//                                      per-channel weights / per-token activations, Atom Table 3's
+//                                      plain W4A4 RTN), one step Δw[o, j] per (row o, group j), stored FP16;
 //   outlier columns [in_normal, in):   INT8 symmetric per output channel (§4.1), one FP32 step Δo[o].
 //
 //   weights, RTN (§4.3, §5.1 "clipping"):
@@ -76,7 +78,7 @@ struct W4A4Weights {
   int64_t out = 0;        ///< rows (output features)
   int64_t in = 0;         ///< columns (input features), normal + outlier
   int64_t n_outlier = 0;  ///< trailing INT8 outlier columns, 0 ≤ n_outlier < in
-  int64_t group = 0;      ///< group size g ∈ {32, 64, 128}; divides in − n_outlier
+  int64_t group = 0;      ///< group size g ∈ {32, 64, 128} dividing in − n_outlier, or g = in − n_outlier (a multiple of 8)
   std::vector<uint8_t> packed;         ///< [out, in_normal/2] I4x2, low nibble = even column
   std::vector<uint16_t> scales_f16;    ///< [out, in_normal/g] FP16 bits of Δw
   std::vector<int8_t> outlier;         ///< [out, n_outlier] INT8 codes in [−127, 127]
@@ -86,8 +88,9 @@ struct W4A4Weights {
   int64_t groups() const { return group > 0 ? in_normal() / group : 0; }  ///< G = in_normal / g
 };
 
-/// Throws std::invalid_argument unless out > 0, in > 0, 0 ≤ n_outlier < in, g ∈ {32, 64, 128} and g
-/// divides in_normal = in − n_outlier (the message names in, n_outlier and g).
+/// Throws std::invalid_argument unless out > 0, in > 0, 0 ≤ n_outlier < in, and either g ∈ {32, 64,
+/// 128} divides in_normal = in − n_outlier or g = in_normal is a multiple of 8 (one group per row;
+/// the kernel consumes 8 columns per step). The message names in, n_outlier and g.
 void check_w4a4_shape(int64_t out, int64_t in, int64_t n_outlier, int64_t group);
 
 /// Throws std::invalid_argument when the vectors' sizes do not match out/in/n_outlier/group, the
@@ -156,5 +159,20 @@ int64_t w4a4_activation_stride(int64_t in, int64_t n_outlier);
 /// (0, 1], or NaN/inf activations.
 void quantize_w4a4_activations(const float* x, int64_t m, int64_t in, int64_t n_outlier, int64_t group, float clip,
                                W4A4Activations& out);
+
+/// quantize_w4a4_activations with Atom §4.1's activation reorder fused into the quantization step:
+/// the kernel row of token i is read through a source map instead of being materialized first,
+///   row[k] = x[i · x_width + src[k]]   (src[k] ≥ 0),   row[k] = 0   (src[k] = −1: zero padding),
+/// for k < in; x is [m, x_width] row-major FP32 in the producer's channel order, src [in] int32.
+/// Each group's absmax and codes are computed from gathered loads (AVX-512 vgatherdps when built for
+/// it; identical results to the scalar path and to quantize_w4a4_activations on the gathered row).
+/// Zero-padded columns add 0 to every sum, which is how a ragged last group runs exactly on whole-
+/// group kernels. Throws std::invalid_argument as quantize_w4a4_activations, or when src holds a
+/// value outside [−1, x_width) (check_w4a4_source_map).
+void quantize_w4a4_activations_mapped(const float* x, int64_t m, int64_t x_width, const int32_t* src, int64_t in,
+                                      int64_t n_outlier, int64_t group, float clip, W4A4Activations& out);
+
+/// Throws std::invalid_argument unless 0 < x_width < 2³¹ and every src[k], k < in, lies in [−1, x_width).
+void check_w4a4_source_map(const int32_t* src, int64_t in, int64_t x_width);
 
 }  // namespace sq
