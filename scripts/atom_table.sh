@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Produces the Atom W4A4 ablation of docs/benchmarks.md (Atom Table 3 on stories260K): W4A4 RTN →
 # + outliers kept in FP32 → + outliers in INT8 → + group quantization → + clipping → + GPTQ, each step
-# adding one technique to the previous one. Calibration: tinystories-train-2MiB (128 windows x 256
-# tokens, with Hessians); evaluation: windows protocol at -c 256 on tinystories-valid-1000.
-# (+ INT4 KV cache, Atom's last row, comes with the KV-cache work: --kv int4.)
+# adding one technique to the previous one, then + INT4 KV cache (--kv int4: Atom §4.4). Calibration:
+# tinystories-train-2MiB (128 windows x 256 tokens, with Hessians); evaluation: windows protocol at
+# -c 256 on tinystories-valid-1000.
 # Usage: scripts/atom_table.sh [OUT_DIR]   (prints Markdown tables)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +38,7 @@ atom int8 $C --group-size 0 --clip none;                                    row 
 atom g32 $C --group-size 32 --clip none;                                    row "+ group quantization (g32)" $OUT/g32.sqm
 atom clip $C --group-size 32;                                               row "+ clipping (0.85 W / 0.9 A)" $OUT/clip.sqm
 atom gptq $C --group-size 32 --gptq;                                        row "+ GPTQ (sequential Hessians)" $OUT/gptq.sqm
+atom gptqkv4 $C --group-size 32 --gptq --kv int4;                           row "+ INT4 KV cache (asymmetric, per token and head)" $OUT/gptqkv4.sqm
 echo
 echo "Variants (each a full recipe; Δ vs previous = vs the row above):"
 echo
