@@ -1,5 +1,6 @@
 #include "calib/kv_calibration.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "calib/weighted_kmeans.h"
@@ -21,11 +22,14 @@ struct FitSet {
 
 /// Adds x normalized with (offset, scale). Eq. 2 weighs the raw-domain error F·(x − Q(x))² =
 /// F·scale²·(a − Q(a))², so the normalized value's weight is F·scale² (uniform weighting: scale²).
-void add_value(FitSet& f, float x, float offset, float scale, float fisher, bool weighted) {
-  const float a = scale > 0.0f ? (x - offset) / scale : 0.0f;
-  if (std::fabs(a) > 1.0f) {  // beyond the thresholds: a sparse outlier at run time (or clamped)
-    ++f.outliers;
-    return;
+void add_value(FitSet& f, float x, float offset, float scale, float fisher, bool weighted, bool sparse) {
+  float a = scale > 0.0f ? (x - offset) / scale : 0.0f;
+  if (std::fabs(a) > 1.0f) {
+    if (sparse) {  // beyond the thresholds: a sparse FP16 outlier at run time, not in the codebook
+      ++f.outliers;
+      return;
+    }
+    a = std::clamp(a, -1.0f, 1.0f);  // as the runner clamps (e.g. FP16-rounded scales at the extremes)
   }
   f.a.push_back(a);
   f.w.push_back((weighted ? fisher : 1.0f) * scale * scale);
@@ -83,6 +87,7 @@ NuqLayerParams fit_nuq_layer(const KVSpec& spec, const KVFisherSamples& s, const
 
   NuqLayerParams p;
   FitSet kf, vf;
+  const bool sparse = spec.outlier_fraction > 0;
   if (spec.key_axis == KVKeyAxis::PerChannel) {
     p.key_offset.resize(static_cast<size_t>(width));
     p.key_scale.resize(static_cast<size_t>(width));
@@ -104,20 +109,20 @@ NuqLayerParams fit_nuq_layer(const KVSpec& spec, const KVFisherSamples& s, const
     for (int64_t i = 0; i < n; ++i)
       for (int64_t ch = 0; ch < width; ++ch)
         add_value(kf, keys[size_t(i * width + ch)], p.key_offset[size_t(ch)], p.key_scale[size_t(ch)],
-                  s.keys_fisher[size_t(rows[size_t(i)] * width + ch)], fisher_weighted);
+                  s.keys_fisher[size_t(rows[size_t(i)] * width + ch)], fisher_weighted, sparse);
   } else {
     for (int64_t i = 0; i < n; ++i) {
       float o, sc;
       kv_token_scaling(keys.data() + i * width, width, spec.outlier_fraction, o, sc);
       for (int64_t ch = 0; ch < width; ++ch)
-        add_value(kf, keys[size_t(i * width + ch)], o, sc, s.keys_fisher[size_t(rows[size_t(i)] * width + ch)], fisher_weighted);
+        add_value(kf, keys[size_t(i * width + ch)], o, sc, s.keys_fisher[size_t(rows[size_t(i)] * width + ch)], fisher_weighted, sparse);
     }
   }
   for (int64_t i = 0; i < n; ++i) {
     const float* v = s.values.data() + rows[size_t(i)] * width;
     float o, sc;
     kv_token_scaling(v, width, spec.outlier_fraction, o, sc);
-    for (int64_t ch = 0; ch < width; ++ch) add_value(vf, v[ch], o, sc, s.values_fisher[size_t(rows[size_t(i)] * width + ch)], fisher_weighted);
+    for (int64_t ch = 0; ch < width; ++ch) add_value(vf, v[ch], o, sc, s.values_fisher[size_t(rows[size_t(i)] * width + ch)], fisher_weighted, sparse);
   }
   NuqFitReport rep;
   p.key_codebook = fit_codebook(kf, spec.bits, spec.qnorm, &rep.key_cost, what + " (keys)");
