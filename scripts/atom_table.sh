@@ -5,24 +5,14 @@
 # tinystories-train-2MiB (128 windows x 256 tokens, with Hessians); evaluation: windows protocol at
 # -c 256 on tinystories-valid-1000.
 # Usage: scripts/atom_table.sh [OUT_DIR]   (prints Markdown tables)
-set -euo pipefail
-cd "$(dirname "$0")/.."
-DATA=../shared/data
-M=$DATA/stories260K/stories260K.bin
-T=$DATA/stories260K/tok512.bin
-OUT=${1:-$(mktemp -d)}
-mkdir -p "$OUT"
-B=build/bin
-$B/sq-calibrate -m $M --tokenizer $T -f $DATA/tinystories/tinystories-train-2MiB.txt --samples 128 --seq-len 256 \
-  --hessian -o $OUT/calib.h5 --force -q >/dev/null
-ppl() { $B/sq-eval -m "$1" -f $DATA/tinystories/tinystories-valid-1000.txt -c 256 -q --json "$1.json" >/dev/null
-        python3 -c "import json,sys; print('%.4f' % json.load(open(sys.argv[1]))['ppl'])" "$1.json"; }
-bpw() { $B/sq-inspect --json "$1" | python3 -c "import json,sys; j=json.load(sys.stdin); q=j['quantized_linear_bits_per_weight']; print('%s | %.2f' % ('%.3f' % q if q else '-', j['bits_per_weight']))"; }
+source "$(dirname "$0")/table_common.sh"
+calibrate $OUT/calib.h5 --hessian
+lbpw() { $B/sq-inspect --json "$1" | python3 -c "import json,sys; j=json.load(sys.stdin); q=j['quantized_linear_bits_per_weight']; print('%s | %.2f' % ('%.3f' % q if q else '-', j['bits_per_weight']))"; }
 PREV=""
 row() {  # name file
   local p d; p=$(ppl "$2")
   if [ -n "$PREV" ]; then d=$(python3 -c "print('%+.3f' % ($p-$PREV))"); else d="-"; fi
-  printf '| %s | %s | %s | %+.1f%% | %d | %s |\n' "$1" "$p" "$d" "$(python3 -c "print(($p/$BASE-1)*100)")" "$(stat -c %s "$2")" "$(bpw "$2")"
+  printf '| %s | %s | %s | %+.1f%% | %d | %s |\n' "$1" "$p" "$d" "$(python3 -c "print(($p/$BASE-1)*100)")" "$(stat -c %s "$2")" "$(lbpw "$2")"
   PREV=$p
 }
 atom() { local f=$1; shift; $B/sq-convert -m $M --tokenizer $T --scheme w4a4-atom -o $OUT/$f.sqm --force -q "$@" >/dev/null; }

@@ -5,23 +5,14 @@
 # windows protocol at -c 256 on all of tinystories-valid-1000. Columns: PPL, KV bytes per token
 # measured by sq-eval (all 5 layers, K and V: codes + scales + FP16 sink rows + sparse outliers +
 # codebooks amortized over the 256-token window) and the layout's theoretical size.
-# Usage: scripts/kvquant_table.sh [OUT_DIR] [EXTRA sq-eval ARGS...]   (prints a Markdown table)
-set -euo pipefail
-cd "$(dirname "$0")/.."
-DATA=../shared/data
-M=$DATA/stories260K/stories260K.bin
-T=$DATA/stories260K/tok512.bin
-OUT=${1:-$(mktemp -d)}
-shift || true
-mkdir -p "$OUT"
-B=build/bin
-$B/sq-calibrate -m $M --tokenizer $T -f $DATA/tinystories/tinystories-train-2MiB.txt --samples 128 --seq-len 256 \
-  --fisher --fisher-tokens 16384 -o $OUT/calib.h5 --force -q >/dev/null
+# Usage: scripts/kvquant_table.sh [OUT_DIR]   (prints a Markdown table)
+source "$(dirname "$0")/table_common.sh"
+calibrate $OUT/calib.h5 --fisher --fisher-tokens 16384
 $B/sq-convert -m $M --tokenizer $T --scheme f32 -o $OUT/f32.sqm --force -q >/dev/null
 row() {  # name model-file [sq-eval args...]
   local name=$1 file=$2 j=$OUT/$(echo "$1" | tr -c 'A-Za-z0-9' '_').json
   shift 2
-  $B/sq-eval -m "$file" -f $DATA/tinystories/tinystories-valid-1000.txt -c 256 -q --json "$j" "$@" >/dev/null
+  $B/sq-eval -m "$file" -f $VALID -c 256 -q --json "$j" "$@" >/dev/null
   python3 - "$j" "$name" "${BASE:-0}" <<'PY'
 import json, math, sys
 j = json.load(open(sys.argv[1])); name = sys.argv[2]; base = float(sys.argv[3])
@@ -49,8 +40,7 @@ print("| %s | %.4f | %s | %.2f | %.2f | %+.2f%% | %.1f%% |" % (name, ppl, d, mea
                                                                meas / (L * 2 * 4 * width) * 100))
 PY
 }
-BASE=$($B/sq-eval -m $OUT/f32.sqm -f $DATA/tinystories/tinystories-valid-1000.txt -c 256 -q --json $OUT/base.json >/dev/null;
-       python3 -c "import json; print(json.load(open('$OUT/base.json'))['ppl'])")
+BASE=$(ppl $OUT/f32.sqm)
 nuq() {  # name outfile sq-convert kv args...
   local name=$1 out=$OUT/$2.sqm
   shift 2

@@ -2,18 +2,8 @@
 # Produces the W8A8 table of docs/benchmarks.md: stories260K calibrated on tinystories-train-2MiB
 # (128 windows x 256 tokens), evaluated with the windows protocol at -c 256 on tinystories-valid-1000.
 # Usage: scripts/smoothquant_table.sh [OUT_DIR]   (prints a Markdown table)
-set -euo pipefail
-cd "$(dirname "$0")/.."
-DATA=../shared/data
-M=$DATA/stories260K/stories260K.bin
-T=$DATA/stories260K/tok512.bin
-OUT=${1:-$(mktemp -d)}
-B=build/bin
-$B/sq-calibrate -m $M --tokenizer $T -f $DATA/tinystories/tinystories-train-2MiB.txt --samples 128 --seq-len 256 \
-  -o $OUT/calib.h5 --force -q >/dev/null
-ppl() { $B/sq-eval -m "$1" -f $DATA/tinystories/tinystories-valid-1000.txt -c 256 -q --json "$1.json" >/dev/null
-        python3 -c "import json,sys; print('%.4f' % json.load(open(sys.argv[1]))['ppl'])" "$1.json"; }
-bpw() { $B/sq-inspect --json "$1" | python3 -c "import json,sys; print('%.2f' % json.load(sys.stdin)['bits_per_weight'])"; }
+source "$(dirname "$0")/table_common.sh"
+calibrate $OUT/calib.h5
 row() {  # name file
   local p; p=$(ppl "$2")
   printf '| %s | %s | %+.2f%% | %d | %s |\n' "$1" "$p" "$(python3 -c "print(($p/$BASE-1)*100)")" "$(stat -c %s "$2")" "$(bpw "$2")"

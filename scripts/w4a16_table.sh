@@ -4,18 +4,8 @@
 # Hessians recorded with --hessian), evaluated with the windows protocol at -c 256 on
 # tinystories-valid-1000.
 # Usage: scripts/w4a16_table.sh [OUT_DIR]   (prints a Markdown table)
-set -euo pipefail
-cd "$(dirname "$0")/.."
-DATA=../shared/data
-M=$DATA/stories260K/stories260K.bin
-T=$DATA/stories260K/tok512.bin
-OUT=${1:-$(mktemp -d)}
-mkdir -p "$OUT"
-B=build/bin
-$B/sq-calibrate -m $M --tokenizer $T -f $DATA/tinystories/tinystories-train-2MiB.txt --samples 128 --seq-len 256 \
-  --hessian -o $OUT/calib.h5 --force -q >/dev/null
-ppl() { $B/sq-eval -m "$1" -f $DATA/tinystories/tinystories-valid-1000.txt -c 256 -q --json "$1.json" >/dev/null
-        python3 -c "import json,sys; print('%.4f' % json.load(open(sys.argv[1]))['ppl'])" "$1.json"; }
+source "$(dirname "$0")/table_common.sh"
+calibrate $OUT/calib.h5 --hessian
 lbpw() { $B/sq-inspect --json "$1" | python3 -c "import json,sys; j=json.load(sys.stdin); v=j['quantized_linear_bits_per_weight']; print('%.4f' % v if v else '-')"; }
 row() {  # name file
   local p; p=$(ppl "$2")

@@ -22,6 +22,7 @@
 #include "model/model_loader.h"
 #include "model/w4a4_linear.h"
 #include "runtime/kv_cache.h"
+#include "tests/support/cli.h"
 #include "tests/support/process.h"
 #include "tests/support/test_data.h"
 
@@ -248,35 +249,20 @@ TEST(AtomGptq, TailColumnsAreKeptCompensatedAndClipScalesTheStep) {
 
 class AtomCli : public ::testing::Test {
  protected:
+  // 32 windows × 256 tokens with Hessians (a quarter of the benchmark table's calibration).
   static void SetUpTestSuite() {
     dir_ = new ScratchDir();
-    // 32 windows × 256 tokens with Hessians (a quarter of the table's calibration).
-    const auto r = run_process({tool("sq-calibrate"), "-m", stories_model(), "--tokenizer", stories_tokenizer(), "-f",
-                                shared_data("tinystories/tinystories-train-2MiB.txt"), "--samples", "32", "--seq-len", "256",
-                                "--hessian", "-o", calib(), "-q"});
-    ASSERT_EQ(r.exit_status, 0) << r.err;
+    calibrate_stories(calib(), 32, 256, {"--hessian"});
   }
   static void TearDownTestSuite() { delete dir_; }
   static std::string calib() { return dir_->file("calib.h5"); }
-  static ProcessResult convert(std::vector<std::string> extra, const std::string& out) {
-    std::vector<std::string> argv = {tool("sq-convert"), "-m", stories_model(), "--tokenizer", stories_tokenizer(),
-                                     "--scheme", "w4a4-atom", "-o", out, "-q"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    return run_process(argv);
-  }
+  static ProcessResult convert(std::vector<std::string> extra, const std::string& out) { return convert_stories("w4a4-atom", extra, out); }
   /// Windows-protocol PPL at -c 256 over the first 40 windows of tinystories-valid-1000.
   static double ppl(const std::string& model) {
-    const std::string json = dir_->file(std::filesystem::path(model).filename().string() + ".ppl.json");
-    const auto r = run_process({tool("sq-eval"), "-m", model, "--tokenizer", stories_tokenizer(), "-f", tinystories_valid(), "-c",
-                                "256", "--chunks", "40", "-q", "--json", json});
-    EXPECT_EQ(r.exit_status, 0) << r.err;
-    return nlohmann::json::parse(read_file(json)).at("ppl").get<double>();
+    return stories_ppl(model, dir_->file(std::filesystem::path(model).filename().string() + ".ppl.json"));
   }
   static void expect_error(const ProcessResult& r, const std::string& expected, const std::string& out_path) {
-    EXPECT_EQ(r.exit_status, 2) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_NE(r.err.find(expected), std::string::npos) << "stderr: " << r.err << "expected: " << expected;
-    EXPECT_FALSE(std::filesystem::exists(out_path)) << out_path;
+    expect_one_line_exit2(r, expected, out_path);
   }
   static ScratchDir* dir_;
 };

@@ -21,8 +21,10 @@
 #include "ops/ops.h"
 #include "quant/kv_codec.h"
 #include "runtime/kv_cache.h"
+#include "support/cli.h"
 #include "support/expect_error.h"
 #include "support/process.h"
+#include "support/small_config.h"
 #include "support/test_data.h"
 
 namespace sq {
@@ -139,18 +141,7 @@ TEST(KVCodec, NuqDecodesTheNearestSignpostAndKeepsOutliers) {
   test::expect_error<std::invalid_argument>([&] { make_kv_nuq_codec(width, 3, true, 0.0, cb, {}, {}); }, {"per-channel"});
 }
 
-ModelConfig tiny_config() {
-  ModelConfig c;
-  c.dim = 16;
-  c.hidden_dim = 32;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.n_kv_heads = 1;
-  c.head_dim = 8;
-  c.vocab_size = 8;
-  c.max_seq_len = 64;
-  return c;
-}
+ModelConfig tiny_config() { return test::small_config(16, 2, 2, 1, 8, 64, 32); }
 
 TEST(KVCache, PreRopeKeysAreRotatedAtTheirCachePositions) {
   const ModelConfig c = tiny_config();
@@ -317,11 +308,7 @@ TEST(KVCli, KvOptionsAndHeader) {
     a.insert(a.end(), more);
     return a;
   };
-  auto one_line_exit2 = [](const test::ProcessResult& r, const std::string& part) {
-    EXPECT_EQ(r.exit_status, 2) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
-  };
+  auto one_line_exit2 = [](const test::ProcessResult& r, const std::string& part) { test::expect_one_line_exit2(r, part); };
   one_line_exit2(test::run_process(with(eval, {"--kv", "int5"})), "--kv 'int5'");
   one_line_exit2(test::run_process(with(eval, {"--kv", "nuq3"})), "sq-convert --kv nuq3");
   one_line_exit2(test::run_process(with(eval, {"--kv", "int4", "--kv-group", "7"})), "--kv-group 7");

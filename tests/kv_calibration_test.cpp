@@ -13,23 +13,13 @@
 #include "quant/codebook_quantize.h"
 #include "support/expect_error.h"
 #include "support/process.h"
+#include "support/small_config.h"
 #include "support/test_data.h"
 
 namespace sq {
 namespace {
 
-ModelConfig one_head() {
-  ModelConfig c;
-  c.dim = 8;
-  c.hidden_dim = 8;
-  c.n_layers = 1;
-  c.n_heads = 1;
-  c.n_kv_heads = 1;
-  c.head_dim = 8;
-  c.vocab_size = 4;
-  c.max_seq_len = 128;
-  return c;
-}
+ModelConfig one_head() { return test::small_config(8, 1, 1, 1, 4, 128); }
 
 KVFisherSamples samples(uint32_t seed) {
   std::mt19937 rng(seed);

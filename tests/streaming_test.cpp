@@ -19,8 +19,10 @@
 #include "quant/kv_codec.h"
 #include "runtime/kv_cache.h"
 #include "runtime/kv_policy.h"
+#include "support/cli.h"
 #include "support/expect_error.h"
 #include "support/process.h"
+#include "support/small_config.h"
 #include "support/test_data.h"
 
 namespace sq {
@@ -117,15 +119,8 @@ TEST(Streaming, EvictedCachesUseCachePositions) {
 /// key and every query share a large component in the slowest RoPE pair (dims 6,7 of the head:
 /// 10000^(−6/8) rad per position, so RoPE barely rotates it), and token 0's value is distinctive.
 LlamaModel sink_model() {
-  ModelConfig c;
-  c.dim = 16;
-  c.hidden_dim = 16;
-  c.n_layers = 1;
-  c.n_heads = 1;
-  c.n_kv_heads = 1;
-  c.head_dim = 8;
-  c.vocab_size = 12;
-  c.max_seq_len = 64;
+  ModelConfig c = test::small_config(16, 1, 1, 1, 12, 64);
+  c.head_dim = 8;  // q/k/v are 8 wide, the residual stream 16
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.0f, 0.3f);
   std::vector<float> emb(12 * 16);
@@ -195,15 +190,7 @@ TEST(Streaming, SinksPreserveASinkDependentPatternThatWindowEvictionDestroys) {
 TEST(Streaming, QHitterScoreFollowsAlgorithm1) {
   // 6 cached rows, budget 5, recent 2: the next token needs room, so the cache shrinks to 4 rows:
   // the newest row (with the next token, the recent set) plus the 3 best of candidates 0..4.
-  ModelConfig c;
-  c.dim = 8;
-  c.hidden_dim = 8;
-  c.n_layers = 1;
-  c.n_heads = 1;
-  c.n_kv_heads = 1;
-  c.head_dim = 8;
-  c.vocab_size = 4;
-  c.max_seq_len = 16;
+  const ModelConfig c = test::small_config(8, 1, 1, 1, 4, 16);
   std::vector<float> k(6 * 8), v(6 * 8);
   for (int r = 0; r < 6; ++r)
     for (int j = 0; j < 8; ++j) {
@@ -281,11 +268,7 @@ TEST(Streaming, KVMemoryStaysConstantAndStreamingIsReported) {
 
 TEST(StreamingCli, RunAndEvalOptions) {
   const std::string model = test::stories_model(), tok = test::stories_tokenizer();
-  auto one_line_exit2 = [](const test::ProcessResult& r, const std::string& part) {
-    EXPECT_EQ(r.exit_status, 2) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
-  };
+  auto one_line_exit2 = [](const test::ProcessResult& r, const std::string& part) { test::expect_one_line_exit2(r, part); };
   // sq-run past the model's 512-token context with constant memory.
   const auto run = test::run_process({test::tool("sq-run"), "-m", model, "--tokenizer", tok, "-p", "Once upon a time", "-n", "700",
                                       "--kv-policy", "sink:4,window:60", "--ignore-eos", "--temp", "0.8", "--seed", "3"});
