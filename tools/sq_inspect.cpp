@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
     std::printf("%-15s .sqm version %u, %llu bytes\n", "format:", file->version(),
                 static_cast<unsigned long long>(file->file_size()));
     std::printf("%-15s %s\n", "producer:", header.contains("producer") ? show(header["producer"]).c_str() : "(not recorded)");
-    for (const char* key : {"model_config", "tokenizer", "quantization", "calibration"}) {
+    for (const char* key : {"model_config", "tokenizer", "quantization", "kv_cache", "calibration"}) {
       if (header.contains(key)) print_section(key, header[key]);
       else if (std::string(key) == "quantization") std::printf("%-15s %s\n", "quantization:", "(none recorded)");
       else if (std::string(key) == "model_config") std::printf("%-15s %s\n", "model_config:", "(not recorded)");
@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
     std::string others;
     for (const auto& [k, _] : header.items())
       if (k != "format" && k != "producer" && k != "model_config" && k != "tokenizer" && k != "quantization" &&
-          k != "calibration")
+          k != "calibration" && k != "kv_cache")
         others += (others.empty() ? "" : ", ") + k;
     if (!others.empty()) std::printf("%-15s %s\n", "other keys:", others.c_str());
     std::printf("%-15s %zu (%lld zstd-compressed)\n", "tensors:", file->tensors().size(), static_cast<long long>(compressed));
