@@ -20,7 +20,7 @@ cudaError_t device_count(int& count) {
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     count = 0;
-    cudaGetLastError();  // clear the sticky-free error so later calls do not report it
+    cudaGetLastError();  // clear the (non-sticky) error so that later calls do not report it
   }
   return err;
 }
@@ -77,7 +77,12 @@ void copy_device_to_device(void* dst, const void* src, size_t bytes, Stream stre
 DeviceBuffer::DeviceBuffer(size_t bytes) {
   if (bytes == 0) return;
   void* p = nullptr;
-  check(cudaMalloc(&p, bytes), "cudaMalloc(" + std::to_string(bytes) + " bytes)");
+  const cudaError_t err = cudaMalloc(&p, bytes);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    require_cuda("DeviceBuffer");  // no device at all: UnsupportedError rather than CudaError
+    check(err, "cudaMalloc(" + std::to_string(bytes) + " bytes)");
+  }
   ptr_ = p;
   bytes_ = bytes;
 }

@@ -83,8 +83,8 @@ void copy_device_to_device(void* dst, const void* src, size_t bytes, Stream stre
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
-  /// Allocates `bytes` (nothing for 0). Throws CudaError naming the size when cudaMalloc fails,
-  /// UnsupportedError without CUDA.
+  /// Allocates `bytes` (nothing for 0). Throws CudaError naming the size when cudaMalloc fails on
+  /// a device, UnsupportedError without CUDA or without a usable device.
   explicit DeviceBuffer(size_t bytes);
   ~DeviceBuffer();
   DeviceBuffer(DeviceBuffer&& other) noexcept;
