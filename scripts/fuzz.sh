@@ -44,7 +44,7 @@ max_len() {
 }
 
 build=build-fuzz
-CC=${CC:-clang} CXX=${CXX:-clang++} cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+CC=${CC:-clang} CXX=${CXX:-clang++} cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSQ_WITH_CUDA=OFF \
   -DSQ_FUZZ=ON -DSQ_BUILD_TESTS=OFF >/dev/null
 cmake --build "$build" -j "$jobs" --target fuzz
 rm -rf "$build/fuzz-seeds"

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/tool_main.h"
+#include "cuda/device.h"
 #include "eval/perplexity.h"
 #include "eval/streaming.h"
 #include "formats/atomic_file.h"
@@ -53,6 +54,9 @@ int main(int argc, char** argv) {
   app.add_option("--kv-keys", kv_keys, "fp32/uniform formats: store keys pre-rope (RoPE applied after reading) | post-rope (default)");
   app.add_flag("--allow-long-context", allow_long, "Allow -c larger than the model's trained context");
   app.add_flag("-q,--quiet", quiet, "No progress bar");
+  std::string device = "cpu";
+  app.add_option("--device", device, "cpu | cuda (CUDA: needs a build with SQ_WITH_CUDA and a device; docs/cuda.md)")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -61,6 +65,8 @@ int main(int argc, char** argv) {
 
   return sq::run_tool("sq-eval", [&]() {
     if (threads < 0) throw sq::UsageError("--threads must be >= 0");
+    if (sq::select_device(device) == sq::Device::Cuda)  // throws first when CUDA is missing
+      throw sq::UnsupportedError("--device cuda: perplexity evaluation does not run on the CUDA backend yet (docs/cuda.md)");
     if (threads > 0) omp_set_num_threads(threads);
     const bool streaming = protocol == "streaming";
     if (!streaming && (app.count("--kv-policy") || app.count("--segment") || app.count("--max-tokens")))

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/tool_main.h"
+#include "cuda/device.h"
 #include "formats/tokenizer.h"
 #include "model/model_loader.h"
 #include "runtime/generator.h"
@@ -41,6 +42,9 @@ int main(int argc, char** argv) {
   app.add_option("--kv-sink-fp16", kv_sink, "Keep the first N tokens' K/V in FP16");
   app.add_option("--kv-keys", kv_keys, "Store keys pre-rope | post-rope");
   app.add_flag("--ignore-eos", go.ignore_eos, "Do not stop at end-of-text tokens");
+  std::string device = "cpu";
+  app.add_option("--device", device, "cpu | cuda (CUDA: needs a build with SQ_WITH_CUDA and a device; docs/cuda.md)")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -49,6 +53,8 @@ int main(int argc, char** argv) {
 
   return sq::run_tool("sq-run", [&]() {
     if (threads < 0) throw sq::UsageError("--threads must be >= 0");
+    if (sq::select_device(device) == sq::Device::Cuda)  // throws first when CUDA is missing
+      throw sq::UnsupportedError("--device cuda: generation does not run on the CUDA backend yet (docs/cuda.md)");
     if (threads > 0) omp_set_num_threads(threads);
     if (n < 0) throw sq::UsageError("-n must be >= 0, got " + std::to_string(n));
     sq::Sampler sampler(so);

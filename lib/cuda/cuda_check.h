@@ -1,0 +1,30 @@
+// Internal to the CUDA implementation (*.cu): turns cudaError_t / cublasStatus_t into CudaError.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "cuda/cuda_runtime.h"
+
+namespace sq::cuda_detail {
+
+/// Throws CudaError "CALL: cudaErrorName: description" unless err == cudaSuccess.
+inline void check(cudaError_t err, const std::string& call) {
+  if (err != cudaSuccess)
+    throw CudaError(call + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
+}
+
+/// Throws CudaError "CALL: cuBLAS status NAME" unless status == CUBLAS_STATUS_SUCCESS.
+inline void check(cublasStatus_t status, const std::string& call) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw CudaError(call + ": cuBLAS status " + cublasGetStatusName(status) + ": " + cublasGetStatusString(status));
+}
+
+/// Checks the launch of the kernel just enqueued (cudaGetLastError), naming the op.
+inline void check_launch(const char* op) { check(cudaGetLastError(), std::string(op) + " (kernel launch)"); }
+
+inline cudaStream_t stream_of(Stream s) { return static_cast<cudaStream_t>(s.handle); }
+
+}  // namespace sq::cuda_detail

@@ -1,0 +1,55 @@
+// The CUDA backend's API in a build without CUDA (SQ_WITH_CUDA=OFF): no devices, and every call
+// that would need one throws UnsupportedError with the same message.
+#include <string>
+
+#include "cuda/cuda_ops.h"
+#include "cuda/cuda_runtime.h"
+
+namespace sq {
+
+namespace {
+[[noreturn]] void no_cuda(const std::string& what) {
+  throw UnsupportedError(what + ": sqkit was built without CUDA (configure with -DSQ_WITH_CUDA=ON and a CUDA toolkit)");
+}
+}  // namespace
+
+bool cuda_compiled() { return false; }
+int cuda_device_count() { return 0; }
+bool cuda_available() { return false; }
+std::string cuda_device_name(int) { no_cuda("cuda_device_name"); }
+void require_cuda(const std::string& what) { no_cuda(what); }
+
+CudaStream::CudaStream() { no_cuda("CudaStream"); }
+CudaStream::~CudaStream() = default;
+void CudaStream::synchronize() const { no_cuda("CudaStream::synchronize"); }
+void cuda_synchronize(Stream, const char* what) { no_cuda(what); }
+
+void copy_device_to_device(void*, const void*, size_t, Stream) { no_cuda("copy_device_to_device"); }
+
+DeviceBuffer::DeviceBuffer(size_t bytes) {
+  if (bytes) no_cuda("DeviceBuffer");
+}
+DeviceBuffer::~DeviceBuffer() = default;
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {}
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&&) noexcept { return *this; }
+void DeviceBuffer::copy_from_host(const void*, size_t, size_t) { no_cuda("DeviceBuffer::copy_from_host"); }
+void DeviceBuffer::copy_to_host(void*, size_t, size_t) const { no_cuda("DeviceBuffer::copy_to_host"); }
+void DeviceBuffer::zero() {}
+
+namespace cuda {
+void rms_norm(const float*, const float*, float*, int64_t, int, float, Stream) { no_cuda("cuda::rms_norm"); }
+void rope(float*, const int32_t*, int64_t, int, int, float, RopeLayout, Stream) { no_cuda("cuda::rope"); }
+void swiglu(float*, const float*, int64_t, Stream) { no_cuda("cuda::swiglu"); }
+void add_inplace(float*, const float*, int64_t, Stream) { no_cuda("cuda::add_inplace"); }
+void softmax_rows(float*, int64_t, int64_t, int64_t, Stream) { no_cuda("cuda::softmax_rows"); }
+void embedding(const float*, int64_t, int, const int32_t*, int64_t, float*, Stream) { no_cuda("cuda::embedding"); }
+void linear_f32(const float*, int64_t, int64_t, const float*, int64_t, const float*, float*, Stream) {
+  no_cuda("cuda::linear_f32");
+}
+void attention(const float*, const float*, const float*, int64_t, int64_t, int, int, int, float*, Stream) {
+  no_cuda("cuda::attention");
+}
+void quantize_per_token_int8(const float*, int64_t, int64_t, int8_t*, float*, Stream) { no_cuda("cuda::quantize_per_token_int8"); }
+}  // namespace cuda
+
+}  // namespace sq
