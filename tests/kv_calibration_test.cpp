@@ -68,9 +68,13 @@ TEST(KVCalibration, PerChannelKeyScalingFollowsTheThresholdDefinition) {
       EXPECT_NEAR(prm.key_offset[size_t(c)], (hi + lo) / 2, 1e-4 * (std::fabs(hi) + std::fabs(lo)));
       EXPECT_NEAR(prm.key_scale[size_t(c)], (hi - lo) / 2, 1e-4 * (hi - lo));
     }
-    if (p == 0) EXPECT_EQ(rep.key_outliers, 0);
+    if (p == 0) {
+      EXPECT_EQ(rep.key_outliers, 0);
+    }
     // p = 0.1: ~10% of the 396×8 key values lie beyond their channel's 5/95 percentiles.
-    if (p > 0) EXPECT_NEAR(double(rep.key_outliers) / double(396 * 8), 0.1, 0.01);
+    if (p > 0) {
+      EXPECT_NEAR(double(rep.key_outliers) / double(396 * 8), 0.1, 0.01);
+    }
     EXPECT_EQ(rep.key_values + rep.key_outliers, 396 * 8);
   }
 }

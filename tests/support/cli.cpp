@@ -38,7 +38,9 @@ void expect_one_line_exit2(const ProcessResult& r, const std::string& expected, 
   EXPECT_EQ(r.exit_status, 2) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find(expected), std::string::npos) << "stderr: " << r.err << "expected: " << expected;
-  if (!out_path.empty()) EXPECT_FALSE(std::filesystem::exists(out_path)) << out_path;
+  if (!out_path.empty()) {
+    EXPECT_FALSE(std::filesystem::exists(out_path)) << out_path;
+  }
 }
 
 }  // namespace sq::test
