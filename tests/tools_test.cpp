@@ -141,5 +141,40 @@ TEST(SqRun, BadInputsGiveOneLineAndExit2) {
   EXPECT_EQ(r.exit_status, 2);
 }
 
+// sq-bench --suite streaming (issue #6 acceptance 4): both policies decode the same tokens as
+// sq-eval --protocol streaming does. Speed is not asserted (no timed unit tests); the PPLs must be
+// bit-identical to sq-eval's because the same deterministic code runs on the same tokens.
+TEST(SqBench, StreamingSuiteDecodesTheSameTokensAsSqEval) {
+  ScratchDir dir;
+  const std::string m = stories_model(), t = stories_tokenizer();
+  write_file(dir.file("text.txt"), read_file(tinystories_valid()).substr(0, 4000));  // ~1,000 tokens
+  const auto r = run_process({tool("sq-bench"), "--suite", "streaming", "--eval-model", m, "--eval-tokenizer", t, "--eval-text",
+                              dir.file("text.txt"), "--stream-tokens", "300", "--stream-sinks", "4", "--stream-window", "60",
+                              "-t", "1", "--json", dir.file("bench.json")});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_NE(r.out.find("StreamingLLM vs recompute"), std::string::npos) << r.out;
+  const auto j = nlohmann::json::parse(read_file(dir.file("bench.json")))["streaming"];
+  EXPECT_EQ(j["tokens"], 300);
+  EXPECT_EQ(j["predictions"], 299);
+  EXPECT_EQ(j["threads"], 1);
+  for (const char* p : {"sink:4,window:60", "recompute:64"}) {
+    EXPECT_EQ(j[p]["peak_kv_tokens"], 64) << p;
+    EXPECT_GT(j[p]["tokens_per_second"].get<double>(), 0.0) << p;
+    const auto e = run_process({tool("sq-eval"), "-m", m, "--tokenizer", t, "-f", dir.file("text.txt"), "--protocol", "streaming",
+                                "--kv-policy", p, "--max-tokens", "300", "-q", "--json", dir.file("eval.json")});
+    ASSERT_EQ(e.exit_status, 0) << e.err;
+    const auto je = nlohmann::json::parse(read_file(dir.file("eval.json")));
+    EXPECT_EQ(je["tokens_scored"], 299);
+    EXPECT_EQ(j[p]["ppl"].get<double>(), je["ppl"].get<double>()) << p;  // same code, same tokens: exact
+  }
+  EXPECT_NEAR(j["speedup"].get<double>(),
+              j["sink:4,window:60"]["tokens_per_second"].get<double>() / j["recompute:64"]["tokens_per_second"].get<double>(),
+              1e-9 * j["speedup"].get<double>());  // the ratio is of the two reported rates (rounding only)
+  expect_one_line_error("sq-bench", {"--suite", "streaming", "--eval-text", dir.file("text.txt")}, "needs --eval-model", dir);
+  expect_one_line_error("sq-bench", {"--suite", "streaming", "--eval-model", m, "--eval-tokenizer", t, "--eval-text",
+                                     dir.file("text.txt"), "--stream-sinks", "8", "--stream-window", "8"},
+                        "must be smaller than window", dir);
+}
+
 }  // namespace
 }  // namespace sq::test
