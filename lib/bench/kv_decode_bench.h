@@ -17,7 +17,9 @@ namespace sq::bench {
 /// the cache, then sgemm attention), "nuq4"/"nuq3"/"nuq2" fused (pre-RoPE per-channel keys,
 /// per-token values, 1 FP16 sink row, no outliers; random codebooks and rows), and at the first
 /// context also "nuq4-generic" (KVCache::read dequantizes every row, then the same sgemm
-/// attention: the runner's path before the fused kernel). Interleaved best-of timing (≥ 3 rounds
+/// attention: the runner's path before the fused kernel). A nuq cache holds as many layers as
+/// make ≥ 64 MB (twice the 32 MB L3) and successive calls cycle through them, so every step reads
+/// its rows from DRAM like the FP32 layer (≥ 134 MB) does. Interleaved best-of timing (≥ 3 rounds
 /// and ≥ `min_seconds` per item) on all OpenMP threads. Prints ms per step, bytes the step reads
 /// (K and V rows, sinks included) and GB/s, the ratio to FP32, the acceptance line (nuq4 fused
 /// at T = 4096 no slower than FP32) and the load average; returns everything as JSON. Throws

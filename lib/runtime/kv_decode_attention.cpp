@@ -19,7 +19,7 @@
 #endif
 
 #include "formats/safetensors.h"  // half_to_float
-#include "ops/ops.h"
+#include "ops/fast_exp.h"
 #include "quant/packed_bits.h"
 
 namespace sq {
@@ -40,7 +40,7 @@ struct Plan {
   KVCache::LayerStorage st{};
   const int32_t* slots = nullptr;
   KVDecodeScratch* sc = nullptr;
-  float* scores = nullptr;  ///< [n_heads, rows]
+  float* scores = nullptr;  ///< [rows, n_heads] (row-major: one row's heads are contiguous)
 };
 
 /// cos/sin(p·θ_i) for p < positions, with the angle computed exactly as ops::rope computes it
@@ -144,7 +144,7 @@ void score_decoded_row(const Plan& P, int64_t j, float* x) {
       const float* qh = q + int64_t(h) * P.hd;
       float s = 0.0f;
       for (int c = 0; c < P.hd; ++c) s += qh[c] * k[c];
-      P.scores[int64_t(h) * P.rows + j] = s;
+      P.scores[j * P.n_heads + h] = s;
     }
   }
 }
@@ -152,7 +152,7 @@ void score_decoded_row(const Plan& P, int64_t j, float* x) {
 /// out_h += p_hj · v_gj for every query head, from a decoded value row v [width].
 void accumulate_decoded_row(const Plan& P, int64_t j, const float* v, float* out) {
   for (int h = 0; h < P.n_heads; ++h) {
-    const float p = P.scores[int64_t(h) * P.rows + j];
+    const float p = P.scores[j * P.n_heads + h];
     const float* vg = v + int64_t(h / P.group) * P.hd;
     float* oh = out + int64_t(h) * P.hd;
     for (int c = 0; c < P.hd; ++c) oh[c] += p * vg[c];
@@ -293,48 +293,36 @@ void simd_keys(const Plan& P, int64_t j0, int64_t j1) {
           acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(qh + 16 * (m + 1)), r[m + 1], acc0);
         }
         if (m < nv) acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(qh + 16 * m), r[m], acc1);
-        P.scores[int64_t(h) * P.rows + j] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+        P.scores[j * P.n_heads + h] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
       }
     }
   }
 }
 
-/// out_h[16·m0 … 16·(m0+NC)) += Σ_j coef_hj · cb_V[code_gj] over the dense rows (coef = p·s_j).
-template <int B, int NC>
-void simd_values_block(const Plan& P, int h, int m0, float* out_h) {
+/// out_h += Σ_j coef_hj · cb_V[code_gj] (coef = p_hj·s_j) for the query heads of KV heads
+/// [g0, g1), over the dense rows in order: each row's codes are read once, sequentially, for all
+/// query heads of a KV head, and the accumulators (out, [n_heads, head_dim]) stay in L1.
+template <int B>
+void simd_values_rows(const Plan& P, int g0, int g1, float* out) {
   const Unpack16<B> unpack;
   const __m512 lut = periodic_lut<B>(P.cbv);
-  const int g = h / P.group;
-  const int64_t off = (int64_t(g) * P.hd + 16 * m0) * B / 8;
-  const float* coef = P.scores + int64_t(h) * P.rows;
-  __m512 acc[NC];
-  for (int m = 0; m < NC; ++m) acc[m] = _mm512_setzero_ps();
+  const int hd = P.hd, nv = hd / 16, group = P.group;
+  const int64_t head_bytes = int64_t(hd) * B / 8;
+  __m512 cf[16];  // group ≤ 16
   for (int64_t j = 0; j < P.rows; ++j) {
     const uint8_t* row = P.sc->value_rows[static_cast<size_t>(j)];
-    if (!row) continue;
-    const __m512 cf = _mm512_set1_ps(coef[j]);
-    const uint8_t* codes = row + off;
-    for (int m = 0; m < NC; ++m) acc[m] = _mm512_fmadd_ps(cf, _mm512_permutexvar_ps(unpack(codes + 2 * B * m), lut), acc[m]);
-  }
-  for (int m = 0; m < NC; ++m) {
-    float* o = out_h + 16 * (m0 + m);
-    _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), acc[m]));
-  }
-}
-
-template <int B>
-void simd_values_head(const Plan& P, int h, float* out_h) {
-  const int nv = P.hd / 16;
-  for (int m0 = 0; m0 < nv; m0 += 8) {
-    switch (std::min(8, nv - m0)) {
-      case 1: simd_values_block<B, 1>(P, h, m0, out_h); break;
-      case 2: simd_values_block<B, 2>(P, h, m0, out_h); break;
-      case 3: simd_values_block<B, 3>(P, h, m0, out_h); break;
-      case 4: simd_values_block<B, 4>(P, h, m0, out_h); break;
-      case 5: simd_values_block<B, 5>(P, h, m0, out_h); break;
-      case 6: simd_values_block<B, 6>(P, h, m0, out_h); break;
-      case 7: simd_values_block<B, 7>(P, h, m0, out_h); break;
-      default: simd_values_block<B, 8>(P, h, m0, out_h); break;
+    if (!row) continue;  // sink row: accumulated by the scalar code
+    for (int g = g0; g < g1; ++g) {
+      const uint8_t* codes = row + g * head_bytes;
+      for (int hh = 0; hh < group; ++hh) cf[hh] = _mm512_set1_ps(P.scores[j * P.n_heads + g * group + hh]);
+      float* og = out + int64_t(g) * group * hd;
+      for (int m = 0; m < nv; ++m) {
+        const __m512 w = _mm512_permutexvar_ps(unpack(codes + 2 * B * m), lut);
+        for (int hh = 0; hh < group; ++hh) {
+          float* o = og + int64_t(hh) * hd + 16 * m;
+          _mm512_storeu_ps(o, _mm512_fmadd_ps(cf[hh], w, _mm512_loadu_ps(o)));
+        }
+      }
     }
   }
 }
@@ -356,17 +344,17 @@ void simd_keys_range(const Plan& P, int64_t j0, int64_t j1) {
   }
 }
 
-void simd_values(const Plan& P, int h, float* out_h) {
+void simd_values(const Plan& P, int g0, int g1, float* out) {
   switch (P.bits) {
-    case 2: simd_values_head<2>(P, h, out_h); break;
-    case 3: simd_values_head<3>(P, h, out_h); break;
-    default: simd_values_head<4>(P, h, out_h); break;
+    case 2: simd_values_rows<2>(P, g0, g1, out); break;
+    case 3: simd_values_rows<3>(P, g0, g1, out); break;
+    default: simd_values_rows<4>(P, g0, g1, out); break;
   }
 }
 #else
 constexpr bool kHaveSimd = false;
 void simd_keys_range(const Plan&, int64_t, int64_t) {}
-void simd_values(const Plan&, int, float*) {}
+void simd_values(const Plan&, int, int, float*) {}
 #endif
 
 bool simd_fits(int bits, int hd, RopeLayout layout, int group) {
@@ -403,9 +391,36 @@ void key_outlier_corrections(const Plan& P) {
       for (int hh = 0; hh < P.group; ++hh) {
         const int h = g * P.group + hh;
         const float* qh = q + int64_t(h) * P.hd;
-        P.scores[int64_t(h) * P.rows + j] += qh[a] * ra + qh[b] * rb;
+        P.scores[j * P.n_heads + h] += qh[a] * ra + qh[b] * rb;
       }
     }
+  }
+}
+
+/// Softmax of every column of s [rows, cols] (ops::softmax_row's arithmetic: subtract the max,
+/// ops::fast_exp, multiply by 1/Σ), vectorized across the columns.
+void softmax_columns(float* s, int64_t rows, int cols) {
+  std::vector<float> m(static_cast<size_t>(cols), -INFINITY), sum(static_cast<size_t>(cols), 0.0f);
+  float* mp = m.data();
+  float* sp = sum.data();
+  for (int64_t j = 0; j < rows; ++j) {
+    const float* r = s + j * cols;
+#pragma omp simd
+    for (int h = 0; h < cols; ++h) mp[h] = std::max(mp[h], r[h]);
+  }
+  for (int64_t j = 0; j < rows; ++j) {
+    float* r = s + j * cols;
+#pragma omp simd
+    for (int h = 0; h < cols; ++h) {
+      r[h] = ops::fast_exp(r[h] - mp[h]);
+      sp[h] += r[h];
+    }
+  }
+  for (int h = 0; h < cols; ++h) sp[h] = 1.0f / sp[h];
+  for (int64_t j = 0; j < rows; ++j) {
+    float* r = s + j * cols;
+#pragma omp simd
+    for (int h = 0; h < cols; ++h) r[h] *= sp[h];
   }
 }
 
@@ -516,11 +531,11 @@ bool nuq_decode_attention(const KVCache& cache, int layer, int64_t rows, const f
   }
 
   // --- softmax over all rows (the query is the last row, so every row is visible) ---
-  for (int h = 0; h < n_heads; ++h) ops::softmax_row(P.scores + int64_t(h) * rows, static_cast<int>(rows));
+  softmax_columns(P.scores, rows, n_heads);
   if (attention_mass) {
     if (static_cast<int64_t>(attention_mass->size()) < rows) attention_mass->resize(R, 0.0);
     for (int h = 0; h < n_heads; ++h)
-      for (int64_t j = 0; j < rows; ++j) (*attention_mass)[static_cast<size_t>(j)] += P.scores[int64_t(h) * rows + j];
+      for (int64_t j = 0; j < rows; ++j) (*attention_mass)[static_cast<size_t>(j)] += P.scores[j * n_heads + h];
   }
 
   // --- values ---
@@ -548,21 +563,22 @@ bool nuq_decode_attention(const KVCache& cache, int layer, int64_t rows, const f
       const int g = static_cast<int>(c / P.hd), i = static_cast<int>(c % P.hd);
       for (int hh = 0; hh < P.group; ++hh) {
         const int h = g * P.group + hh;
-        out[int64_t(h) * P.hd + i] += P.scores[int64_t(h) * rows + j] * diff;
+        out[int64_t(h) * P.hd + i] += P.scores[j * n_heads + h] * diff;
       }
     }
   }
-  for (int h = 0; h < n_heads; ++h) {
-    float* p = P.scores + int64_t(h) * rows;
-    float o = 0.0f;
-    for (int64_t j = 0; j < rows; ++j) {
-      o += p[j] * sc.value_offset[static_cast<size_t>(j)];  // 0 for sink rows
-      p[j] *= sc.value_scale[static_cast<size_t>(j)];       // coefficient of cb_V[code]
+  for (int64_t j = 0; j < rows; ++j) {
+    float* p = P.scores + j * n_heads;
+    const float vo = sc.value_offset[static_cast<size_t>(j)], vs = sc.value_scale[static_cast<size_t>(j)];  // 0 for sinks
+    for (int h = 0; h < n_heads; ++h) {
+      sc.offset_sum[static_cast<size_t>(h)] += p[h] * vo;
+      p[h] *= vs;  // coefficient of cb_V[code]
     }
-    sc.offset_sum[static_cast<size_t>(h)] = o;
   }
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-  for (int h = 0; h < n_heads; ++h) simd_values(P, h, out + int64_t(h) * P.hd);
+  // Threads take contiguous ranges of KV heads (their query heads' outputs are disjoint).
+  const int parts = std::min(threads, P.n_kv);
+#pragma omp parallel for schedule(static) num_threads(parts) if (parts > 1)
+  for (int t = 0; t < parts; ++t) simd_values(P, t * P.n_kv / parts, (t + 1) * P.n_kv / parts, out);
   for (int h = 0; h < n_heads; ++h) {
     float* oh = out + int64_t(h) * P.hd;
     const float o = sc.offset_sum[static_cast<size_t>(h)];

@@ -31,7 +31,7 @@ namespace sq {
 /// Reusable buffers of nuq_decode_attention (one per thread). Holds the RoPE cos/sin table,
 /// θ and layout checked on every call, grown to the largest position distance seen.
 struct KVDecodeScratch {
-  std::vector<float> scores;  ///< [n_heads, rows] scores, then probabilities
+  std::vector<float> scores;  ///< [rows, n_heads] scores, then probabilities
   std::vector<float> rope_cos, rope_sin;  ///< [positions, head_dim/2] cos/sin(p·θ_i) as ops::rope computes them
   int64_t rope_positions = 0;
   float rope_theta = 0.0f;
