@@ -41,6 +41,7 @@ struct Plan {
   const int32_t* slots = nullptr;
   KVDecodeScratch* sc = nullptr;
   float* scores = nullptr;  ///< [rows, n_heads] (row-major: one row's heads are contiguous)
+  bool nibbles = false;     ///< 4-bit interleaved fast path (KVDecodeScratch::query_pairs layout)
 };
 
 /// cos/sin(p·θ_i) for p < positions, with the angle computed exactly as ops::rope computes it
@@ -327,6 +328,91 @@ void simd_values_rows(const Plan& P, int g0, int g1, float* out) {
   }
 }
 
+/// 4-bit codes with interleaved RoPE: 16 bytes hold channels 32m … 32m+31, the low nibbles the
+/// even channels (first elements of RoPE pairs 16m … 16m+15) and the high nibbles the odd ones,
+/// so one zero-extension and two lookups give both halves of 16 pairs, rotated lane-wise with the
+/// table's cos/sin of those pairs. Query, key scale and offset are in the same pairs layout.
+template <bool PerChannel>
+void simd_keys_nibbles(const Plan& P, int64_t j0, int64_t j1) {
+  const __m512 lut = periodic_lut<4>(P.cbk);
+  const int hd = P.hd, nb = hd / 32, nv = hd / 16;
+  const int64_t head_bytes = hd / 2;
+  const float* q = P.sc->query_pairs.data();
+  const float* ks = P.sc->key_scale_pairs.data();
+  const float* ko = P.sc->key_offset_pairs.data();
+  __m512 r[16] = {};  // nv ≤ 16 (head_dim ≤ 256)
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint8_t* row = P.sc->key_rows[static_cast<size_t>(j)];
+    if (!row) continue;  // sink row: scored by the scalar code
+    const int32_t delta = P.sc->delta[static_cast<size_t>(j)];
+    const int64_t d = std::abs(static_cast<int64_t>(delta));
+    const __m512 sg = _mm512_set1_ps(delta < 0 ? -1.0f : 1.0f);
+    const float* cr = P.cos + d * P.half;
+    const float* sr = P.sin + d * P.half;
+    __m512 tok_s = _mm512_setzero_ps(), tok_o = _mm512_setzero_ps();
+    if constexpr (!PerChannel) {
+      tok_s = _mm512_set1_ps(P.sc->key_scale[static_cast<size_t>(j)]);
+      tok_o = _mm512_set1_ps(P.sc->key_offset[static_cast<size_t>(j)]);
+    }
+    for (int g = 0; g < P.n_kv; ++g) {
+      const uint8_t* codes = row + g * head_bytes;
+      const int64_t c0 = int64_t(g) * hd;
+      for (int m = 0; m < nb; ++m) {
+        const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16 * m)));
+        const __m512 we = _mm512_permutexvar_ps(b, lut), wo = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), lut);
+        __m512 ka, kb;
+        if constexpr (PerChannel) {
+          ka = _mm512_fmadd_ps(we, _mm512_loadu_ps(ks + c0 + 32 * m), _mm512_loadu_ps(ko + c0 + 32 * m));
+          kb = _mm512_fmadd_ps(wo, _mm512_loadu_ps(ks + c0 + 32 * m + 16), _mm512_loadu_ps(ko + c0 + 32 * m + 16));
+        } else {
+          ka = _mm512_fmadd_ps(we, tok_s, tok_o);
+          kb = _mm512_fmadd_ps(wo, tok_s, tok_o);
+        }
+        const __m512 C = _mm512_loadu_ps(cr + 16 * m), S = _mm512_mul_ps(sg, _mm512_loadu_ps(sr + 16 * m));
+        r[2 * m] = _mm512_fmsub_ps(ka, C, _mm512_mul_ps(kb, S));
+        r[2 * m + 1] = _mm512_fmadd_ps(ka, S, _mm512_mul_ps(kb, C));
+      }
+      for (int hh = 0; hh < P.group; ++hh) {
+        const int h = g * P.group + hh;
+        const float* qh = q + int64_t(h) * hd;
+        __m512 acc0 = _mm512_mul_ps(_mm512_loadu_ps(qh), r[0]), acc1 = _mm512_mul_ps(_mm512_loadu_ps(qh + 16), r[1]);
+        for (int m = 2; m < nv; m += 2) {
+          acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(qh + 16 * m), r[m], acc0);
+          acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(qh + 16 * (m + 1)), r[m + 1], acc1);
+        }
+        P.scores[j * P.n_heads + h] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+      }
+    }
+  }
+}
+
+/// Values with 4-bit codes: acc (pairs layout, [n_heads, head_dim]) += Σ_j coef_hj · cb_V[code]
+/// for the query heads of KV heads [g0, g1), 32 channels per 16-byte load.
+void simd_values_nibbles(const Plan& P, int g0, int g1, float* acc) {
+  const __m512 lut = periodic_lut<4>(P.cbv);
+  const int hd = P.hd, nb = hd / 32, group = P.group;
+  const int64_t head_bytes = hd / 2;
+  __m512 cf[16];  // group ≤ 16
+  for (int64_t j = 0; j < P.rows; ++j) {
+    const uint8_t* row = P.sc->value_rows[static_cast<size_t>(j)];
+    if (!row) continue;
+    for (int g = g0; g < g1; ++g) {
+      const uint8_t* codes = row + g * head_bytes;
+      for (int hh = 0; hh < group; ++hh) cf[hh] = _mm512_set1_ps(P.scores[j * P.n_heads + g * group + hh]);
+      float* og = acc + int64_t(g) * group * hd;
+      for (int m = 0; m < nb; ++m) {
+        const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16 * m)));
+        const __m512 we = _mm512_permutexvar_ps(b, lut), wo = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), lut);
+        for (int hh = 0; hh < group; ++hh) {
+          float* o = og + int64_t(hh) * hd + 32 * m;
+          _mm512_storeu_ps(o, _mm512_fmadd_ps(cf[hh], we, _mm512_loadu_ps(o)));
+          _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(cf[hh], wo, _mm512_loadu_ps(o + 16)));
+        }
+      }
+    }
+  }
+}
+
 template <int B>
 void simd_keys_dispatch(const Plan& P, int64_t j0, int64_t j1) {
   const bool il = P.layout == RopeLayout::Interleaved;
@@ -337,6 +423,11 @@ void simd_keys_dispatch(const Plan& P, int64_t j0, int64_t j1) {
 }
 
 void simd_keys_range(const Plan& P, int64_t j0, int64_t j1) {
+  if (P.nibbles) {
+    if (P.per_channel) simd_keys_nibbles<true>(P, j0, j1);
+    else simd_keys_nibbles<false>(P, j0, j1);
+    return;
+  }
   switch (P.bits) {
     case 2: simd_keys_dispatch<2>(P, j0, j1); break;
     case 3: simd_keys_dispatch<3>(P, j0, j1); break;
@@ -345,6 +436,10 @@ void simd_keys_range(const Plan& P, int64_t j0, int64_t j1) {
 }
 
 void simd_values(const Plan& P, int g0, int g1, float* out) {
+  if (P.nibbles) {  // accumulates into KVDecodeScratch::value_acc (pairs layout) instead
+    simd_values_nibbles(P, g0, g1, P.sc->value_acc.data());
+    return;
+  }
   switch (P.bits) {
     case 2: simd_values_rows<2>(P, g0, g1, out); break;
     case 3: simd_values_rows<3>(P, g0, g1, out); break;
@@ -395,6 +490,16 @@ void key_outlier_corrections(const Plan& P) {
       }
     }
   }
+}
+
+/// src [blocks·32] → dst in the pairs layout: per 32 values, the 16 even-indexed then the 16 odd.
+void to_pairs(const float* src, int64_t n, std::vector<float>& dst) {
+  dst.resize(static_cast<size_t>(n));
+  for (int64_t b = 0; b < n; b += 32)
+    for (int i = 0; i < 16; ++i) {
+      dst[static_cast<size_t>(b + i)] = src[b + 2 * i];
+      dst[static_cast<size_t>(b + 16 + i)] = src[b + 2 * i + 1];
+    }
 }
 
 /// Softmax of every column of s [rows, cols] (ops::softmax_row's arithmetic: subtract the max,
@@ -510,6 +615,15 @@ bool nuq_decode_attention(const KVCache& cache, int layer, int64_t rows, const f
   sc.row.resize(static_cast<size_t>(P.width));
 
   const bool simd = isa == KVDecodeIsa::Auto && simd_fits(P.bits, P.hd, P.layout, P.group);
+  P.nibbles = simd && P.bits == 4 && P.layout == RopeLayout::Interleaved && P.hd % 32 == 0;
+  if (P.nibbles) {
+    to_pairs(sc.query.data(), qw, sc.query_pairs);
+    if (P.per_channel) {
+      to_pairs(P.ks, P.width, sc.key_scale_pairs);
+      to_pairs(P.ko, P.width, sc.key_offset_pairs);
+    }
+    sc.value_acc.assign(static_cast<size_t>(qw), 0.0f);
+  }
   // Threads only when there is enough work to pay for waking them (as LlamaModel's attention).
   const double work = double(rows) * double(P.hd) * n_heads;
   const int threads = (omp_in_parallel() || work < double(1 << 20)) ? 1 : omp_get_max_threads();
@@ -579,6 +693,12 @@ bool nuq_decode_attention(const KVCache& cache, int layer, int64_t rows, const f
   const int parts = std::min(threads, P.n_kv);
 #pragma omp parallel for schedule(static) num_threads(parts) if (parts > 1)
   for (int t = 0; t < parts; ++t) simd_values(P, t * P.n_kv / parts, (t + 1) * P.n_kv / parts, out);
+  if (P.nibbles)  // back from the pairs layout
+    for (int64_t b = 0; b < qw; b += 32)
+      for (int i = 0; i < 16; ++i) {
+        out[b + 2 * i] += sc.value_acc[static_cast<size_t>(b + i)];
+        out[b + 2 * i + 1] += sc.value_acc[static_cast<size_t>(b + 16 + i)];
+      }
   for (int h = 0; h < n_heads; ++h) {
     float* oh = out + int64_t(h) * P.hd;
     const float o = sc.offset_sum[static_cast<size_t>(h)];

@@ -41,6 +41,9 @@ struct KVDecodeScratch {
   std::vector<int32_t> delta;  ///< [rows] rotation still to apply to each key
   std::vector<float> key_scale, key_offset, value_scale, value_offset;  ///< [rows] per-token FP16 scaling
   std::vector<float> row;  ///< [kv width] one decoded row
+  /// 4-bit interleaved fast path: per 32 channels, the 16 even then the 16 odd channels (the RoPE
+  /// pairs' first and second elements, as one byte's low and high nibbles hold them)
+  std::vector<float> query_pairs, key_scale_pairs, key_offset_pairs, value_acc;
   std::vector<float> offset_sum;  ///< [n_heads] Σ_j p_hj·o_j
 };
 
