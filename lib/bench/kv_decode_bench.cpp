@@ -77,6 +77,8 @@ int cold_layers(const KVSpec& spec, int64_t width, int64_t T) {
 }  // namespace
 
 nlohmann::json run_kv_decode_bench(const std::vector<int64_t>& contexts, double min_seconds) {
+  for (const int64_t T : contexts)
+    if (T < 2) throw UsageError("--kv-contexts: contexts must be >= 2 tokens, got " + std::to_string(T));
   const ModelConfig c = llama7b_attention();
   const int64_t width = int64_t(c.n_kv_heads) * c.head_dim, qw = int64_t(c.n_heads) * c.head_dim;
   nlohmann::json out;
@@ -96,7 +98,6 @@ nlohmann::json run_kv_decode_bench(const std::vector<int64_t>& contexts, double 
   std::printf("%-7s %-13s %7s %10s %12s %10s %10s\n", "tokens", "cache", "layers", "ms/step", "MB read", "GB/s", "x fp32");
   bool first = true;
   for (const int64_t T : contexts) {
-    if (T < 2) throw UsageError("kv-decode contexts must be >= 2 tokens, got " + std::to_string(T));
     KVCache f32(c, T);
     fill(f32, T, kblock, vblock, block, c);
     struct Nuq {
