@@ -180,8 +180,14 @@ void LlamaModel::run_layer(int l, const LlamaLayer& L, float* x, int64_t n, KVCa
   if (!cache.keys_pre_rope())
     ops::rope(ws.k.data(), ws.positions.data(), n, c.n_kv_heads, static_cast<int>(hd), c.rope_theta, c.rope_layout);
   cache.write(l, ws.k.data(), ws.v.data(), n);
-  const KVCache::View kv = cache.read(l, p0 + n, ws.kbuf, ws.vbuf);
-  attention(ws.q.data(), kv.keys, kv.values, n, p0, ws.att.data(), ws);  // att[n, n_heads*hd]
+  // Decode steps over a nuq cache attend over the packed rows directly (runtime/kv_decode_attention.h);
+  // every other case (prefill, FP32/int caches) dequantizes the rows and runs sgemm attention.
+  const bool fused = n == 1 && ws.fused_decode_attention && nuq_decode_attention(cache, l, p0 + 1, ws.q.data(), c.n_heads, ws.att.data(),
+                                                    ws.kv_decode, ws.attention_mass);
+  if (!fused) {
+    const KVCache::View kv = cache.read(l, p0 + n, ws.kbuf, ws.vbuf);
+    attention(ws.q.data(), kv.keys, kv.values, n, p0, ws.att.data(), ws);  // att[n, n_heads*hd]
+  }
   L.o_proj->forward(ws.att.data(), n, ws.proj.data());
   if (obs) {
     obs->on_linear_input(l, ActivationSite::AttnOutput, ws.att.data(), n, qw);

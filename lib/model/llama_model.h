@@ -12,6 +12,7 @@
 #include "model/linear.h"
 #include "model/observer.h"
 #include "runtime/kv_cache.h"
+#include "runtime/kv_decode_attention.h"
 
 namespace sq {
 
@@ -45,6 +46,10 @@ struct Workspace {
   std::vector<double>* attention_mass = nullptr;
   std::vector<int32_t> positions;
   std::vector<std::vector<float>> scores;  ///< per worker thread: [query block, keys]
+  /// Decode steps (n == 1) over a nuq cache use the fused kernel of runtime/kv_decode_attention.h
+  /// (reads the packed rows); false forces KVCache::read + sgemm attention (tests, benchmarks).
+  bool fused_decode_attention = true;
+  KVDecodeScratch kv_decode;  ///< buffers of the fused kernel
 };
 
 /// A LLaMA-family decoder ready to run.
@@ -88,6 +93,13 @@ class LlamaModel {
   /// Throws std::out_of_range for a bad layer index, std::length_error when the cache has no room.
   void forward_layer(int l, const LlamaLayer& L, float* x, int64_t n, KVCache& cache, Workspace& ws,
                      ActivationObserver* observer = nullptr) const;
+  /// Causal grouped-query attention (the generic path of every layer): n new queries q [n,
+  /// n_heads·head_dim] at cache positions p0 … p0+n−1 over FP32 rows keys/values [p0+n,
+  /// n_kv_heads·head_dim] (keys rotated at their cache positions) → out [n, n_heads·head_dim];
+  /// softmax(q·Kᵀ/√d)·V per head with sgemm (Vaswani et al. 2017, Eq. 1). Public so that
+  /// benchmarks can time it against the fused nuq decode kernel.
+  void attention(const float* q, const float* keys, const float* values, int64_t n, int64_t p0, float* out,
+                 Workspace& ws) const;
   /// Mutable access for converters that rebuild layers (e.g. replacing DenseLinear by a quantized Linear).
   std::vector<LlamaLayer>& mutable_layers() { return layers_; }
   void set_lm_head(std::unique_ptr<Linear> head) { lm_head_ = std::move(head); }
@@ -96,8 +108,6 @@ class LlamaModel {
  private:
   void prepare(Workspace& ws, int64_t n, int64_t p0) const;
   void run_layer(int l, const LlamaLayer& L, float* x, int64_t n, KVCache& cache, Workspace& ws, ActivationObserver* obs) const;
-  void attention(const float* q, const float* keys, const float* values, int64_t n, int64_t p0, float* out,
-                 Workspace& ws) const;
 
   ModelConfig config_;
   Tensor embed_;

@@ -33,6 +33,7 @@ void KVCache::init(const ModelConfig& c, const std::vector<NuqLayerParams>* nuq)
       throw InputError("KV format " + kv_spec_name(spec_) + " needs per-layer codebooks for all " + std::to_string(n_layers_) +
                        " layers (convert the model with sq-convert --kv " + kv_spec_name(spec_) + ")");
   }
+  if (spec_.kind == KVKind::Nuq) nuq_ = *nuq;
   layers_.resize(static_cast<size_t>(n_layers_));
   const size_t cap = static_cast<size_t>(capacity_);
   const int sinks = spec_.quantized() ? spec_.sink_fp16 : 0;
@@ -244,6 +245,14 @@ void KVCache::keep_rows(const std::vector<int64_t>& rows) {
   identity_ = true;
   for (int64_t r = 0; r < length_; ++r)
     identity_ = identity_ && slot_[static_cast<size_t>(r)] == r && rotated_[static_cast<size_t>(r)] == r;
+}
+
+KVCache::LayerStorage KVCache::layer_storage(int l) const {
+  if (l < 0 || l >= n_layers_) throw std::out_of_range("KV cache layer " + std::to_string(l) + " out of range");
+  const LayerStore& L = layers_[static_cast<size_t>(l)];
+  return {L.k.data(),      L.v.data(),      k_row_bytes_,
+          v_row_bytes_,    L.sink_k.data(), L.sink_v.data(),
+          sparse_ ? &L.sparse_k : nullptr, sparse_ ? &L.sparse_v : nullptr};
 }
 
 KVCacheBytes KVCache::bytes() const {

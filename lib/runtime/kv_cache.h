@@ -93,6 +93,42 @@ class KVCache {
   /// Bytes held for the current rows (what a packed cache of length() tokens occupies).
   KVCacheBytes bytes() const;
 
+  // --- Raw storage, for kernels that read the packed rows directly (runtime/kv_decode_attention.h).
+  // Row r ∈ [0, length() + rows written since advance) of any layer is stored in slot
+  // row_slots()[r]: s ≥ 0 is dense slot s (codec layout of quant/kv_codec.h), s < 0 is FP16 sink
+  // slot −1−s (2·kv_width() bytes, IEEE half per channel). Its key was rotated at position
+  // row_rotations()[r] when stored (0 for pre-RoPE keys), so attention must rotate it by
+  // r − row_rotations()[r].
+
+  /// One layer's storage; pointers stay valid until the cache is destroyed.
+  struct LayerStorage {
+    const uint8_t* keys;     ///< [capacity, key_row_bytes] dense key rows by slot
+    const uint8_t* values;   ///< [capacity, value_row_bytes] dense value rows by slot
+    int64_t key_row_bytes, value_row_bytes;
+    const uint8_t* sink_keys;    ///< [sink_fp16, 2·kv_width] FP16 sink key rows by sink slot
+    const uint8_t* sink_values;  ///< [sink_fp16, 2·kv_width] FP16 sink value rows
+    /// Sparse outliers by dense slot ([capacity] lists, channel ascending); null when the format
+    /// keeps none (then every dense row has none).
+    const std::vector<std::vector<KVOutlier>>* key_outliers;
+    const std::vector<std::vector<KVOutlier>>* value_outliers;
+  };
+  /// Storage of layer `l` (std::out_of_range for a bad layer).
+  LayerStorage layer_storage(int l) const;
+  /// [capacity] row → slot table (see above).
+  const int32_t* row_slots() const { return slot_.data(); }
+  /// [capacity] position each row's key was rotated at when stored.
+  const int32_t* row_rotations() const { return rotated_.data(); }
+  /// Rows written so far: length() plus the rows written since the last advance.
+  int64_t rows_written() const { return length_ + pending_; }
+  /// The nuq parameters of layer `l` as given to the constructor; null for other formats.
+  const NuqLayerParams* nuq_params(int l) const {
+    return nuq_.empty() ? nullptr : &nuq_[static_cast<size_t>(l)];
+  }
+  int n_kv_heads() const { return n_kv_heads_; }
+  int head_dim() const { return head_dim_; }
+  float rope_theta() const { return rope_theta_; }
+  RopeLayout rope_layout() const { return rope_layout_; }
+
  private:
   struct LayerStore {
     std::vector<uint8_t> k, v;                      ///< [capacity, row_bytes]
@@ -112,6 +148,7 @@ class KVCache {
   int64_t k_row_bytes_ = 0, v_row_bytes_ = 0, table_bytes_ = 0;
   std::unique_ptr<KVCodec> sink_codec_;
   std::vector<LayerStore> layers_;
+  std::vector<NuqLayerParams> nuq_;  ///< [n_layers] copy of the nuq parameters (nuq formats)
   std::vector<int32_t> slot_;      ///< [capacity] row → slot (≥ 0 dense slot, < 0: sink slot −1−s)
   std::vector<int32_t> rotated_;   ///< [capacity] position row r's key was rotated at when stored
   std::vector<int64_t> text_pos_;  ///< [capacity]
