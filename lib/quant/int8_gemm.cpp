@@ -19,13 +19,7 @@
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #define SQ_INT8_VNNI 1
-// GCC 12's AVX-512 headers trip -W(maybe-)uninitialized on their own "undefined vector" idiom
-// when inlined; the warning points into the header, so silence it for the header only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "core/immintrin_quiet.h"
 #else
 #define SQ_INT8_VNNI 0
 #endif

@@ -8,13 +8,7 @@
 #include <string>
 
 #ifdef __AVX512F__
-// GCC 12's AVX-512 headers trip -W(maybe-)uninitialized on their own "undefined vector" idiom
-// when inlined; the warning points into the header, so silence it for the header only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "core/immintrin_quiet.h"
 #endif
 
 namespace sq {

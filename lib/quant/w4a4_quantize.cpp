@@ -13,11 +13,7 @@
 #include "quant/int8_quantize.h"
 
 #ifdef __AVX512F__
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "core/immintrin_quiet.h"
 #endif
 
 namespace sq {

@@ -10,12 +10,7 @@
 #include <string>
 
 #if defined(__AVX512F__)
-// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their internal undefined vectors.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "core/immintrin_quiet.h"
 #endif
 
 #include "formats/safetensors.h"  // half_to_float
@@ -91,16 +86,20 @@ void rotate_head(const Plan& P, float* x, int32_t delta) {
   }
 }
 
+/// x [width] = the FP16 values at src (an attention-sink row).
+void decode_f16_row(const uint8_t* src, int64_t width, float* x) {
+  for (int64_t c = 0; c < width; ++c) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * c, 2);
+    x[c] = half_to_float(h);
+  }
+}
+
 /// Decodes key row j of the layer (all KV heads, before the rotation) into x [width].
 void decode_key_row(const Plan& P, int64_t j, float* x) {
   const int32_t slot = P.slots[j];
   if (slot < 0) {
-    const uint8_t* src = P.st.sink_keys + static_cast<size_t>(-1 - slot) * static_cast<size_t>(2 * P.width);
-    for (int64_t c = 0; c < P.width; ++c) {
-      uint16_t h;
-      std::memcpy(&h, src + 2 * c, 2);
-      x[c] = half_to_float(h);
-    }
+    decode_f16_row(P.st.sink_keys + static_cast<size_t>(-1 - slot) * static_cast<size_t>(2 * P.width), P.width, x);
     return;
   }
   const uint8_t* src = P.sc->key_rows[static_cast<size_t>(j)];
@@ -118,12 +117,7 @@ void decode_key_row(const Plan& P, int64_t j, float* x) {
 void decode_value_row(const Plan& P, int64_t j, float* x) {
   const int32_t slot = P.slots[j];
   if (slot < 0) {
-    const uint8_t* src = P.st.sink_values + static_cast<size_t>(-1 - slot) * static_cast<size_t>(2 * P.width);
-    for (int64_t c = 0; c < P.width; ++c) {
-      uint16_t h;
-      std::memcpy(&h, src + 2 * c, 2);
-      x[c] = half_to_float(h);
-    }
+    decode_f16_row(P.st.sink_values + static_cast<size_t>(-1 - slot) * static_cast<size_t>(2 * P.width), P.width, x);
     return;
   }
   const uint8_t* src = P.sc->value_rows[static_cast<size_t>(j)];
