@@ -97,6 +97,47 @@ TEST_F(StoriesPerplexity, RejectsTextShorterThanOneChunk) {
   EXPECT_THROW(evaluate_perplexity(*model_, *tokens_, o), UsageError);
 }
 
+TEST_F(StoriesPerplexity, BackendNeutralDriverMatchesTheCpuEvaluation) {
+  // evaluate_perplexity_with (the CUDA runner's driver) must give exactly the CPU result when its
+  // chunk runner is the CPU model: same chunk inputs (incl. llama.cpp's BOS), same scoring, same
+  // in-order combination, so even the floating-point sums agree (EXPECT_EQ is intended).
+  for (const PplProtocol protocol : {PplProtocol::Windows, PplProtocol::LlamaCpp}) {
+    PerplexityOptions o;
+    o.protocol = protocol;
+    o.ctx = 128;
+    o.max_chunks = 6;
+    o.kv = parse_kv_spec("int4");
+    const PerplexityResult ref = evaluate_perplexity(*model_, *tokens_, o);
+    KVCache cache(model_->config(), o.ctx, o.kv);
+    Workspace ws;
+    int calls = 0;
+    std::vector<int32_t> first_input;
+    const PerplexityResult got = evaluate_perplexity_with(
+        model_->config(), *tokens_, o, [&](const int32_t* input, int ctx, float* logits) {
+          if (calls++ == 0) first_input.assign(input, input + ctx);
+          cache.clear();
+          model_->forward(input, ctx, cache, ws, logits, LogitsFor::AllTokens);
+          return cache.bytes();
+        });
+    EXPECT_EQ(calls, 6);
+    ASSERT_EQ(first_input.size(), 128u);
+    EXPECT_EQ(first_input[0], model_->config().bos_id);  // BOS starts the text; llama.cpp sets it too
+    EXPECT_EQ(first_input[5], (*tokens_)[5]);
+    EXPECT_EQ(got.chunks, ref.chunks);
+    EXPECT_EQ(got.tokens_scored, ref.tokens_scored);
+    EXPECT_EQ(got.chunk_nll, ref.chunk_nll);
+    EXPECT_EQ(got.ppl, ref.ppl);
+    EXPECT_EQ(got.ppl_stderr, ref.ppl_stderr);
+    EXPECT_EQ(got.kv_bytes_per_token, ref.kv_bytes_per_token);
+    EXPECT_GT(got.kv_bytes_per_token, 0.0);
+  }
+  PerplexityOptions o;
+  o.ctx = 256;
+  const std::vector<int32_t> few(100, 5);
+  EXPECT_THROW(evaluate_perplexity_with(model_->config(), few, o, [](const int32_t*, int, float*) { return KVCacheBytes{}; }),
+               UsageError);
+}
+
 TEST(PerplexityProtocol, ParsesNames) {
   EXPECT_EQ(parse_protocol("windows"), PplProtocol::Windows);
   EXPECT_EQ(parse_protocol("llamacpp"), PplProtocol::LlamaCpp);

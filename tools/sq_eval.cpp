@@ -3,11 +3,14 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/tool_main.h"
+#include "cuda/cuda_eval.h"
+#include "cuda/cuda_runtime.h"
 #include "cuda/device.h"
 #include "eval/perplexity.h"
 #include "eval/streaming.h"
@@ -65,8 +68,7 @@ int main(int argc, char** argv) {
 
   return sq::run_tool("sq-eval", [&]() {
     if (threads < 0) throw sq::UsageError("--threads must be >= 0");
-    if (sq::select_device(device) == sq::Device::Cuda)  // throws first when CUDA is missing
-      throw sq::UnsupportedError("--device cuda: perplexity evaluation does not run on the CUDA backend yet (docs/cuda.md)");
+    const bool on_cuda = sq::select_device(device) == sq::Device::Cuda;  // throws first when CUDA is missing
     if (threads > 0) omp_set_num_threads(threads);
     const bool streaming = protocol == "streaming";
     if (!streaming && (app.count("--kv-policy") || app.count("--segment") || app.count("--max-tokens")))
@@ -95,6 +97,8 @@ int main(int argc, char** argv) {
     if (text.empty()) throw sq::InputError(text_path + ": the text file is empty");
     const std::vector<int> ids = tokenizer->encode(text, /*add_bos=*/true, /*add_eos=*/false);
     const std::vector<int32_t> tokens(ids.begin(), ids.end());
+    if (streaming && on_cuda)
+      throw sq::UnsupportedError("--device cuda: --protocol streaming (KV eviction) runs on the CPU only; use --device cpu");
     if (streaming) {
       sq::StreamingOptions so;
       so.policy = policy;
@@ -158,8 +162,12 @@ int main(int argc, char** argv) {
 
     sq::ProgressBar bar("sq-eval", sq::perplexity_chunks(static_cast<int64_t>(tokens.size()), opt), "chunks", !quiet);
     opt.on_progress = [&](int64_t done, int64_t, int64_t toks) { bar.update(done, static_cast<double>(toks), "tok"); };
-    const sq::PerplexityResult r = sq::evaluate_perplexity(*loaded.model, tokens, opt);
+    std::unique_ptr<sq::CudaLlamaModel> gpu;
+    if (on_cuda) gpu = std::make_unique<sq::CudaLlamaModel>(*loaded.model);  // uploads; refuses unsupported layers
+    const sq::PerplexityResult r =
+        gpu ? sq::evaluate_perplexity_cuda(*gpu, tokens, opt) : sq::evaluate_perplexity(*loaded.model, tokens, opt);
     bar.finish();
+    const std::string device_desc = on_cuda ? "cuda (" + sq::cuda_device_name() + ")" : "cpu";
 
     std::printf("model     %s (%s, %lld parameters)\n", model_path.c_str(), loaded.format.c_str(),
                 static_cast<long long>(cfg.parameter_count()));
@@ -172,8 +180,12 @@ int main(int argc, char** argv) {
     std::printf("KV cache  %s: %.2f bytes/token (dense %.2f, sinks %.2f, outliers %.2f, tables %.2f; FP32 %.0f)\n",
                 sq::kv_spec_name(opt.kv).c_str(), r.kv_bytes_per_token, r.kv_dense_bytes_per_token, r.kv_sink_bytes_per_token,
                 r.kv_outlier_bytes_per_token, r.kv_table_bytes_per_token, double(cfg.n_layers) * 8.0 * double(kvw));
-    std::printf("speed     %.0f tokens/s (%lld tokens in %.2f s, %d threads)\n", r.tokens_per_second,
-                static_cast<long long>(r.tokens_processed), r.seconds, omp_get_max_threads());
+    if (on_cuda)
+      std::printf("speed     %.0f tokens/s (%lld tokens in %.2f s, %s)\n", r.tokens_per_second,
+                  static_cast<long long>(r.tokens_processed), r.seconds, device_desc.c_str());
+    else
+      std::printf("speed     %.0f tokens/s (%lld tokens in %.2f s, %d threads)\n", r.tokens_per_second,
+                  static_cast<long long>(r.tokens_processed), r.seconds, omp_get_max_threads());
 
     if (!json_path.empty()) {
       nlohmann::json j;
@@ -185,6 +197,7 @@ int main(int argc, char** argv) {
       j["tokens_per_second"] = r.tokens_per_second;
       j["seconds"] = r.seconds;
       j["threads"] = omp_get_max_threads();
+      j["device"] = device_desc;
       j["kv_cache"] = {{"format", sq::kv_spec_name(opt.kv)},
                        {"spec", sq::kv_spec_to_json(opt.kv)},
                        {"bytes_per_token", r.kv_bytes_per_token},

@@ -3,9 +3,12 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <memory>
 
 #include "core/error.h"
 #include "core/tool_main.h"
+#include "cuda/cuda_eval.h"
+#include "cuda/cuda_runtime.h"
 #include "cuda/device.h"
 #include "formats/tokenizer.h"
 #include "model/model_loader.h"
@@ -53,8 +56,7 @@ int main(int argc, char** argv) {
 
   return sq::run_tool("sq-run", [&]() {
     if (threads < 0) throw sq::UsageError("--threads must be >= 0");
-    if (sq::select_device(device) == sq::Device::Cuda)  // throws first when CUDA is missing
-      throw sq::UnsupportedError("--device cuda: generation does not run on the CUDA backend yet (docs/cuda.md)");
+    const bool on_cuda = sq::select_device(device) == sq::Device::Cuda;  // throws first when CUDA is missing
     if (threads > 0) omp_set_num_threads(threads);
     if (n < 0) throw sq::UsageError("-n must be >= 0, got " + std::to_string(n));
     sq::Sampler sampler(so);
@@ -70,11 +72,15 @@ int main(int argc, char** argv) {
     const sq::KVQuantization kvq = sq::select_kv_format(loaded.kv, kv, kv_group, kv_sink, kv_keys, loaded.model->config());
     go.kv = kvq.spec;
     go.kv_params = &kvq.params;
-    const sq::GenerationStats st = sq::generate(*loaded.model, prompt_tokens, n, context, sampler, [&](int32_t prev, int32_t tok) {
+    const auto print_token = [&](int32_t prev, int32_t tok) {
       const std::string piece = tokenizer->decode_token(prev, tok);
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
-    }, go);
+    };
+    std::unique_ptr<sq::CudaLlamaModel> gpu;
+    if (on_cuda) gpu = std::make_unique<sq::CudaLlamaModel>(*loaded.model);  // uploads; refuses unsupported layers
+    const sq::GenerationStats st = gpu ? sq::generate_cuda(*gpu, prompt_tokens, n, context, sampler, print_token, go)
+                                       : sq::generate(*loaded.model, prompt_tokens, n, context, sampler, print_token, go);
     std::fputc('\n', stdout);
     std::fflush(stdout);
     if (!quiet) {
@@ -85,6 +91,7 @@ int main(int argc, char** argv) {
                    st.prefill_seconds > 0 ? st.prompt_tokens / st.prefill_seconds : 0.0,
                    static_cast<long long>(st.generated_tokens), st.decode_seconds,
                    st.decode_seconds > 0 ? st.generated_tokens / st.decode_seconds : 0.0);
+      if (on_cuda) std::fprintf(stderr, "sq-run: device cuda (%s)\n", sq::cuda_device_name().c_str());
       std::fprintf(stderr, "sq-run: KV cache %s, policy %s: peak %lld bytes (%lld tokens)\n", sq::kv_spec_name(go.kv).c_str(),
                    sq::kv_policy_name(go.policy).c_str(), static_cast<long long>(st.peak_kv_bytes),
                    static_cast<long long>(st.peak_kv_tokens));

@@ -32,26 +32,32 @@ struct ChunkSums {
   KVCacheBytes kv;  ///< the cache's bytes after the chunk
 };
 
-/// Runs one chunk and accumulates NLL over its scored predictions.
-ChunkSums score_chunk(const LlamaModel& model, const std::vector<int32_t>& tokens, int64_t chunk,
-                      const PerplexityOptions& o, KVCache& cache, Workspace& ws, std::vector<float>& logits,
-                      std::vector<int32_t>& input) {
+/// Throws UsageError for ctx < 2 or a text without one complete chunk; returns the chunk count.
+int64_t checked_chunks(const std::vector<int32_t>& tokens, const PerplexityOptions& o) {
+  if (o.ctx < 2) throw UsageError("context length must be at least 2 tokens, got " + std::to_string(o.ctx));
+  const int64_t chunks = perplexity_chunks(static_cast<int64_t>(tokens.size()), o);
+  if (chunks == 0)
+    throw UsageError("the text has " + std::to_string(tokens.size()) + " tokens, fewer than one chunk of " + std::to_string(o.ctx));
+  return chunks;
+}
+
+/// The model input of chunk `chunk` per the protocol (llama.cpp replaces the first token by BOS).
+void chunk_input(const std::vector<int32_t>& tokens, int64_t chunk, const PerplexityOptions& o, int32_t bos,
+                 std::vector<int32_t>& input) {
+  const int64_t start = chunk * o.ctx;
+  input.assign(tokens.begin() + start, tokens.begin() + start + o.ctx);
+  if (o.protocol == PplProtocol::LlamaCpp) input[0] = bos;
+}
+
+/// NLL sums over the scored predictions of chunk `chunk` from its logits [ctx, vocab].
+ChunkSums score_logits(const std::vector<int32_t>& tokens, int64_t chunk, const PerplexityOptions& o, int vocab,
+                       const float* logits) {
   const int ctx = o.ctx;
-  const int vocab = model.config().vocab_size;
   const int64_t start = chunk * ctx;
-  input.assign(tokens.begin() + start, tokens.begin() + start + ctx);
-  int first = 0;  // first position whose prediction (of the next token) is scored
-  if (o.protocol == PplProtocol::LlamaCpp) {
-    input[0] = model.config().bos_id;
-    first = ctx / 2;
-  }
-  cache.clear();
-  logits.resize(static_cast<size_t>(ctx) * vocab);
-  model.forward(input.data(), ctx, cache, ws, logits.data(), LogitsFor::AllTokens);
+  const int first = o.protocol == PplProtocol::LlamaCpp ? ctx / 2 : 0;  // first scored position
   ChunkSums s;
-  s.kv = cache.bytes();
   for (int pos = first; pos < ctx - 1; ++pos) {
-    const float* row = logits.data() + static_cast<size_t>(pos) * vocab;
+    const float* row = logits + static_cast<size_t>(pos) * vocab;
     const int32_t target = tokens[static_cast<size_t>(start + pos + 1)];
     const double nll = ops::log_sum_exp(row, vocab) - row[target];
     s.nll += nll;
@@ -61,50 +67,23 @@ ChunkSums score_chunk(const LlamaModel& model, const std::vector<int32_t>& token
   return s;
 }
 
-}  // namespace
+/// Runs one chunk on the CPU model and scores it.
+ChunkSums score_chunk(const LlamaModel& model, const std::vector<int32_t>& tokens, int64_t chunk,
+                      const PerplexityOptions& o, KVCache& cache, Workspace& ws, std::vector<float>& logits,
+                      std::vector<int32_t>& input) {
+  const int vocab = model.config().vocab_size;
+  chunk_input(tokens, chunk, o, model.config().bos_id, input);
+  cache.clear();
+  logits.resize(static_cast<size_t>(o.ctx) * vocab);
+  model.forward(input.data(), o.ctx, cache, ws, logits.data(), LogitsFor::AllTokens);
+  ChunkSums s = score_logits(tokens, chunk, o, vocab, logits.data());
+  s.kv = cache.bytes();
+  return s;
+}
 
-PerplexityResult evaluate_perplexity(const LlamaModel& model, const std::vector<int32_t>& tokens,
-                                     const PerplexityOptions& o) {
-  if (o.ctx < 2) throw UsageError("context length must be at least 2 tokens, got " + std::to_string(o.ctx));
-  const int64_t chunks = perplexity_chunks(static_cast<int64_t>(tokens.size()), o);
-  if (chunks == 0)
-    throw UsageError("the text has " + std::to_string(tokens.size()) + " tokens, fewer than one chunk of " + std::to_string(o.ctx));
-
-  std::vector<ChunkSums> sums(static_cast<size_t>(chunks));
-  const auto t0 = std::chrono::steady_clock::now();
-  // Small models: one chunk per thread (ops inside run single-threaded). Large models: chunks in
-  // order, each op parallel. The cut-off is where per-op parallelism becomes efficient.
-  const bool chunk_parallel = model.config().dim < 1024 && omp_get_max_threads() > 1 && chunks > 1;
-  int64_t done = 0;
-  if (chunk_parallel) {
-#pragma omp parallel
-    {
-      KVCache cache(model.config(), o.ctx, o.kv, o.kv_params);
-      Workspace ws;
-      std::vector<float> logits;
-      std::vector<int32_t> input;
-#pragma omp for schedule(dynamic)
-      for (int64_t i = 0; i < chunks; ++i) {
-        sums[static_cast<size_t>(i)] = score_chunk(model, tokens, i, o, cache, ws, logits, input);
-        int64_t now_done;
-#pragma omp atomic capture
-        now_done = ++done;
-        if (omp_get_thread_num() == 0 && o.on_progress) o.on_progress(now_done, chunks, now_done * o.ctx);
-      }
-    }
-  } else {
-    KVCache cache(model.config(), o.ctx, o.kv, o.kv_params);
-    Workspace ws;
-    std::vector<float> logits;
-    std::vector<int32_t> input;
-    for (int64_t i = 0; i < chunks; ++i) {
-      sums[static_cast<size_t>(i)] = score_chunk(model, tokens, i, o, cache, ws, logits, input);
-      if (o.on_progress) o.on_progress(i + 1, chunks, (i + 1) * o.ctx);
-    }
-  }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (o.on_progress) o.on_progress(chunks, chunks, chunks * o.ctx);
-
+/// Combines per-chunk sums (in chunk order) into the result.
+PerplexityResult combine(const std::vector<ChunkSums>& sums, const PerplexityOptions& o, double seconds) {
+  const int64_t chunks = static_cast<int64_t>(sums.size());
   PerplexityResult r;
   double nll = 0, nll2 = 0;
   for (const ChunkSums& s : sums) {
@@ -137,6 +116,70 @@ PerplexityResult evaluate_perplexity(const LlamaModel& model, const std::vector<
   r.kv_table_bytes_per_token = tables * per;
   r.kv_bytes_per_token = (dense + sinks + outl + tables) * per;
   return r;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+PerplexityResult evaluate_perplexity(const LlamaModel& model, const std::vector<int32_t>& tokens,
+                                     const PerplexityOptions& o) {
+  const int64_t chunks = checked_chunks(tokens, o);
+  std::vector<ChunkSums> sums(static_cast<size_t>(chunks));
+  const auto t0 = std::chrono::steady_clock::now();
+  // Small models: one chunk per thread (ops inside run single-threaded). Large models: chunks in
+  // order, each op parallel. The cut-off is where per-op parallelism becomes efficient.
+  const bool chunk_parallel = model.config().dim < 1024 && omp_get_max_threads() > 1 && chunks > 1;
+  int64_t done = 0;
+  if (chunk_parallel) {
+#pragma omp parallel
+    {
+      KVCache cache(model.config(), o.ctx, o.kv, o.kv_params);
+      Workspace ws;
+      std::vector<float> logits;
+      std::vector<int32_t> input;
+#pragma omp for schedule(dynamic)
+      for (int64_t i = 0; i < chunks; ++i) {
+        sums[static_cast<size_t>(i)] = score_chunk(model, tokens, i, o, cache, ws, logits, input);
+        int64_t now_done;
+#pragma omp atomic capture
+        now_done = ++done;
+        if (omp_get_thread_num() == 0 && o.on_progress) o.on_progress(now_done, chunks, now_done * o.ctx);
+      }
+    }
+  } else {
+    KVCache cache(model.config(), o.ctx, o.kv, o.kv_params);
+    Workspace ws;
+    std::vector<float> logits;
+    std::vector<int32_t> input;
+    for (int64_t i = 0; i < chunks; ++i) {
+      sums[static_cast<size_t>(i)] = score_chunk(model, tokens, i, o, cache, ws, logits, input);
+      if (o.on_progress) o.on_progress(i + 1, chunks, (i + 1) * o.ctx);
+    }
+  }
+  const double seconds = seconds_since(t0);
+  if (o.on_progress) o.on_progress(chunks, chunks, chunks * o.ctx);
+  return combine(sums, o, seconds);
+}
+
+PerplexityResult evaluate_perplexity_with(const ModelConfig& config, const std::vector<int32_t>& tokens,
+                                          const PerplexityOptions& o, const PerplexityChunkRunner& run_chunk) {
+  const int64_t chunks = checked_chunks(tokens, o);
+  std::vector<ChunkSums> sums(static_cast<size_t>(chunks));
+  std::vector<float> logits(static_cast<size_t>(o.ctx) * static_cast<size_t>(config.vocab_size));
+  std::vector<int32_t> input;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < chunks; ++i) {
+    chunk_input(tokens, i, o, config.bos_id, input);
+    const KVCacheBytes kv = run_chunk(input.data(), o.ctx, logits.data());
+    ChunkSums& s = sums[static_cast<size_t>(i)];
+    s = score_logits(tokens, i, o, config.vocab_size, logits.data());
+    s.kv = kv;
+    if (o.on_progress) o.on_progress(i + 1, chunks, (i + 1) * o.ctx);
+  }
+  return combine(sums, o, seconds_since(t0));
 }
 
 }  // namespace sq

@@ -65,4 +65,16 @@ int64_t perplexity_chunks(int64_t n_tokens, const PerplexityOptions& options);
 PerplexityResult evaluate_perplexity(const LlamaModel& model, const std::vector<int32_t>& tokens,
                                      const PerplexityOptions& options);
 
+/// Runs one chunk on some backend with a fresh KV cache in options.kv's format: `input` [ctx] token
+/// ids → `logits` [ctx, vocab] row-major FP32 (every position's next-token logits); returns the
+/// cache's bytes after the chunk (KVCache::bytes()).
+using PerplexityChunkRunner = std::function<KVCacheBytes(const int32_t* input, int ctx, float* logits)>;
+
+/// evaluate_perplexity for any backend (the CUDA runner, cuda/cuda_eval.h): the same protocols,
+/// scoring and result fields, with chunks run in order on the calling thread by `run_chunk`.
+/// `config` supplies the vocabulary size and BOS id. Throws like evaluate_perplexity, plus whatever
+/// `run_chunk` throws.
+PerplexityResult evaluate_perplexity_with(const ModelConfig& config, const std::vector<int32_t>& tokens,
+                                          const PerplexityOptions& options, const PerplexityChunkRunner& run_chunk);
+
 }  // namespace sq

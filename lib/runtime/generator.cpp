@@ -8,6 +8,75 @@
 
 namespace sq {
 
+namespace {
+
+/// The CPU runner: LlamaModel over a KVCache, with the eviction policy applied before each step.
+class CpuGeneration final : public GenerationBackend {
+ public:
+  CpuGeneration(const LlamaModel& model, const KVPolicy& policy, int64_t capacity, const GenerationOptions& o)
+      : model_(model), policy_(policy), cache_(model.config(), capacity, o.kv, o.kv_params) {
+    cache_.set_track_quantization_error(policy.kind == KVPolicyKind::QHitter);
+    if (policy.needs_attention()) ws_.attention_mass = &scores_.attention;
+  }
+  void forward(const int32_t* tokens, int64_t n, float* logits) override {
+    model_.forward(tokens, n, cache_, ws_, logits, LogitsFor::LastToken);
+  }
+  void before_decode_step() override {
+    if (policy_.kind != KVPolicyKind::Dense) evict_for_next_token(policy_, cache_, scores_);
+  }
+  int64_t cache_rows() const override { return cache_.length(); }
+  int64_t cache_bytes() const override { return cache_.bytes().total(); }
+
+ private:
+  const LlamaModel& model_;
+  KVPolicy policy_;
+  KVCache cache_;
+  KVRowScores scores_;
+  Workspace ws_;
+};
+
+}  // namespace
+
+GenerationStats generate_with(GenerationBackend& backend, int vocab, int32_t eos_id, int32_t bos_id,
+                              const std::vector<int32_t>& prompt, int64_t max_new_tokens, int64_t context_limit,
+                              bool bounded, bool ignore_eos, Sampler& sampler,
+                              const std::function<void(int32_t, int32_t)>& on_token) {
+  GenerationStats st;
+  st.prompt_tokens = static_cast<int64_t>(prompt.size());
+  std::vector<float> logits(static_cast<size_t>(vocab));
+
+  using clock = std::chrono::steady_clock;
+  auto t0 = clock::now();
+  backend.forward(prompt.data(), static_cast<int64_t>(prompt.size()), logits.data());
+  st.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  st.peak_kv_bytes = backend.cache_bytes();
+  st.peak_kv_tokens = backend.cache_rows();
+
+  t0 = clock::now();
+  int32_t prev = prompt.back();
+  for (int64_t i = 0; i < max_new_tokens; ++i) {
+    const int32_t next = sampler.sample(logits.data(), vocab);
+    if (!ignore_eos && (next == eos_id || next == bos_id)) {
+      st.hit_end_token = true;
+      break;
+    }
+    on_token(prev, next);
+    ++st.generated_tokens;
+    prev = next;
+    if (i + 1 == max_new_tokens) break;
+    if (bounded && backend.cache_rows() >= context_limit) {
+      st.hit_context_limit = true;
+      break;
+    }
+    backend.before_decode_step();
+    backend.forward(&next, 1, logits.data());
+    st.peak_kv_bytes = std::max(st.peak_kv_bytes, backend.cache_bytes());
+    st.peak_kv_tokens = std::max(st.peak_kv_tokens, backend.cache_rows());
+  }
+  st.decode_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  return st;
+}
+
 GenerationStats generate(const LlamaModel& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
                          int64_t context_limit, Sampler& sampler, const std::function<void(int32_t, int32_t)>& on_token,
                          const GenerationOptions& o) {
@@ -24,45 +93,9 @@ GenerationStats generate(const LlamaModel& model, const std::vector<int32_t>& pr
   if (evicting && static_cast<int64_t>(prompt.size()) > capacity)
     throw UsageError("the prompt has " + std::to_string(prompt.size()) + " tokens, more than the " + std::to_string(capacity) +
                      " the KV policy " + kv_policy_name(policy) + " keeps");
-  GenerationStats st;
-  st.prompt_tokens = static_cast<int64_t>(prompt.size());
-  KVCache cache(c, capacity, o.kv, o.kv_params);
-  cache.set_track_quantization_error(policy.kind == KVPolicyKind::QHitter);
-  KVRowScores scores;
-  Workspace ws;
-  if (policy.needs_attention()) ws.attention_mass = &scores.attention;
-  std::vector<float> logits(static_cast<size_t>(c.vocab_size));
-
-  using clock = std::chrono::steady_clock;
-  auto t0 = clock::now();
-  model.forward(prompt.data(), static_cast<int64_t>(prompt.size()), cache, ws, logits.data(), LogitsFor::LastToken);
-  st.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
-  st.peak_kv_bytes = cache.bytes().total();
-  st.peak_kv_tokens = cache.length();
-
-  t0 = clock::now();
-  int32_t prev = prompt.back();
-  for (int64_t i = 0; i < max_new_tokens; ++i) {
-    const int32_t next = sampler.sample(logits.data(), c.vocab_size);
-    if (!o.ignore_eos && (next == c.eos_id || next == c.bos_id)) {
-      st.hit_end_token = true;
-      break;
-    }
-    on_token(prev, next);
-    ++st.generated_tokens;
-    prev = next;
-    if (i + 1 == max_new_tokens) break;
-    if (!evicting && cache.length() >= context_limit) {
-      st.hit_context_limit = true;
-      break;
-    }
-    if (evicting) evict_for_next_token(policy, cache, scores);
-    model.forward(&next, 1, cache, ws, logits.data(), LogitsFor::LastToken);
-    st.peak_kv_bytes = std::max(st.peak_kv_bytes, cache.bytes().total());
-    st.peak_kv_tokens = std::max(st.peak_kv_tokens, cache.length());
-  }
-  st.decode_seconds = std::chrono::duration<double>(clock::now() - t0).count();
-  return st;
+  CpuGeneration backend(model, policy, capacity, o);
+  return generate_with(backend, c.vocab_size, c.eos_id, c.bos_id, prompt, max_new_tokens, context_limit, !evicting,
+                       o.ignore_eos, sampler, on_token);
 }
 
 }  // namespace sq

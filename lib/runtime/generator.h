@@ -44,4 +44,28 @@ GenerationStats generate(const LlamaModel& model, const std::vector<int32_t>& pr
                          int64_t context_limit, Sampler& sampler, const std::function<void(int32_t, int32_t)>& on_token,
                          const GenerationOptions& options = {});
 
+/// A model plus its KV cache as `generate_with` drives them: the CPU runner (generate) and the
+/// CUDA runner (cuda/cuda_eval.h) implement it.
+class GenerationBackend {
+ public:
+  virtual ~GenerationBackend() = default;
+  /// Runs `n` tokens at the next cache positions (the prompt as one block, then one token at a
+  /// time), appends them to the cache and writes the last token's logits [vocab] FP32 (host).
+  virtual void forward(const int32_t* tokens, int64_t n, float* logits) = 0;
+  /// Called before each decode step: an evicting cache makes room for one more token here.
+  virtual void before_decode_step() {}
+  /// Cached rows now, and their bytes (KVCache::bytes().total()).
+  virtual int64_t cache_rows() const = 0;
+  virtual int64_t cache_bytes() const = 0;
+};
+
+/// The generation loop of `generate` on any backend: prefill `prompt`, then sample / stop at
+/// EOS or BOS (unless ignore_eos) / feed back, up to `max_new_tokens`; stops with
+/// hit_context_limit when `bounded` and the cache holds `context_limit` rows. `prompt` must be
+/// non-empty and fit (checked by the caller).
+GenerationStats generate_with(GenerationBackend& backend, int vocab, int32_t eos_id, int32_t bos_id,
+                              const std::vector<int32_t>& prompt, int64_t max_new_tokens, int64_t context_limit,
+                              bool bounded, bool ignore_eos, Sampler& sampler,
+                              const std::function<void(int32_t, int32_t)>& on_token);
+
 }  // namespace sq

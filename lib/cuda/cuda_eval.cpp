@@ -1,0 +1,57 @@
+#include "cuda/cuda_eval.h"
+
+#include <string>
+
+#include "core/error.h"
+
+namespace sq {
+
+PerplexityResult evaluate_perplexity_cuda(CudaLlamaModel& model, const std::vector<int32_t>& tokens,
+                                          const PerplexityOptions& o) {
+  const ModelConfig& c = model.config();
+  if (o.ctx < 2) throw UsageError("context length must be at least 2 tokens, got " + std::to_string(o.ctx));
+  CudaKVCache cache(c, o.ctx, o.kv, o.kv_params);
+  return evaluate_perplexity_with(c, tokens, o, [&](const int32_t* input, int ctx, float* logits) {
+    cache.reset();
+    model.forward(input, ctx, cache, logits, LogitsFor::AllTokens);
+    return cache.bytes();
+  });
+}
+
+namespace {
+
+/// The CUDA runner as a generation backend (dense cache).
+class CudaGeneration final : public GenerationBackend {
+ public:
+  CudaGeneration(CudaLlamaModel& model, int64_t capacity, const GenerationOptions& o)
+      : model_(model), cache_(model.config(), capacity, o.kv, o.kv_params) {}
+  void forward(const int32_t* tokens, int64_t n, float* logits) override {
+    model_.forward(tokens, n, cache_, logits, LogitsFor::LastToken);
+  }
+  int64_t cache_rows() const override { return cache_.length(); }
+  int64_t cache_bytes() const override { return cache_.bytes().total(); }
+
+ private:
+  CudaLlamaModel& model_;
+  CudaKVCache cache_;
+};
+
+}  // namespace
+
+GenerationStats generate_cuda(CudaLlamaModel& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
+                              int64_t context_limit, Sampler& sampler, const std::function<void(int32_t, int32_t)>& on_token,
+                              const GenerationOptions& o) {
+  const ModelConfig& c = model.config();
+  if (prompt.empty()) throw UsageError("the prompt encodes to no tokens");
+  if (static_cast<int64_t>(prompt.size()) > context_limit)
+    throw UsageError("the prompt has " + std::to_string(prompt.size()) + " tokens, more than the context of " +
+                     std::to_string(context_limit));
+  if (o.policy.kind != KVPolicyKind::Dense)
+    throw UsageError("--kv-policy " + kv_policy_name(o.policy) +
+                     ": KV eviction runs on the CPU only; use --device cpu (the CUDA runner keeps a dense cache)");
+  CudaGeneration backend(model, context_limit, o);
+  return generate_with(backend, c.vocab_size, c.eos_id, c.bos_id, prompt, max_new_tokens, context_limit, true,
+                       o.ignore_eos, sampler, on_token);
+}
+
+}  // namespace sq
