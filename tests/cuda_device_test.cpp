@@ -75,5 +75,16 @@ TEST(CudaDevice, ToolsRefuseDeviceCudaWithOneLineExit2) {
   EXPECT_NE(bad.err.find("--device must be cpu or cuda"), std::string::npos) << bad.err;
 }
 
+// sq-bench --suite cuda-gemm without a device: one stderr line naming the suite, exit 2, before any
+// other requested suite runs (nothing on stdout).
+TEST(CudaDevice, BenchCudaGemmSuiteRefusesWithoutDeviceInOneLine) {
+  if (cuda_available()) GTEST_SKIP() << "a CUDA device is present (the suite would run the benchmark)";
+  const auto r = test::run_process({test::tool("sq-bench"), "--suite", "fp32,cuda-gemm"});
+  EXPECT_EQ(r.exit_status, 2) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("--suite cuda-gemm"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
 }  // namespace
 }  // namespace sq

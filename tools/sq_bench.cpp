@@ -16,6 +16,8 @@
 #include "bench/w8a8_model_bench.h"
 #include "core/error.h"
 #include "core/tool_main.h"
+#include "cuda/cuda_gemm_bench.h"
+#include "cuda/cuda_runtime.h"
 #include "formats/atomic_file.h"
 #include "formats/hf_checkpoint.h"
 #include "model/synthetic.h"
@@ -26,7 +28,9 @@ int main(int argc, char** argv) {
                "w8a8-prefill (W8A8 vs FP32 synthetic-model prefill), w4a16 (batch-1 INT4 GEMV vs FP32 sgemv), w4a4 (Atom W4A4 GEMM vs W8A8 GEMM and sgemm), "
                "kmeans (KVQuant codebook fitting: exact weighted 1-D k-means vs histogram DP vs Lloyd), "
                "streaming (sink:4,window:252 vs recompute:256 decoding of --eval-model on --eval-text), "
-               "kv-decode (decode attention, LLaMA-7B heads: FP32 cache vs fused nuq4/3/2 kernel)."};
+               "kv-decode (decode attention, LLaMA-7B heads: FP32 cache vs fused nuq4/3/2 kernel), "
+               "cuda-gemm (CUDA device: cuBLASLt INT8 GEMM, W8A8 and W4A16 linears vs cuBLAS FP16 GEMM at LLaMA-7B shapes; "
+               "not in the default suites)."};
   sq::bench::Fp32BenchOptions fp32;
   std::string json_path, suites = "fp32,w8a8-linear,w8a8-prefill", eval_model, eval_tok, eval_text, synthetic_dir;
   int threads = 0, eval_ctx = 256, synthetic_layers = 16;
@@ -69,9 +73,11 @@ int main(int argc, char** argv) {
     std::stringstream ss(suites);
     for (std::string s; std::getline(ss, s, ',');) {
       if (s != "fp32" && s != "w8a8-linear" && s != "w8a8-prefill" && s != "w4a16" && s != "w4a4" &&
-          s != "kmeans" && s != "streaming" && s != "kv-decode") throw sq::UsageError("unknown --suite '" + s + "'");
+          s != "kmeans" && s != "streaming" && s != "kv-decode" && s != "cuda-gemm") throw sq::UsageError("unknown --suite '" + s + "'");
       want.insert(s);
     }
+    // A CUDA suite without CUDA (or a device) fails before any other suite spends time.
+    if (want.count("cuda-gemm")) sq::require_cuda("sq-bench --suite cuda-gemm");
     nlohmann::json all;
     all["threads"] = omp_get_max_threads();
     if (want.count("fp32")) all["fp32"] = sq::bench::run_fp32_bench(fp32);
@@ -90,6 +96,7 @@ int main(int argc, char** argv) {
       all["streaming"] = sq::bench::run_streaming_bench(streaming);
     }
     if (want.count("kv-decode")) all["kv_decode"] = sq::bench::run_kv_decode_bench(kv_contexts, fp32.min_seconds);
+    if (want.count("cuda-gemm")) all["cuda_gemm"] = sq::bench::run_cuda_gemm_bench(sq::bench::CudaGemmBenchOptions{});
     if (!eval_model.empty()) all["eval_speed"] = sq::bench::run_eval_speed_bench(eval_model, eval_tok, eval_text, eval_ctx);
     if (!json_path.empty()) sq::write_file_atomic(json_path, all.dump(2) + "\n");
     return sq::kExitOk;

@@ -21,19 +21,6 @@ CudaKVCache::CudaKVCache(const ModelConfig& c, int64_t capacity)
   }
 }
 
-CudaLlamaModel::Linear CudaLlamaModel::upload(const sq::Linear& lin, const std::string& name) {
-  const auto* dense = dynamic_cast<const DenseLinear*>(&lin);
-  if (!dense)
-    throw UnsupportedError("CUDA runner: " + name + " is a '" + lin.format() +
-                           "' linear; only FP32 (f32) models run on CUDA so far (issue #7)");
-  Linear L;
-  L.in = lin.in_features();
-  L.out = lin.out_features();
-  L.w = DeviceArray<float>(dense->weight().data(), size_t(dense->weight().numel()));
-  if (!dense->bias().empty()) L.b = DeviceArray<float>(dense->bias().data(), size_t(dense->bias().numel()));
-  return L;
-}
-
 CudaLlamaModel::CudaLlamaModel(const LlamaModel& model) : config_(model.config()) {
   require_cuda("CUDA runner");
   const ModelConfig& c = config_;
@@ -50,16 +37,16 @@ CudaLlamaModel::CudaLlamaModel(const LlamaModel& model) : config_(model.config()
     Layer D;
     D.attn_norm = DeviceArray<float>(L.attn_norm.data(), size_t(c.dim));
     D.ffn_norm = DeviceArray<float>(L.ffn_norm.data(), size_t(c.dim));
-    D.q = upload(*L.q_proj, p + "q_proj");
-    D.k = upload(*L.k_proj, p + "k_proj");
-    D.v = upload(*L.v_proj, p + "v_proj");
-    D.o = upload(*L.o_proj, p + "o_proj");
-    D.gate = upload(*L.gate_proj, p + "gate_proj");
-    D.up = upload(*L.up_proj, p + "up_proj");
-    D.down = upload(*L.down_proj, p + "down_proj");
+    D.q = cuda::upload_linear(*L.q_proj, p + "q_proj");
+    D.k = cuda::upload_linear(*L.k_proj, p + "k_proj");
+    D.v = cuda::upload_linear(*L.v_proj, p + "v_proj");
+    D.o = cuda::upload_linear(*L.o_proj, p + "o_proj");
+    D.gate = cuda::upload_linear(*L.gate_proj, p + "gate_proj");
+    D.up = cuda::upload_linear(*L.up_proj, p + "up_proj");
+    D.down = cuda::upload_linear(*L.down_proj, p + "down_proj");
     layers_.push_back(std::move(D));
   }
-  lm_head_ = upload(model.lm_head(), "the LM head");
+  lm_head_ = cuda::upload_linear(model.lm_head(), "the LM head");
 }
 
 void CudaLlamaModel::reserve(int64_t n) {
@@ -80,10 +67,6 @@ void CudaLlamaModel::reserve(int64_t n) {
   tokens_ = DeviceArray<int32_t>(N);
   positions_ = DeviceArray<int32_t>(N);
   reserved_ = n;
-}
-
-void CudaLlamaModel::linear(const Linear& L, const float* x, int64_t n, float* y) {
-  cuda::linear_f32(x, n, L.in, L.w.data(), L.out, L.b.size() ? L.b.data() : nullptr, y);
 }
 
 void CudaLlamaModel::forward(const int32_t* tokens, int64_t n, CudaKVCache& cache, float* logits, LogitsFor which) {
@@ -112,9 +95,9 @@ void CudaLlamaModel::forward(const int32_t* tokens, int64_t n, CudaKVCache& cach
     const Layer& L = layers_[size_t(l)];
     // Attention block: x += o_proj(attention(rope(q), rope(k), v)) on RMSNorm(x).
     cuda::rms_norm(x, L.attn_norm.data(), xn, n, c.dim, c.norm_eps);
-    linear(L.q, xn, n, q_.data());
-    linear(L.k, xn, n, k_.data());
-    linear(L.v, xn, n, v_.data());
+    L.q->forward(xn, n, q_.data());
+    L.k->forward(xn, n, k_.data());
+    L.v->forward(xn, n, v_.data());
     cuda::rope(q_.data(), positions_.data(), n, c.n_heads, c.head_dim, c.rope_theta, c.rope_layout);
     cuda::rope(k_.data(), positions_.data(), n, c.n_kv_heads, c.head_dim, c.rope_theta, c.rope_layout);
     float* kc = cache.keys_[size_t(l)].data();
@@ -122,14 +105,14 @@ void CudaLlamaModel::forward(const int32_t* tokens, int64_t n, CudaKVCache& cach
     copy_device_to_device(kc + p0 * kvw, k_.data(), size_t(n * kvw) * sizeof(float));
     copy_device_to_device(vc + p0 * kvw, v_.data(), size_t(n * kvw) * sizeof(float));
     cuda::attention(q_.data(), kc, vc, n, p0, c.n_heads, c.n_kv_heads, c.head_dim, att_.data());
-    linear(L.o, att_.data(), n, proj_.data());
+    L.o->forward(att_.data(), n, proj_.data());
     cuda::add_inplace(x, proj_.data(), n * d);
     // FFN block: x += down(silu(gate(xn)) * up(xn)) on RMSNorm(x).
     cuda::rms_norm(x, L.ffn_norm.data(), xn, n, c.dim, c.norm_eps);
-    linear(L.gate, xn, n, gate_.data());
-    linear(L.up, xn, n, up_.data());
+    L.gate->forward(xn, n, gate_.data());
+    L.up->forward(xn, n, up_.data());
     cuda::swiglu(gate_.data(), up_.data(), n * hid);
-    linear(L.down, gate_.data(), n, proj_.data());
+    L.down->forward(gate_.data(), n, proj_.data());
     cuda::add_inplace(x, proj_.data(), n * d);
   }
   cache.length_ += n;
@@ -140,7 +123,7 @@ void CudaLlamaModel::forward(const int32_t* tokens, int64_t n, CudaKVCache& cach
   const int64_t first = which == LogitsFor::AllTokens ? 0 : n - 1;
   const int64_t rows = n - first;
   cuda::rms_norm(x + first * d, final_norm_.data(), xn, rows, c.dim, c.norm_eps);
-  linear(lm_head_, xn, rows, logits_.data());
+  lm_head_->forward(xn, rows, logits_.data());
   logits_.download(logits, size_t(rows) * size_t(c.vocab_size));
 }
 

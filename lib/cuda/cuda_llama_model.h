@@ -1,16 +1,18 @@
-// FP32 LLaMA runner on a CUDA device: the decoder of LlamaModel (model/llama_model.h) with its
+// LLaMA runner on a CUDA device: the decoder of LlamaModel (model/llama_model.h) with its
 // weights uploaded once and every op from cuda/cuda_ops.h, over an FP32 device KV cache.
 //
-// Scope (issue #7, first step): FP32 projections (DenseLinear) only; W8A8 / W4A16 linears and
-// quantized KV caches are not supported yet (the constructor throws UnsupportedError naming the
-// layer). Keys are stored post-RoPE. Device-neutral C++: in a build without CUDA it compiles, and
-// constructing it throws UnsupportedError (cuda/cuda_stub.cpp).
+// Projections and the LM head are device linears (cuda/cuda_linear.h): FP32 (cuBLAS), W8A8
+// (cuBLASLt INT8) or W4A16 (packed INT4 kernels); other formats (Atom W4A4) are refused by name.
+// Quantized KV caches are not supported yet. Keys are stored post-RoPE. Device-neutral C++: in a
+// build without CUDA it compiles, and constructing it throws UnsupportedError (cuda/cuda_stub.cpp).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/model_config.h"
+#include "cuda/cuda_linear.h"
 #include "cuda/cuda_runtime.h"
 #include "model/llama_model.h"
 
@@ -38,10 +40,11 @@ class CudaKVCache {
 /// set per instance); use one instance per host thread.
 class CudaLlamaModel {
  public:
-  /// Uploads `model`'s weights (the embedding is uploaded as FP32, dequantized if stored INT8).
-  /// Throws UnsupportedError when a projection or the LM head is not an FP32 DenseLinear (naming
-  /// the layer and its format), when sqkit was built without CUDA or no device is usable; CudaError
-  /// when the device runs out of memory.
+  /// Uploads `model`'s weights (the embedding is uploaded as FP32, dequantized if stored INT8;
+  /// every linear in its own format through cuda::upload_linear). Throws UnsupportedError when a
+  /// projection or the LM head has a format the CUDA backend does not run (naming the layer and
+  /// its format, e.g. an Atom W4A4 linear), when sqkit was built without CUDA or no device is
+  /// usable; CudaError when the device runs out of memory.
   explicit CudaLlamaModel(const LlamaModel& model);
 
   const ModelConfig& config() const { return config_; }
@@ -53,22 +56,16 @@ class CudaLlamaModel {
   void forward(const int32_t* tokens, int64_t n, CudaKVCache& cache, float* logits, LogitsFor which);
 
  private:
-  struct Linear {
-    DeviceArray<float> w, b;  ///< w [out, in]; b [out] or empty
-    int64_t in = 0, out = 0;
-  };
   struct Layer {
     DeviceArray<float> attn_norm, ffn_norm;
-    Linear q, k, v, o, gate, up, down;
+    std::unique_ptr<cuda::DeviceLinear> q, k, v, o, gate, up, down;
   };
-  static Linear upload(const sq::Linear& lin, const std::string& name);
-  void linear(const Linear& L, const float* x, int64_t n, float* y);
   void reserve(int64_t n);
 
   ModelConfig config_;
   DeviceArray<float> embed_, final_norm_;
   std::vector<Layer> layers_;
-  Linear lm_head_;
+  std::unique_ptr<cuda::DeviceLinear> lm_head_;
   // Scratch (device), grown by reserve(): activations of one forward block.
   int64_t reserved_ = 0;
   DeviceArray<float> x_, xn_, q_, k_, v_, att_, proj_, gate_, up_, logits_;

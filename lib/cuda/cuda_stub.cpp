@@ -2,8 +2,14 @@
 // that would need one throws UnsupportedError with the same message.
 #include <string>
 
+#include "cuda/cuda_fp16_gemm.h"
+#include "cuda/cuda_int8_gemm.h"
+#include "cuda/cuda_int8_quantize.h"
 #include "cuda/cuda_ops.h"
 #include "cuda/cuda_runtime.h"
+#include "cuda/cuda_timer.h"
+#include "cuda/cuda_w4a16_linear.h"
+#include "cuda/cuda_w8a8_linear.h"
 
 namespace sq {
 
@@ -50,6 +56,32 @@ void attention(const float*, const float*, const float*, int64_t, int64_t, int, 
   no_cuda("cuda::attention");
 }
 void quantize_per_token_int8(const float*, int64_t, int64_t, int8_t*, float*, Stream) { no_cuda("cuda::quantize_per_token_int8"); }
+
+// Quantized linears (cuda_int8_gemm.h, cuda_int8_quantize.h, cuda_w8a8_linear.h, cuda_w4a16_linear.h).
+struct CublasLtInt8Gemm::Impl {};
+CublasLtInt8Gemm::CublasLtInt8Gemm(int64_t, int64_t) { no_cuda("CublasLtInt8Gemm"); }
+CublasLtInt8Gemm::~CublasLtInt8Gemm() = default;
+CublasLtInt8Gemm::CublasLtInt8Gemm(CublasLtInt8Gemm&&) noexcept = default;
+CublasLtInt8Gemm& CublasLtInt8Gemm::operator=(CublasLtInt8Gemm&&) noexcept = default;
+void CublasLtInt8Gemm::run(const int8_t*, const int8_t*, int64_t, int32_t*, void*, size_t, Stream) { no_cuda("CublasLtInt8Gemm::run"); }
+void quantize_activations_int8(const float*, int64_t, int64_t, ActQuant, float, int8_t*, int64_t, float*, Stream) {
+  no_cuda("cuda::quantize_activations_int8");
+}
+void dequantize_int8_gemm(const int32_t*, int64_t, int64_t, int64_t, const float*, bool, const float*, bool, const float*, float*,
+                          Stream) {
+  no_cuda("cuda::dequantize_int8_gemm");
+}
+std::unique_ptr<DeviceLinear> make_w8a8_device_linear(const W8A8HostWeights&) { no_cuda("cuda::make_w8a8_device_linear"); }
+std::unique_ptr<DeviceLinear> make_w4a16_device_linear(const Int4Weights&, const std::string&) {
+  no_cuda("cuda::make_w4a16_device_linear");
+}
+
+// Benchmark helpers (cuda_fp16_gemm.h, cuda_timer.h).
+void gemm_f16(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, uint16_t*, Stream) { no_cuda("cuda::gemm_f16"); }
+CudaEventTimer::CudaEventTimer() { no_cuda("CudaEventTimer"); }
+CudaEventTimer::~CudaEventTimer() = default;
+void CudaEventTimer::start(Stream) { no_cuda("CudaEventTimer::start"); }
+float CudaEventTimer::stop_ms(Stream) { no_cuda("CudaEventTimer::stop_ms"); }
 }  // namespace cuda
 
 }  // namespace sq
