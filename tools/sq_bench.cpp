@@ -16,6 +16,7 @@
 #include "bench/w8a8_model_bench.h"
 #include "core/error.h"
 #include "core/tool_main.h"
+#include "cuda/cuda_kv_bench.h"
 #include "formats/atomic_file.h"
 #include "formats/hf_checkpoint.h"
 #include "model/synthetic.h"
@@ -26,13 +27,16 @@ int main(int argc, char** argv) {
                "w8a8-prefill (W8A8 vs FP32 synthetic-model prefill), w4a16 (batch-1 INT4 GEMV vs FP32 sgemv), w4a4 (Atom W4A4 GEMM vs W8A8 GEMM and sgemm), "
                "kmeans (KVQuant codebook fitting: exact weighted 1-D k-means vs histogram DP vs Lloyd), "
                "streaming (sink:4,window:252 vs recompute:256 decoding of --eval-model on --eval-text), "
-               "kv-decode (decode attention, LLaMA-7B heads: FP32 cache vs fused nuq4/3/2 kernel)."};
+               "kv-decode (decode attention, LLaMA-7B heads: FP32 cache vs fused nuq4/3/2 kernel), "
+               "cuda-kv-decode (CUDA decode attention, LLaMA-7B heads: nuq4 vs FP16 vs FP32 rows; needs a GPU; not run by default)."};
   sq::bench::Fp32BenchOptions fp32;
   std::string json_path, suites = "fp32,w8a8-linear,w8a8-prefill", eval_model, eval_tok, eval_text, synthetic_dir;
   int threads = 0, eval_ctx = 256, synthetic_layers = 16;
   int64_t kmeans_values = 1000000;
   sq::bench::StreamingBenchOptions streaming;
   std::vector<int64_t> kv_contexts = {4096, 8192, 16384};
+  std::vector<int64_t> cuda_kv_contexts = {8192, 32768};
+  int cuda_kv_reps = 50;
   app.add_option("--suite", suites, "Comma-separated suites to run")->capture_default_str();
   app.add_option("--tokens", fp32.tokens, "GEMM rows / prefill length")->capture_default_str();
   app.add_option("--layers", fp32.layers, "Layers of the synthetic model")->capture_default_str();
@@ -48,6 +52,8 @@ int main(int argc, char** argv) {
   app.add_option("--stream-sinks", streaming.sinks, "streaming suite: attention sinks S")->capture_default_str();
   app.add_option("--stream-window", streaming.window, "streaming suite: window W (recompute uses S + W)")->capture_default_str();
   app.add_option("--kv-contexts", kv_contexts, "Cached tokens for the kv-decode suite")->delimiter(',')->capture_default_str();
+  app.add_option("--cuda-kv-contexts", cuda_kv_contexts, "Cached tokens for the cuda-kv-decode suite")->delimiter(',')->capture_default_str();
+  app.add_option("--cuda-kv-reps", cuda_kv_reps, "Timed calls per item of the cuda-kv-decode suite (median)")->capture_default_str();
   app.add_option("--json", json_path, "Write all results as JSON");
   app.add_option("-t,--threads", threads, "Threads (default: all cores)");
   try {
@@ -69,7 +75,7 @@ int main(int argc, char** argv) {
     std::stringstream ss(suites);
     for (std::string s; std::getline(ss, s, ',');) {
       if (s != "fp32" && s != "w8a8-linear" && s != "w8a8-prefill" && s != "w4a16" && s != "w4a4" &&
-          s != "kmeans" && s != "streaming" && s != "kv-decode") throw sq::UsageError("unknown --suite '" + s + "'");
+          s != "kmeans" && s != "streaming" && s != "kv-decode" && s != "cuda-kv-decode") throw sq::UsageError("unknown --suite '" + s + "'");
       want.insert(s);
     }
     nlohmann::json all;
@@ -89,6 +95,7 @@ int main(int argc, char** argv) {
       streaming.text = eval_text;
       all["streaming"] = sq::bench::run_streaming_bench(streaming);
     }
+    if (want.count("cuda-kv-decode")) all["cuda_kv_decode"] = sq::bench::run_cuda_kv_decode_bench(cuda_kv_contexts, cuda_kv_reps);
     if (want.count("kv-decode")) all["kv_decode"] = sq::bench::run_kv_decode_bench(kv_contexts, fp32.min_seconds);
     if (!eval_model.empty()) all["eval_speed"] = sq::bench::run_eval_speed_bench(eval_model, eval_tok, eval_text, eval_ctx);
     if (!json_path.empty()) sq::write_file_atomic(json_path, all.dump(2) + "\n");

@@ -2,6 +2,7 @@
 // that would need one throws UnsupportedError with the same message.
 #include <string>
 
+#include "cuda/cuda_kv_kernels.h"
 #include "cuda/cuda_ops.h"
 #include "cuda/cuda_runtime.h"
 
@@ -36,6 +37,12 @@ void DeviceBuffer::copy_from_host(const void*, size_t, size_t) { no_cuda("Device
 void DeviceBuffer::copy_to_host(void*, size_t, size_t) const { no_cuda("DeviceBuffer::copy_to_host"); }
 void DeviceBuffer::zero() {}
 
+CudaEventTimer::CudaEventTimer() { no_cuda("CudaEventTimer"); }
+CudaEventTimer::~CudaEventTimer() = default;
+void CudaEventTimer::start(Stream) { no_cuda("CudaEventTimer::start"); }
+void CudaEventTimer::stop(Stream) { no_cuda("CudaEventTimer::stop"); }
+float CudaEventTimer::elapsed_ms() const { no_cuda("CudaEventTimer::elapsed_ms"); }
+
 namespace cuda {
 void rms_norm(const float*, const float*, float*, int64_t, int, float, Stream) { no_cuda("cuda::rms_norm"); }
 void rope(float*, const int32_t*, int64_t, int, int, float, RopeLayout, Stream) { no_cuda("cuda::rope"); }
@@ -50,6 +57,14 @@ void attention(const float*, const float*, const float*, int64_t, int64_t, int, 
   no_cuda("cuda::attention");
 }
 void quantize_per_token_int8(const float*, int64_t, int64_t, int8_t*, float*, Stream) { no_cuda("cuda::quantize_per_token_int8"); }
+void kv_encode(const KVLayerDeviceView&, const float*, const float*, int64_t, int64_t, unsigned long long*, Stream) {
+  no_cuda("cuda::kv_encode");
+}
+void kv_dequantize(const KVLayerDeviceView&, int64_t, float*, float*, Stream) { no_cuda("cuda::kv_dequantize"); }
+int64_t kv_decode_scratch_floats(const KVLayerDeviceView&, int, int64_t) { no_cuda("cuda::kv_decode_scratch_floats"); }
+void kv_decode_attention(const KVLayerDeviceView&, const float*, int, int64_t, float*, float*, Stream) {
+  no_cuda("cuda::kv_decode_attention");
+}
 }  // namespace cuda
 
 }  // namespace sq
