@@ -86,5 +86,16 @@ TEST(CudaDevice, BenchCudaGemmSuiteRefusesWithoutDeviceInOneLine) {
   EXPECT_TRUE(r.out.empty()) << r.out;
 }
 
+// sq-bench --suite cuda-kv-decode without a device (or without CUDA compiled in): one stderr line
+// naming the suite, exit 2, nothing on stdout.
+TEST(CudaDevice, CudaKvDecodeBenchRefusesWithoutDeviceWithOneLineExit2) {
+  if (cuda_available()) GTEST_SKIP() << "a CUDA device is present (the suite would run)";
+  const auto r = test::run_process({test::tool("sq-bench"), "--suite", "cuda-kv-decode"});
+  EXPECT_EQ(r.exit_status, 2) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("--suite cuda-kv-decode"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
 }  // namespace
 }  // namespace sq

@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "calib/fisher.h"
+#include "calib/kv_calibration.h"
+#include "calib/window_sampler.h"
 #include "core/error.h"
 #include "cuda/cuda_llama_model.h"
 #include "cuda/cuda_runtime.h"
@@ -162,6 +165,53 @@ TEST(CudaModel, Stories260KW4A16LogitsMatchCpuPrefillAndDecode) {
     EXPECT_LT(r.prefill_nmse, 1e-8) << "g " << g << " asym " << asym;
     EXPECT_LT(r.decode_nmse, 1e-8) << "g " << g << " asym " << asym;
     EXPECT_EQ(r.argmax_mismatches, 0) << "g " << g << " asym " << asym;
+  }
+}
+
+TEST(CudaModel, Stories260KNuq4KVCacheLogitsMatchCpuPrefillAndDecode) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
+  const LlamaModel model = LlamaModel::from_checkpoint(ck);
+  auto tok = load_tokenizer(test::stories_tokenizer());
+  // KVQuant parameters from a real calibration: Fisher samples of 4 windows x 64 tokens of the
+  // training text (what sq-calibrate --fisher records), codebooks fitted per layer.
+  const KVFisherResult fisher = collect_kv_fisher(
+      model, sample_calibration_windows(test::shared_data("tinystories/tinystories-train-2MiB.txt"), *tok, 4, 64, 9), 200, 9);
+  const std::vector<int> ids = tok->encode("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends.",
+                                           true, false);
+  const std::vector<int32_t> tokens(ids.begin(), ids.end());
+  const int64_t n = int64_t(tokens.size()), steps = 6, V = ck.config.vocab_size;
+  for (const double outliers : {0.0, 0.01}) {
+    KVSpec spec = parse_kv_spec("nuq4");  // pre-RoPE per-channel keys, per-token values, 1 FP16 sink
+    spec.outlier_fraction = outliers;
+    SCOPED_TRACE(kv_spec_name(spec));
+    std::vector<NuqLayerParams> params;
+    for (int l = 0; l < ck.config.n_layers; ++l) params.push_back(fit_nuq_layer(spec, fisher.layers[size_t(l)], ck.config, l));
+    KVCache cache(ck.config, n + steps, spec, &params);
+    Workspace ws;
+    CudaLlamaModel gpu(model);
+    CudaKVCache gcache(ck.config, n + steps, spec, &params);
+    std::vector<float> ref(size_t(n * V)), got(size_t(n * V));
+    model.forward(tokens.data(), n, cache, ws, ref.data(), LogitsFor::AllTokens);
+    gpu.forward(tokens.data(), n, gcache, got.data(), LogitsFor::AllTokens);
+    // The device encodes exactly the CPU codec's bytes for identical K/V (cuda_kv_cache_test.cpp);
+    // its K/V differ from the CPU's by FP32 rounding (~1e-6 relative, see the FP32 test), which
+    // moves a code only for a value within ~1e-6·scale of a signpost midpoint: for the 5 layers x
+    // 2 x 32 x 30 elements here that is expected ≪ 1 time. Without such a flip the logits differ as
+    // in the FP32 runner (normalized MSE < 1e-8); one flip moves one element by one signpost gap and
+    // the logits by ~1e-3 relative (normalized MSE ~1e-6). So < 1e-6 allows at most a stray flip.
+    EXPECT_LT(nmse(got.data(), ref.data(), got.size()), 1e-6);
+    EXPECT_EQ(gcache.bytes().total(), cache.bytes().total());
+    int32_t next = int32_t(std::max_element(ref.end() - V, ref.end()) - (ref.end() - V));
+    for (int64_t s = 0; s < steps; ++s) {
+      std::vector<float> r1(static_cast<size_t>(V)), g1(static_cast<size_t>(V));
+      model.forward(&next, 1, cache, ws, r1.data(), LogitsFor::LastToken);  // fused CPU nuq decode kernel
+      gpu.forward(&next, 1, gcache, g1.data(), LogitsFor::LastToken);       // split-K device decode kernel
+      EXPECT_LT(nmse(g1.data(), r1.data(), size_t(V)), 1e-6) << "decode step " << s;
+      next = int32_t(std::max_element(r1.begin(), r1.end()) - r1.begin());
+    }
+    EXPECT_EQ(gcache.length(), n + steps);
+    EXPECT_EQ(gcache.clamped_outliers(), 0);
   }
 }
 

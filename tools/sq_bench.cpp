@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/tool_main.h"
 #include "cuda/cuda_gemm_bench.h"
+#include "cuda/cuda_kv_bench.h"
 #include "cuda/cuda_runtime.h"
 #include "formats/atomic_file.h"
 #include "formats/hf_checkpoint.h"
@@ -30,13 +31,17 @@ int main(int argc, char** argv) {
                "streaming (sink:4,window:252 vs recompute:256 decoding of --eval-model on --eval-text), "
                "kv-decode (decode attention, LLaMA-7B heads: FP32 cache vs fused nuq4/3/2 kernel), "
                "cuda-gemm (CUDA device: cuBLASLt INT8 GEMM, W8A8 and W4A16 linears vs cuBLAS FP16 GEMM at LLaMA-7B shapes; "
-               "not in the default suites)."};
+               "not in the default suites), "
+
+               "cuda-kv-decode (CUDA decode attention, LLaMA-7B heads: nuq4 vs FP16 vs FP32 rows; needs a GPU; not run by default)."};
   sq::bench::Fp32BenchOptions fp32;
   std::string json_path, suites = "fp32,w8a8-linear,w8a8-prefill", eval_model, eval_tok, eval_text, synthetic_dir;
   int threads = 0, eval_ctx = 256, synthetic_layers = 16;
   int64_t kmeans_values = 1000000;
   sq::bench::StreamingBenchOptions streaming;
   std::vector<int64_t> kv_contexts = {4096, 8192, 16384};
+  std::vector<int64_t> cuda_kv_contexts = {8192, 32768};
+  int cuda_kv_reps = 50;
   app.add_option("--suite", suites, "Comma-separated suites to run")->capture_default_str();
   app.add_option("--tokens", fp32.tokens, "GEMM rows / prefill length")->capture_default_str();
   app.add_option("--layers", fp32.layers, "Layers of the synthetic model")->capture_default_str();
@@ -52,6 +57,8 @@ int main(int argc, char** argv) {
   app.add_option("--stream-sinks", streaming.sinks, "streaming suite: attention sinks S")->capture_default_str();
   app.add_option("--stream-window", streaming.window, "streaming suite: window W (recompute uses S + W)")->capture_default_str();
   app.add_option("--kv-contexts", kv_contexts, "Cached tokens for the kv-decode suite")->delimiter(',')->capture_default_str();
+  app.add_option("--cuda-kv-contexts", cuda_kv_contexts, "Cached tokens for the cuda-kv-decode suite")->delimiter(',')->capture_default_str();
+  app.add_option("--cuda-kv-reps", cuda_kv_reps, "Timed calls per item of the cuda-kv-decode suite (median)")->capture_default_str();
   app.add_option("--json", json_path, "Write all results as JSON");
   app.add_option("-t,--threads", threads, "Threads (default: all cores)");
   try {
@@ -73,7 +80,8 @@ int main(int argc, char** argv) {
     std::stringstream ss(suites);
     for (std::string s; std::getline(ss, s, ',');) {
       if (s != "fp32" && s != "w8a8-linear" && s != "w8a8-prefill" && s != "w4a16" && s != "w4a4" &&
-          s != "kmeans" && s != "streaming" && s != "kv-decode" && s != "cuda-gemm") throw sq::UsageError("unknown --suite '" + s + "'");
+          s != "kmeans" && s != "streaming" && s != "kv-decode" && s != "cuda-gemm" &&
+          s != "cuda-kv-decode") throw sq::UsageError("unknown --suite '" + s + "'");
       want.insert(s);
     }
     // A CUDA suite without CUDA (or a device) fails before any other suite spends time.
@@ -95,6 +103,7 @@ int main(int argc, char** argv) {
       streaming.text = eval_text;
       all["streaming"] = sq::bench::run_streaming_bench(streaming);
     }
+    if (want.count("cuda-kv-decode")) all["cuda_kv_decode"] = sq::bench::run_cuda_kv_decode_bench(cuda_kv_contexts, cuda_kv_reps);
     if (want.count("kv-decode")) all["kv_decode"] = sq::bench::run_kv_decode_bench(kv_contexts, fp32.min_seconds);
     if (want.count("cuda-gemm")) all["cuda_gemm"] = sq::bench::run_cuda_gemm_bench(sq::bench::CudaGemmBenchOptions{});
     if (!eval_model.empty()) all["eval_speed"] = sq::bench::run_eval_speed_bench(eval_model, eval_tok, eval_text, eval_ctx);

@@ -11,7 +11,6 @@
 #include "cuda/cuda_int8_gemm.h"
 #include "cuda/cuda_linear.h"
 #include "cuda/cuda_runtime.h"
-#include "cuda/cuda_timer.h"
 #include "formats/safetensors.h"
 #include "model/w4a16_linear.h"
 #include "model/w8a8_linear.h"
@@ -61,7 +60,7 @@ nlohmann::json run_cuda_gemm_bench(const CudaGemmBenchOptions& opt) {
   const Shape shapes[] = {{4096, 4096, "q/k/v/o 4096x4096"}, {11008, 4096, "gate/up 11008x4096"}, {4096, 11008, "down 4096x11008"}};
   CudaStream stream;
   const Stream s = stream.get();
-  cuda::CudaEventTimer timer;
+  CudaEventTimer timer;
   double min_large_ratio = 1e30;
   for (const Shape& sh : shapes) {
     const auto wf = normal_vector(sh.m * sh.k, 21, 0.02f);
@@ -99,7 +98,8 @@ nlohmann::json run_cuda_gemm_bench(const CudaGemmBenchOptions& opt) {
         for (Item& it : items) {
           timer.start(s);
           it.body();
-          it.ms.push_back(timer.stop_ms(s));
+          timer.stop(s);
+          it.ms.push_back(timer.elapsed_ms());
         }
       const double flops = 2.0 * double(sh.m) * double(sh.k) * double(n);
       nlohmann::json row = {{"shape", sh.name}, {"m", sh.m}, {"k", sh.k}, {"n", n}};

@@ -9,18 +9,6 @@
 
 namespace sq {
 
-CudaKVCache::CudaKVCache(const ModelConfig& c, int64_t capacity)
-    : capacity_(capacity), row_(int64_t(c.n_kv_heads) * c.head_dim) {
-  if (capacity < 1) throw std::invalid_argument("CudaKVCache: capacity must be >= 1, got " + std::to_string(capacity));
-  require_cuda("CudaKVCache");
-  for (int l = 0; l < c.n_layers; ++l) {
-    keys_.emplace_back(size_t(capacity * row_));
-    values_.emplace_back(size_t(capacity * row_));
-    keys_.back().zero();
-    values_.back().zero();
-  }
-}
-
 CudaLlamaModel::CudaLlamaModel(const LlamaModel& model) : config_(model.config()) {
   require_cuda("CUDA runner");
   const ModelConfig& c = config_;
@@ -81,7 +69,7 @@ void CudaLlamaModel::forward(const int32_t* tokens, int64_t n, CudaKVCache& cach
       throw std::out_of_range("token id " + std::to_string(tokens[t]) + " outside the vocabulary of " +
                               std::to_string(c.vocab_size));
   reserve(n);
-  const int64_t d = c.dim, hd = c.head_dim, kvw = int64_t(c.n_kv_heads) * hd, hid = c.hidden_dim;
+  const int64_t d = c.dim, hid = c.hidden_dim;
   std::vector<int32_t> pos(static_cast<size_t>(n));
   std::iota(pos.begin(), pos.end(), static_cast<int32_t>(p0));
   tokens_.upload(tokens, size_t(n));
@@ -99,12 +87,10 @@ void CudaLlamaModel::forward(const int32_t* tokens, int64_t n, CudaKVCache& cach
     L.k->forward(xn, n, k_.data());
     L.v->forward(xn, n, v_.data());
     cuda::rope(q_.data(), positions_.data(), n, c.n_heads, c.head_dim, c.rope_theta, c.rope_layout);
-    cuda::rope(k_.data(), positions_.data(), n, c.n_kv_heads, c.head_dim, c.rope_theta, c.rope_layout);
-    float* kc = cache.keys_[size_t(l)].data();
-    float* vc = cache.values_[size_t(l)].data();
-    copy_device_to_device(kc + p0 * kvw, k_.data(), size_t(n * kvw) * sizeof(float));
-    copy_device_to_device(vc + p0 * kvw, v_.data(), size_t(n * kvw) * sizeof(float));
-    cuda::attention(q_.data(), kc, vc, n, p0, c.n_heads, c.n_kv_heads, c.head_dim, att_.data());
+    // The cache stores the keys (rotating them first unless its format keeps them pre-RoPE) and
+    // attends over its rows in its storage format (cuda/cuda_kv_cache.h).
+    cache.append(l, k_.data(), v_.data(), n, positions_.data());
+    cache.attend(l, q_.data(), n, att_.data());
     L.o->forward(att_.data(), n, proj_.data());
     cuda::add_inplace(x, proj_.data(), n * d);
     // FFN block: x += down(silu(gate(xn)) * up(xn)) on RMSNorm(x).
@@ -115,7 +101,7 @@ void CudaLlamaModel::forward(const int32_t* tokens, int64_t n, CudaKVCache& cach
     L.down->forward(gate_.data(), n, proj_.data());
     cuda::add_inplace(x, proj_.data(), n * d);
   }
-  cache.length_ += n;
+  cache.advance(n);
   if (which == LogitsFor::None) {
     cuda_synchronize(Stream{}, "CUDA runner forward");
     return;

@@ -1,9 +1,10 @@
 // LLaMA runner on a CUDA device: the decoder of LlamaModel (model/llama_model.h) with its
-// weights uploaded once and every op from cuda/cuda_ops.h, over an FP32 device KV cache.
+// weights uploaded once and every op from cuda/cuda_ops.h, over a device KV cache in any KVSpec
+// format (cuda/cuda_kv_cache.h).
 //
 // Projections and the LM head are device linears (cuda/cuda_linear.h): FP32 (cuBLAS), W8A8
 // (cuBLASLt INT8) or W4A16 (packed INT4 kernels); other formats (Atom W4A4) are refused by name.
-// Quantized KV caches are not supported yet. Keys are stored post-RoPE. Device-neutral C++: in a
+// Device-neutral C++: in a
 // build without CUDA it compiles, and constructing it throws UnsupportedError (cuda/cuda_stub.cpp).
 #pragma once
 
@@ -12,29 +13,12 @@
 #include <vector>
 
 #include "core/model_config.h"
+#include "cuda/cuda_kv_cache.h"
 #include "cuda/cuda_linear.h"
 #include "cuda/cuda_runtime.h"
 #include "model/llama_model.h"
 
 namespace sq {
-
-/// The FP32 KV cache of a CudaLlamaModel on the device: per layer, keys (post-RoPE) and values
-/// [capacity, n_kv_heads·head_dim] row-major FP32.
-class CudaKVCache {
- public:
-  /// Allocates (and zeroes) the cache. Throws std::invalid_argument for capacity < 1, CudaError
-  /// when the device is out of memory, UnsupportedError without CUDA.
-  CudaKVCache(const ModelConfig& config, int64_t capacity);
-  int64_t length() const { return length_; }
-  int64_t capacity() const { return capacity_; }
-  /// Forgets every position (the memory is kept).
-  void reset() { length_ = 0; }
-
- private:
-  friend class CudaLlamaModel;
-  int64_t capacity_ = 0, length_ = 0, row_ = 0;  ///< row_ = n_kv_heads·head_dim
-  std::vector<DeviceArray<float>> keys_, values_;
-};
 
 /// A LLaMA-family model whose forward pass runs on CUDA device 0. Not thread-safe (one scratch
 /// set per instance); use one instance per host thread.

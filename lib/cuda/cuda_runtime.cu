@@ -74,6 +74,38 @@ void copy_device_to_device(void* dst, const void* src, size_t bytes, Stream stre
         "cudaMemcpyAsync(device to device, " + std::to_string(bytes) + " bytes)");
 }
 
+CudaEventTimer::CudaEventTimer() {
+  cudaEvent_t a = nullptr, b = nullptr;
+  check(cudaEventCreate(&a), "cudaEventCreate");
+  const cudaError_t err = cudaEventCreate(&b);
+  if (err != cudaSuccess) {
+    cudaEventDestroy(a);
+    check(err, "cudaEventCreate");
+  }
+  start_ = a;
+  stop_ = b;
+}
+
+CudaEventTimer::~CudaEventTimer() {
+  if (start_) cudaEventDestroy(static_cast<cudaEvent_t>(start_));
+  if (stop_) cudaEventDestroy(static_cast<cudaEvent_t>(stop_));
+}
+
+void CudaEventTimer::start(Stream stream) {
+  check(cudaEventRecord(static_cast<cudaEvent_t>(start_), cuda_detail::stream_of(stream)), "cudaEventRecord(start)");
+}
+
+void CudaEventTimer::stop(Stream stream) {
+  check(cudaEventRecord(static_cast<cudaEvent_t>(stop_), cuda_detail::stream_of(stream)), "cudaEventRecord(stop)");
+}
+
+float CudaEventTimer::elapsed_ms() const {
+  check(cudaEventSynchronize(static_cast<cudaEvent_t>(stop_)), "cudaEventSynchronize");
+  float ms = 0.0f;
+  check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_), static_cast<cudaEvent_t>(stop_)), "cudaEventElapsedTime");
+  return ms;
+}
+
 DeviceBuffer::DeviceBuffer(size_t bytes) {
   if (bytes == 0) return;
   void* p = nullptr;

@@ -5,9 +5,9 @@
 #include "cuda/cuda_fp16_gemm.h"
 #include "cuda/cuda_int8_gemm.h"
 #include "cuda/cuda_int8_quantize.h"
+#include "cuda/cuda_kv_kernels.h"
 #include "cuda/cuda_ops.h"
 #include "cuda/cuda_runtime.h"
-#include "cuda/cuda_timer.h"
 #include "cuda/cuda_w4a16_linear.h"
 #include "cuda/cuda_w8a8_linear.h"
 
@@ -41,6 +41,12 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&&) noexcept { return *this; }
 void DeviceBuffer::copy_from_host(const void*, size_t, size_t) { no_cuda("DeviceBuffer::copy_from_host"); }
 void DeviceBuffer::copy_to_host(void*, size_t, size_t) const { no_cuda("DeviceBuffer::copy_to_host"); }
 void DeviceBuffer::zero() {}
+
+CudaEventTimer::CudaEventTimer() { no_cuda("CudaEventTimer"); }
+CudaEventTimer::~CudaEventTimer() = default;
+void CudaEventTimer::start(Stream) { no_cuda("CudaEventTimer::start"); }
+void CudaEventTimer::stop(Stream) { no_cuda("CudaEventTimer::stop"); }
+float CudaEventTimer::elapsed_ms() const { no_cuda("CudaEventTimer::elapsed_ms"); }
 
 namespace cuda {
 void rms_norm(const float*, const float*, float*, int64_t, int, float, Stream) { no_cuda("cuda::rms_norm"); }
@@ -76,12 +82,18 @@ std::unique_ptr<DeviceLinear> make_w4a16_device_linear(const Int4Weights&, const
   no_cuda("cuda::make_w4a16_device_linear");
 }
 
-// Benchmark helpers (cuda_fp16_gemm.h, cuda_timer.h).
+// Benchmark helper (cuda_fp16_gemm.h).
 void gemm_f16(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, uint16_t*, Stream) { no_cuda("cuda::gemm_f16"); }
-CudaEventTimer::CudaEventTimer() { no_cuda("CudaEventTimer"); }
-CudaEventTimer::~CudaEventTimer() = default;
-void CudaEventTimer::start(Stream) { no_cuda("CudaEventTimer::start"); }
-float CudaEventTimer::stop_ms(Stream) { no_cuda("CudaEventTimer::stop_ms"); }
+
+// KV cache kernels (cuda_kv_kernels.h).
+void kv_encode(const KVLayerDeviceView&, const float*, const float*, int64_t, int64_t, unsigned long long*, Stream) {
+  no_cuda("cuda::kv_encode");
+}
+void kv_dequantize(const KVLayerDeviceView&, int64_t, float*, float*, Stream) { no_cuda("cuda::kv_dequantize"); }
+int64_t kv_decode_scratch_floats(const KVLayerDeviceView&, int, int64_t) { no_cuda("cuda::kv_decode_scratch_floats"); }
+void kv_decode_attention(const KVLayerDeviceView&, const float*, int, int64_t, float*, float*, Stream) {
+  no_cuda("cuda::kv_decode_attention");
+}
 }  // namespace cuda
 
 }  // namespace sq
