@@ -110,7 +110,9 @@ TEST(CudaEval, ToolsRunOnTheDevice) {
     ASSERT_EQ(r.exit_status, 0) << r.err;
     const nlohmann::json j = nlohmann::json::parse(read_file_to_string(json));
     ppl[i] = j.at("ppl").get<double>();
-    if (i == 1) EXPECT_NE(j.at("device").get<std::string>().find("cuda ("), std::string::npos);
+    if (i == 1) {
+      EXPECT_NE(j.at("device").get<std::string>().find("cuda ("), std::string::npos);
+    }
   }
   EXPECT_NEAR(ppl[1] / ppl[0], 1.0, 1e-3) << "CPU " << ppl[0] << ", CUDA " << ppl[1];
 
