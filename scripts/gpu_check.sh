@@ -3,6 +3,7 @@
 # scripts/gpu_bundle.sh here. Each stage fits one device call (< 10 min) and writes its logs to
 # $OUT (the device tool returns that folder), default .gpu/out:
 #   cuda-tests  machine facts, then every Cuda* test, then the CUDA op tests under compute-sanitizer
+#   sanitize    the device tests under compute-sanitizer racecheck, synccheck and initcheck
 #   suite       the whole test suite in 16 parallel shards (acceptance: "the test suite passes")
 #   bench       sq-bench cuda-gemm and cuda-kv-decode; sq-eval CPU vs CUDA PPL (FP32, W8A8, nuq4 KV)
 set -uo pipefail
@@ -38,6 +39,15 @@ case "${1:-cuda-tests}" in
     compute-sanitizer --tool memcheck --error-exitcode 9 "$T" --gtest_filter='CudaOps*:CudaLinear*:CudaKV*' \
       > "$OUT/cuda_memcheck.txt" 2>&1
     echo "compute-sanitizer memcheck exit $?"; tail -25 "$OUT/cuda_memcheck.txt"
+    ;;
+  sanitize)
+    # Shared-memory races and barrier misuse in the kernels (racecheck, synccheck) and reads of
+    # uninitialized device memory (initcheck), on the device tests.
+    for tool in racecheck synccheck initcheck; do
+      compute-sanitizer --tool $tool --error-exitcode 9 "$T" --gtest_filter='CudaOps*:CudaLinear*:CudaKVCache*' \
+        > "$OUT/cuda_$tool.txt" 2>&1
+      echo "compute-sanitizer $tool exit $?"; tail -8 "$OUT/cuda_$tool.txt"
+    done
     ;;
   suite)
     N=16
@@ -78,5 +88,5 @@ for cpu in sorted(glob.glob(os.path.join(out, "ppl_*_cpu.json"))):
           f"CUDA {b['ppl']:.4f} ({b['tokens_per_second']:.0f} tok/s)  rel diff {abs(b['ppl'] / a['ppl'] - 1):.2e}  {b.get('device', '')}")
 PY
     ;;
-  *) echo "usage: scripts/gpu_check.sh cuda-tests|suite|bench" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu_check.sh cuda-tests|sanitize|suite|bench" >&2; exit 2 ;;
 esac
