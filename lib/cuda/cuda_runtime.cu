@@ -153,6 +153,10 @@ void DeviceBuffer::copy_from_host(const void* src, size_t bytes, size_t offset) 
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (before a host-to-device copy)");
   check(cudaMemcpy(static_cast<char*>(ptr_) + offset, src, bytes, cudaMemcpyHostToDevice),
         "cudaMemcpy(host to device, " + std::to_string(bytes) + " bytes)");
+  // From pageable memory cudaMemcpy may return before the DMA to the device has finished, and it
+  // runs on the legacy default stream, which non-blocking streams (CudaStream) do not wait for:
+  // wait here so a kernel enqueued next on any stream sees the data.
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (after a host-to-device copy)");
 }
 
 void DeviceBuffer::copy_to_host(void* dst, size_t bytes, size_t offset) const {
@@ -167,6 +171,8 @@ void DeviceBuffer::zero() {
   if (!bytes_) return;
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (before cudaMemset)");
   check(cudaMemset(ptr_, 0, bytes_), "cudaMemset(" + std::to_string(bytes_) + " bytes)");
+  // cudaMemset is asynchronous (legacy default stream): wait, as after a host-to-device copy.
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (after cudaMemset)");
 }
 
 }  // namespace sq

@@ -97,9 +97,10 @@ class CudaEventTimer {
 };
 
 /// RAII device allocation of `bytes` bytes (cudaMalloc / cudaFree). Move-only. Copies and zero()
-/// first wait for the whole device (cudaDeviceSynchronize), then copy synchronously (cudaMemcpy), so
-/// they are ordered after every op enqueued on any stream and host buffers may be reused as soon as
-/// they return: simple and safe rather than fast (the reference runner's transfers are small).
+/// wait for the whole device (cudaDeviceSynchronize) before and after the copy (cudaMemcpy) or
+/// memset, so they are ordered after every op enqueued earlier and before every op enqueued later,
+/// on any stream, and host buffers may be reused as soon as they return: simple and safe rather
+/// than fast (the reference runner's transfers are small).
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
