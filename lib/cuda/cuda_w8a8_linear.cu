@@ -34,7 +34,14 @@ void grow(DeviceArray<T>& a, size_t count, Stream stream) {
   if (a.size()) cuda_synchronize(stream, "cudaStreamSynchronize (before growing W8A8 scratch)");
   a = DeviceArray<T>();
   a = DeviceArray<T>(count);
+  a.zero();  // the GEMM reads the padding rows of xq (below): keep them initialized
 }
+
+/// Token rows the INT8 GEMM runs on: n rounded up to a multiple of 32. cuBLASLt's INT8 kernels are
+/// not known to have an algorithm for every small n (PyTorch's torch._int_mm, also cuBLASLt INT8,
+/// refuses n ≤ 16 and pads small n to 32); rows are independent, so the extra rows (stale codes of
+/// earlier calls, or zeros) only produce accumulator rows the epilogue never reads.
+int64_t gemm_rows(int64_t n) { return (n + 31) / 32 * 32; }
 
 W8A8Scratch& scratch_for(Stream stream, size_t xq_count, size_t step_count, size_t acc_count) {
   thread_local std::unordered_map<void*, W8A8Scratch> per_stream;
@@ -71,9 +78,10 @@ class CudaW8A8Linear final : public DeviceLinear {
     if (n < 0) throw std::invalid_argument("W8A8 device linear (" + format_ + "): negative row count " + std::to_string(n));
     if (n == 0) return;
     const bool per_token = act_ == ActQuant::PerToken;
-    W8A8Scratch& s = scratch_for(stream, size_t(n) * size_t(k_pad_), per_token ? size_t(n) : 1, size_t(n) * size_t(m_pad_));
+    const int64_t rows = gemm_rows(n);
+    W8A8Scratch& s = scratch_for(stream, size_t(rows) * size_t(k_pad_), per_token ? size_t(n) : 1, size_t(rows) * size_t(m_pad_));
     quantize_activations_int8(x, n, in_, act_, static_step_, s.xq.data(), k_pad_, s.steps.data(), stream);
-    gemm_.run(wq_.data(), s.xq.data(), n, s.acc.data(), s.workspace.data(), s.workspace.bytes(), stream);
+    gemm_.run(wq_.data(), s.xq.data(), rows, s.acc.data(), s.workspace.data(), s.workspace.bytes(), stream);
     dequantize_int8_gemm(s.acc.data(), m_pad_, n, out_, s.steps.data(), per_token, w_scales_.data(), per_channel_,
                          bias_.size() ? bias_.data() : nullptr, y, stream);
   }
