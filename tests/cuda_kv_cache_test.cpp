@@ -539,7 +539,11 @@ void check_format(const ModelConfig& c, const KVSpec& spec, const std::vector<Nu
       DeviceArray<float> dk(kk);
       const DeviceArray<float> dv(vv);
       gpu.append(l, dk.data(), dv.data(), n, dpos.data());
-      if (!cpu.keys_pre_rope()) ops::rope(kk.data(), pos.data(), n, c.n_kv_heads, c.head_dim, c.rope_theta, c.rope_layout);
+      // Post-RoPE formats: append rotated dk in place with cuda::rope, whose cosf/sinf (≤ 2 ulp)
+      // and fused multiply-adds differ from ops::rope by a few ulp (checked against it with a
+      // tolerance in cuda_ops_test.cpp). The CPU cache gets the device-rotated keys, so that (a)
+      // compares the encoders on identical inputs (FP32 rows would otherwise differ in their bytes).
+      if (!cpu.keys_pre_rope()) kk = dk.to_host();
       cpu.write(l, kk.data(), vv.data(), n);
       // (a) the device rows have the CPU codec's bytes.
       const KVCache::LayerStorage st = cpu.layer_storage(l);
