@@ -185,13 +185,13 @@ SQ_HD unsigned nearest_signpost(float a, const double* mids, const uint8_t* firs
 /// The clamp of NuqCodec::encode: std::clamp(a, −1, 1).
 SQ_HD float clamp_unit(float a) { return a < -1.0f ? -1.0f : (a > 1.0f ? 1.0f : a); }
 
-/// Double-precision a + f·(b − a) with each operation rounded separately (no fused multiply-add),
-/// then rounded to float: the interpolation of kv_percentile.
+/// Double-precision fma(f, b − a, a) (one explicit fused multiply-add, independent of contraction
+/// flags), then rounded to float: the interpolation of kv_percentile.
 SQ_HD float lerp_percentile(float a, float b, double f) {
 #if defined(__CUDA_ARCH__)
-  return float(__dadd_rn(double(a), __dmul_rn(f, __dsub_rn(double(b), double(a)))));
+  return float(__fma_rn(f, __dsub_rn(double(b), double(a)), double(a)));
 #else
-  return static_cast<float>(a + f * (static_cast<double>(b) - a));
+  return static_cast<float>(std::fma(f, static_cast<double>(b) - a, static_cast<double>(a)));
 #endif
 }
 

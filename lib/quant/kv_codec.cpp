@@ -18,7 +18,9 @@ float kv_percentile(float* v, int64_t n, double q) {
   const float a = v[i];
   if (frac == 0.0 || i + 1 >= n) return a;
   const float b = *std::min_element(v + i + 1, v + n);
-  return static_cast<float>(a + frac * (static_cast<double>(b) - a));
+  // One explicit fused multiply-add, so the result does not depend on the compiler's contraction
+  // flags and the CUDA encoder (cuda/kv_device_math.h, lerp_percentile) computes the same value.
+  return static_cast<float>(std::fma(frac, static_cast<double>(b) - a, static_cast<double>(a)));
 }
 
 void kv_token_scaling(const float* x, int64_t width, double outlier_fraction, float& offset, float& scale) {
