@@ -42,10 +42,7 @@ GenerationStats generate_cuda(CudaLlamaModel& model, const std::vector<int32_t>&
                               int64_t context_limit, Sampler& sampler, const std::function<void(int32_t, int32_t)>& on_token,
                               const GenerationOptions& o) {
   const ModelConfig& c = model.config();
-  if (prompt.empty()) throw UsageError("the prompt encodes to no tokens");
-  if (static_cast<int64_t>(prompt.size()) > context_limit)
-    throw UsageError("the prompt has " + std::to_string(prompt.size()) + " tokens, more than the context of " +
-                     std::to_string(context_limit));
+  check_generation_prompt(prompt, context_limit);
   if (o.policy.kind != KVPolicyKind::Dense)
     throw UsageError("--kv-policy " + kv_policy_name(o.policy) +
                      ": KV eviction runs on the CPU only; use --device cpu (the CUDA runner keeps a dense cache)");

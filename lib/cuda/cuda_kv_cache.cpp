@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "cuda/cuda_ops.h"
+#include "quant/codebook_quantize.h"
 
 namespace sq {
 
@@ -20,13 +21,11 @@ constexpr int64_t kMaxQuantizedWidth = 8192;  ///< the encoder keeps a row (and 
 }  // namespace
 
 void nuq_signpost_tables(const std::vector<float>& cb, std::vector<double>& mids, std::vector<uint8_t>& first_of) {
-  const size_t k = cb.size();
-  first_of.assign(k, 0);
-  size_t distinct = 0;
-  for (size_t j = 0; j < k; ++j)
-    if (j == 0 || cb[j] != cb[j - 1]) first_of[distinct++] = static_cast<uint8_t>(j);
-  mids.assign(k, std::numeric_limits<double>::infinity());
-  for (size_t r = 0; r + 1 < distinct; ++r) mids[r] = 0.5 * (double(cb[first_of[r]]) + double(cb[first_of[r + 1]]));
+  int bits = 0;
+  while ((size_t(1) << bits) < cb.size()) ++bits;
+  const CodebookQuantizer quantizer(cb, bits);  // validates 2^bits sorted finite signposts
+  mids = quantizer.midpoints();
+  first_of = quantizer.first_of();
 }
 
 int64_t cuda_kv_outlier_capacity(double outlier_fraction, int64_t width) {

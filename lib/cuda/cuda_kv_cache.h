@@ -36,8 +36,9 @@ namespace sq {
 int64_t cuda_kv_outlier_capacity(double outlier_fraction, int64_t width);
 
 /// The encoder tables of a nuq codebook [2^b] (sorted): `midpoints` [2^b] of the distinct signposts
-/// (+inf padded) and `first_of` [2^b], distinct rank → first codebook index, computed exactly as
-/// CodebookQuantizer does (quant/codebook_quantize.h), for kvdev::nearest_signpost.
+/// (+inf padded) and `first_of` [2^b], distinct rank → first codebook index: the tables of
+/// CodebookQuantizer (quant/codebook_quantize.h), for kvdev::nearest_signpost. Throws
+/// std::invalid_argument unless the codebook has 2^b sorted finite signposts.
 void nuq_signpost_tables(const std::vector<float>& codebook, std::vector<double>& midpoints, std::vector<uint8_t>& first_of);
 
 /// A KV cache on CUDA device 0 (see the file comment). Not thread-safe.

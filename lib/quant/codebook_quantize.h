@@ -31,6 +31,11 @@ class CodebookQuantizer {
 
   int bits() const { return bits_; }
   const std::vector<float>& codebook() const { return codebook_; }
+  /// The encoder's tables, for kernels that reproduce `encode` elsewhere (the CUDA KV encoder):
+  /// midpoints [2^bits] between consecutive distinct signposts (+inf padded) and first_of [2^bits],
+  /// distinct-signpost rank → first codebook index of that value.
+  const std::vector<double>& midpoints() const { return mids_; }
+  const std::vector<uint8_t>& first_of() const { return first_of_; }
 
   /// Index of the nearest signpost of x (ties to the lower index). Throws std::invalid_argument for NaN.
   uint8_t encode(float x) const;

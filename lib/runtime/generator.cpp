@@ -37,6 +37,13 @@ class CpuGeneration final : public GenerationBackend {
 
 }  // namespace
 
+void check_generation_prompt(const std::vector<int32_t>& prompt, int64_t context_limit) {
+  if (prompt.empty()) throw UsageError("the prompt encodes to no tokens");
+  if (static_cast<int64_t>(prompt.size()) > context_limit)
+    throw UsageError("the prompt has " + std::to_string(prompt.size()) + " tokens, more than the context of " +
+                     std::to_string(context_limit));
+}
+
 GenerationStats generate_with(GenerationBackend& backend, int vocab, int32_t eos_id, int32_t bos_id,
                               const std::vector<int32_t>& prompt, int64_t max_new_tokens, int64_t context_limit,
                               bool bounded, bool ignore_eos, Sampler& sampler,
@@ -81,10 +88,7 @@ GenerationStats generate(const LlamaModel& model, const std::vector<int32_t>& pr
                          int64_t context_limit, Sampler& sampler, const std::function<void(int32_t, int32_t)>& on_token,
                          const GenerationOptions& o) {
   const ModelConfig& c = model.config();
-  if (prompt.empty()) throw UsageError("the prompt encodes to no tokens");
-  if (static_cast<int64_t>(prompt.size()) > context_limit)
-    throw UsageError("the prompt has " + std::to_string(prompt.size()) + " tokens, more than the context of " +
-                     std::to_string(context_limit));
+  check_generation_prompt(prompt, context_limit);
   if (o.policy.kind == KVPolicyKind::Recompute)
     throw UsageError("--kv-policy recompute is an evaluation baseline (sq-eval), not a generation policy");
   const KVPolicy policy = resolve_kv_policy(o.policy, context_limit);

@@ -59,10 +59,14 @@ class GenerationBackend {
   virtual int64_t cache_bytes() const = 0;
 };
 
+/// Throws UsageError for an empty prompt or one longer than `context_limit` tokens (every backend
+/// checks this before allocating its cache).
+void check_generation_prompt(const std::vector<int32_t>& prompt, int64_t context_limit);
+
 /// The generation loop of `generate` on any backend: prefill `prompt`, then sample / stop at
 /// EOS or BOS (unless ignore_eos) / feed back, up to `max_new_tokens`; stops with
 /// hit_context_limit when `bounded` and the cache holds `context_limit` rows. `prompt` must be
-/// non-empty and fit (checked by the caller).
+/// non-empty and fit (check_generation_prompt, called by the caller before it builds the backend).
 GenerationStats generate_with(GenerationBackend& backend, int vocab, int32_t eos_id, int32_t bos_id,
                               const std::vector<int32_t>& prompt, int64_t max_new_tokens, int64_t context_limit,
                               bool bounded, bool ignore_eos, Sampler& sampler,
