@@ -24,6 +24,7 @@
 #include "runtime/kv_cache.h"
 #include "tests/support/cli.h"
 #include "tests/support/process.h"
+#include "tests/support/scheme_cli_fixture.h"
 #include "tests/support/test_data.h"
 
 namespace sq::test {
@@ -247,26 +248,8 @@ TEST(AtomGptq, TailColumnsAreKeptCompensatedAndClipScalesTheStep) {
 
 // ---- CLI on stories260K -------------------------------------------------------------------------
 
-class AtomCli : public ::testing::Test {
- protected:
-  // 32 windows × 256 tokens with Hessians (a quarter of the benchmark table's calibration).
-  static void SetUpTestSuite() {
-    dir_ = new ScratchDir();
-    calibrate_stories(calib(), 32, 256, {"--hessian"});
-  }
-  static void TearDownTestSuite() { delete dir_; }
-  static std::string calib() { return dir_->file("calib.h5"); }
-  static ProcessResult convert(std::vector<std::string> extra, const std::string& out) { return convert_stories("w4a4-atom", extra, out); }
-  /// Windows-protocol PPL at -c 256 over the first 40 windows of tinystories-valid-1000.
-  static double ppl(const std::string& model) {
-    return stories_ppl(model, dir_->file(std::filesystem::path(model).filename().string() + ".ppl.json"));
-  }
-  static void expect_error(const ProcessResult& r, const std::string& expected, const std::string& out_path) {
-    expect_one_line_exit2(r, expected, out_path);
-  }
-  static ScratchDir* dir_;
-};
-ScratchDir* AtomCli::dir_ = nullptr;
+constexpr char kAtomScheme[] = "w4a4-atom";
+using AtomCli = SchemeCliTest<kAtomScheme>;
 
 TEST_F(AtomCli, EveryAblationStepConvertsAndRuns) {
   const double fp32 = ppl(stories_model());

@@ -17,31 +17,14 @@
 #include "model/model_loader.h"
 #include "tests/support/cli.h"
 #include "tests/support/process.h"
+#include "tests/support/scheme_cli_fixture.h"
 #include "tests/support/test_data.h"
 
 namespace sq::test {
 namespace {
 
-class W4A16Cli : public ::testing::Test {
- protected:
-  // 32 windows × 256 tokens with Hessians (a quarter of the benchmark table's calibration).
-  static void SetUpTestSuite() {
-    dir_ = new ScratchDir();
-    calibrate_stories(calib(), 32, 256, {"--hessian"});
-  }
-  static void TearDownTestSuite() { delete dir_; }
-  static std::string calib() { return dir_->file("calib.h5"); }
-  static ProcessResult convert(std::vector<std::string> extra, const std::string& out) { return convert_stories("w4a16", extra, out); }
-  /// Windows-protocol PPL at -c 256 over the first 40 windows of tinystories-valid-1000.
-  static double ppl(const std::string& model) {
-    return stories_ppl(model, dir_->file(std::filesystem::path(model).filename().string() + ".ppl.json"));
-  }
-  static void expect_error(const ProcessResult& r, const std::string& expected, const std::string& out_path) {
-    expect_one_line_exit2(r, expected, out_path);
-  }
-  static ScratchDir* dir_;
-};
-ScratchDir* W4A16Cli::dir_ = nullptr;
+constexpr char kW4A16Scheme[] = "w4a16";
+using W4A16Cli = SchemeCliTest<kW4A16Scheme>;
 
 TEST_F(W4A16Cli, GptqPerplexityIsNoWorseThanRtn) {
   const double fp32 = ppl(stories_model());

@@ -13,28 +13,11 @@ namespace sq::cuda {
 using cuda_detail::check;
 using cuda_detail::stream_of;
 
-namespace {
-
-/// One cuBLAS handle per host thread for the FP16 GEMM (default math mode: tensor cores allowed).
-cublasHandle_t fp16_handle() {
-  struct Handle {
-    cublasHandle_t h = nullptr;
-    ~Handle() {
-      if (h) cublasDestroy(h);
-    }
-  };
-  thread_local Handle handle;
-  if (!handle.h) check(cublasCreate(&handle.h), "cublasCreate");
-  return handle.h;
-}
-
-}  // namespace
-
 void gemm_f16(const uint16_t* x, int64_t n, int64_t k, const uint16_t* W, int64_t m, uint16_t* y, Stream stream) {
   if (n < 0 || k < 0 || m < 0 || n > INT32_MAX || k > INT32_MAX || m > INT32_MAX)
     throw std::invalid_argument("cuda::gemm_f16: bad size n=" + std::to_string(n) + " k=" + std::to_string(k) + " m=" + std::to_string(m));
   if (n == 0 || m == 0) return;
-  cublasHandle_t h = fp16_handle();
+  cublasHandle_t h = cuda_detail::cublas_handle();
   check(cublasSetStream(h, stream_of(stream)), "cublasSetStream");
   // Column-major view as in linear_f32: yᵀ [m, n] = op(W)·xᵀ with W read as column-major [k, m] (op = T).
   const float alpha = 1.0f, beta = 0.0f;

@@ -201,23 +201,6 @@ __global__ void quantize_per_token_kernel(const float* x, int64_t k, int8_t* q, 
   }
 }
 
-/// One cuBLAS handle per host thread (cuBLAS handles are not thread-safe), created on first use
-/// with TF32 tensor-core math disabled so FP32 GEMMs stay FP32.
-cublasHandle_t cublas_handle() {
-  struct Handle {
-    cublasHandle_t h = nullptr;
-    ~Handle() {
-      if (h) cublasDestroy(h);
-    }
-  };
-  thread_local Handle handle;
-  if (!handle.h) {
-    check(cublasCreate(&handle.h), "cublasCreate");
-    check(cublasSetMathMode(handle.h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode(CUBLAS_DEFAULT_MATH)");
-  }
-  return handle.h;
-}
-
 }  // namespace
 
 void rms_norm(const float* x, const float* w, float* y, int64_t n, int d, float eps, Stream stream) {
@@ -277,7 +260,7 @@ void linear_f32(const float* x, int64_t n, int64_t k, const float* W, int64_t m,
   check_nonneg("linear_f32", n, k, m);
   if (n == 0 || m == 0) return;
   if (n > INT32_MAX || k > INT32_MAX || m > INT32_MAX) throw std::invalid_argument("cuda::linear_f32: a size exceeds INT32_MAX");
-  cublasHandle_t h = cublas_handle();
+  cublasHandle_t h = cuda_detail::cublas_handle();
   check(cublasSetStream(h, stream_of(stream)), "cublasSetStream");
   // Row-major Y[n, m] is column-major Yᵀ [m, n] = W · Xᵀ, with row-major W[m, k] read as the
   // column-major [k, m] matrix Wᵀ (so op = T) and row-major X[n, k] as column-major Xᵀ [k, n].
