@@ -1,6 +1,7 @@
 #include "formats/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,8 +22,49 @@ namespace {
 }
 }  // namespace
 
+namespace {
+constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+constexpr size_t kSuffixLength = 6;
+
+/// The pid in "<base>.tmp-<pid>-<6 alphabet characters>" when `name` has exactly that form, else -1.
+long temp_owner_pid(const std::string& name, const std::string& base) {
+  const std::string prefix = base + ".tmp-";
+  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return -1;
+  size_t i = prefix.size();
+  long pid = 0;
+  const size_t digits_start = i;
+  while (i < name.size() && name[i] >= '0' && name[i] <= '9' && i - digits_start < 10) pid = pid * 10 + (name[i++] - '0');
+  if (i == digits_start || i >= name.size() || name[i] != '-' || pid <= 0) return -1;
+  const std::string suffix = name.substr(i + 1);
+  if (suffix.size() != kSuffixLength) return -1;
+  for (char c : suffix)
+    if (std::strchr(kAlphabet, c) == nullptr || c == '\0') return -1;
+  return pid;
+}
+}  // namespace
+
+std::vector<std::string> remove_stale_temporaries(const std::string& output) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> removed;
+  std::error_code ec;
+  const fs::path out(output);
+  const std::string base = out.filename().string();
+  if (base.empty()) return removed;
+  const fs::path dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const long pid = temp_owner_pid(name, base);
+    if (pid < 0 || pid == static_cast<long>(::getpid())) continue;
+    if (!it->is_regular_file(ec) || it->is_symlink(ec)) continue;
+    // kill(pid, 0) fails with ESRCH only when no such process exists; EPERM means it exists (another user's).
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    if (::unlink(it->path().c_str()) == 0) removed.push_back(it->path().string());
+  }
+  return removed;
+}
+
 TempBeside create_temp_beside(const std::string& output) {
-  static const char kAlphabet[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  remove_stale_temporaries(output);
   std::random_device rd;
   std::mt19937_64 rng((uint64_t(rd()) << 32) ^ rd() ^ uint64_t(::getpid()));
   const std::string prefix = output + ".tmp-" + std::to_string(::getpid()) + "-";
@@ -30,7 +72,7 @@ TempBeside create_temp_beside(const std::string& output) {
   int err = 0;
   for (int attempt = 0; attempt < 100; ++attempt) {
     std::string suffix;
-    for (int k = 0; k < 6; ++k) suffix += kAlphabet[rng() % (sizeof(kAlphabet) - 1)];
+    for (size_t k = 0; k < kSuffixLength; ++k) suffix += kAlphabet[rng() % (sizeof(kAlphabet) - 1)];
     t.path = prefix + suffix;
     t.slot = register_temp_file(t.path.c_str());  // before the file exists: see the header
     t.fd = ::open(t.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);

@@ -5,6 +5,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace sq {
 
@@ -48,7 +49,16 @@ struct TempBeside {
   int slot = -1;     ///< register_temp_file() slot of `path` (-1 when the registry was full)
 };
 
-/// Creates "<output>.tmp-<pid>-<random>" in the output's directory with O_CREAT | O_EXCL. The name is
+/// Removes the temporaries that killed writers (SIGKILL, power loss) left beside `output`: regular
+/// files in the output's directory named exactly "<output file name>.tmp-<pid>-<6 letters/digits>"
+/// whose process <pid> no longer exists (kill(pid, 0) fails with ESRCH). Temporaries of live
+/// processes (including this one) and every other file are left alone; a pid reused by an unrelated
+/// live process keeps its stale file (conservative). Returns the paths removed; never throws (an
+/// unreadable directory removes nothing).
+std::vector<std::string> remove_stale_temporaries(const std::string& output);
+
+/// Creates "<output>.tmp-<pid>-<random>" in the output's directory with O_CREAT | O_EXCL, after
+/// removing stale temporaries of dead writers of the same output (remove_stale_temporaries()). The name is
 /// registered with the interrupt handlers (core/interrupt.h) *before* the file is created, so there
 /// is no moment in which the file exists but a SIGINT/SIGTERM would leave it behind (a handler that
 /// runs before creation just fails to unlink a name that does not exist yet). The pid in the name

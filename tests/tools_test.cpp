@@ -161,7 +161,7 @@ TEST(SqBench, StreamingSuiteDecodesTheSameTokensAsSqEval) {
     EXPECT_EQ(j[p]["peak_kv_tokens"], 64) << p;
     EXPECT_GT(j[p]["tokens_per_second"].get<double>(), 0.0) << p;
     const auto e = run_process({tool("sq-eval"), "-m", m, "--tokenizer", t, "-f", dir.file("text.txt"), "--protocol", "streaming",
-                                "--kv-policy", p, "--max-tokens", "300", "-q", "--json", dir.file("eval.json")});
+                                "--kv-policy", p, "--max-tokens", "300", "-q", "--json", dir.file("eval.json"), "--force"});
     ASSERT_EQ(e.exit_status, 0) << e.err;
     const auto je = nlohmann::json::parse(read_file(dir.file("eval.json")));
     EXPECT_EQ(je["tokens_scored"], 299);

@@ -22,6 +22,7 @@
 #include "formats/atomic_file.h"
 #include "formats/hf_checkpoint.h"
 #include "model/synthetic.h"
+#include "tool_cli.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"sq-bench: sqkit speed benchmarks (each result is a ratio measured in the same run).\n"
@@ -59,16 +60,18 @@ int main(int argc, char** argv) {
   app.add_option("--kv-contexts", kv_contexts, "Cached tokens for the kv-decode suite")->delimiter(',')->capture_default_str();
   app.add_option("--cuda-kv-contexts", cuda_kv_contexts, "Cached tokens for the cuda-kv-decode suite")->delimiter(',')->capture_default_str();
   app.add_option("--cuda-kv-reps", cuda_kv_reps, "Timed calls per item of the cuda-kv-decode suite (median)")->capture_default_str();
-  app.add_option("--json", json_path, "Write all results as JSON");
+  sq::add_json_option(app, json_path, "All results");
+  bool force = false;
+  app.add_flag("--force", force, "Replace an existing --json file or --write-synthetic checkpoint");
   app.add_option("-t,--threads", threads, "Threads (default: all cores)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : sq::kExitInput;
-  }
+  sq::add_version_flag(app, "sq-bench");
+  if (const int status = sq::parse_tool_args(app, "sq-bench", argc, argv); status >= 0) return status;
   return sq::run_tool("sq-bench", [&]() {
     if (threads > 0) omp_set_num_threads(threads);
+    // Outputs are checked before any benchmark runs.
+    if (!json_path.empty()) sq::check_output_path("--json", json_path, force, {eval_model, eval_text, eval_tok}, true);
     if (!synthetic_dir.empty()) {
+      sq::check_output_directory("--write-synthetic", synthetic_dir, force, {eval_model, eval_text, eval_tok});
       const sq::Checkpoint ck = sq::make_synthetic_checkpoint(sq::synthetic_1b_config(synthetic_layers));
       sq::save_hf_checkpoint(ck, synthetic_dir, "F32");
       std::printf("wrote synthetic %d-layer model (%lld parameters) to %s\n", synthetic_layers,
@@ -86,6 +89,7 @@ int main(int argc, char** argv) {
     }
     // A CUDA suite without CUDA (or a device) fails before any other suite spends time.
     if (want.count("cuda-gemm")) sq::require_cuda("sq-bench --suite cuda-gemm");
+    sq::StdoutToStderr text_to_stderr(json_path == "-");  // --json -: the tables go to stderr, the JSON alone to stdout
     nlohmann::json all;
     all["threads"] = omp_get_max_threads();
     if (want.count("fp32")) all["fp32"] = sq::bench::run_fp32_bench(fp32);
@@ -107,7 +111,8 @@ int main(int argc, char** argv) {
     if (want.count("kv-decode")) all["kv_decode"] = sq::bench::run_kv_decode_bench(kv_contexts, fp32.min_seconds);
     if (want.count("cuda-gemm")) all["cuda_gemm"] = sq::bench::run_cuda_gemm_bench(sq::bench::CudaGemmBenchOptions{});
     if (!eval_model.empty()) all["eval_speed"] = sq::bench::run_eval_speed_bench(eval_model, eval_tok, eval_text, eval_ctx);
-    if (!json_path.empty()) sq::write_file_atomic(json_path, all.dump(2) + "\n");
+    text_to_stderr.restore();
+    if (!json_path.empty()) sq::write_json_report(json_path, all.dump(2) + "\n");
     return sq::kExitOk;
   });
 }

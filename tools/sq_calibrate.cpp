@@ -12,7 +12,9 @@
 #include "core/tool_main.h"
 #include "formats/calibration_h5.h"
 #include "formats/tokenizer.h"
+#include "formats/utf8.h"
 #include "model/model_loader.h"
+#include "tool_cli.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"sq-calibrate: run a model over N random windows of L tokens of a text and record per-channel "
@@ -28,7 +30,7 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--samples", opt.samples, "Number of random windows (N)")->capture_default_str();
   app.add_option("--seq-len", opt.seq_len, "Tokens per window (L)")->capture_default_str();
-  app.add_option("--seed", opt.seed, "Sampling seed")->capture_default_str();
+  app.add_option("-s,--seed", opt.seed, "Sampling seed")->capture_default_str();
   app.add_flag("--hessian", opt.hessian, "Also record GPTQ Hessians 2XᵀX of every linear input (for sq-convert --gptq)");
   app.add_flag("--fisher", opt.fisher,
                "Also record K (before RoPE) and V activations of sampled tokens with their diagonal Fisher information "
@@ -41,16 +43,14 @@ int main(int argc, char** argv) {
   app.add_option("-t,--threads", threads, "Threads (default: all cores)");
   app.add_flag("--force", force, "Replace an existing output file");
   app.add_flag("-q,--quiet", quiet, "No progress bar");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : sq::kExitInput;
-  }
+  sq::add_version_flag(app, "sq-calibrate");
+  if (const int status = sq::parse_tool_args(app, "sq-calibrate", argc, argv); status >= 0) return status;
   return sq::run_tool("sq-calibrate", [&]() {
     if (threads > 0) omp_set_num_threads(threads);
     if (app.count("--fisher-tokens") > 0 && !opt.fisher) throw sq::UsageError("--fisher-tokens needs --fisher");
-    sq::check_output_is_not_an_input(out_path, {model_path, opt.text_path, tokenizer_path});
-    if (std::filesystem::exists(out_path) && !force) throw sq::UsageError(out_path + " exists; use --force to replace it");
+    sq::check_output_path("-o", out_path, force, {model_path, opt.text_path, tokenizer_path});  // before any work
+    if (const std::string w = sq::text_file_encoding_warning(opt.text_path); !w.empty())
+      std::fprintf(stderr, "sq-calibrate: warning: %s\n", w.c_str());
 
     sq::LoadedModel loaded = sq::load_model(model_path);
     auto tokenizer = sq::open_tokenizer_for(loaded, tokenizer_path);

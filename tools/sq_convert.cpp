@@ -15,6 +15,7 @@
 #include "core/progress.h"
 #include "core/tool_main.h"
 #include "model/model_loader.h"
+#include "tool_cli.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"sq-convert: compute SmoothQuant smoothing factors and INT8 weights (W8A8), group-wise INT4 weights (W4A16), "
@@ -83,11 +84,8 @@ int main(int argc, char** argv) {
   app.add_option("-t,--threads", threads, "Threads (default: all cores)");
   app.add_flag("-q,--quiet", quiet, "No progress bar");
   app.add_flag("--report-memory", report_memory, "Print the peak anonymous resident memory (sampled RssAnon) on stderr");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : sq::kExitInput;
-  }
+  sq::add_version_flag(app, "sq-convert");
+  if (const int status = sq::parse_tool_args(app, "sq-convert", argc, argv); status >= 0) return status;
   return sq::run_tool("sq-convert", [&]() {
     if (threads > 0) omp_set_num_threads(threads);
     const sq::ConvertSpec spec = sq::parse_convert_flags(
@@ -149,7 +147,7 @@ int main(int argc, char** argv) {
       kv_spec = sq::parse_kv_spec(kv);
       sq::apply_kv_options(kv_spec, kv_group, kv_outliers, kv_qnorm, kv_sink, kv_keys, kv_key_axis);
     }
-    sq::check_output_is_not_an_input(out_path, {model_path, o.calib_path, o.tokenizer_path});
+    sq::check_output_path("-o", out_path, o.write.force, {model_path, o.calib_path, o.tokenizer_path});  // before any work
 
     std::unique_ptr<sq::PeakRssAnonSampler> mem;
     if (report_memory) mem = std::make_unique<sq::PeakRssAnonSampler>();

@@ -17,7 +17,9 @@
 #include "formats/atomic_file.h"
 #include "formats/mapped_file.h"
 #include "formats/tokenizer.h"
+#include "formats/utf8.h"
 #include "model/model_loader.h"
+#include "tool_cli.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"sq-eval: measure perplexity of a model on a text file.\n"
@@ -35,7 +37,7 @@ int main(int argc, char** argv) {
   app.add_option("--protocol", protocol,
                  "windows | llamacpp | streaming (token-by-token decoding under --kv-policy, every token scored)")
       ->capture_default_str();
-  app.add_option("-c,--ctx", ctx,
+  app.add_option("-c,--ctx,--ctx-size", ctx,
                  "Window/chunk length in tokens (default: min(512, model context)); streaming: stream length "
                  "(default: the whole text)");
   std::string policy_text = "dense";
@@ -47,7 +49,9 @@ int main(int argc, char** argv) {
   app.add_option("--segment", segment, "Streaming: tokens per reported PPL segment")->capture_default_str();
   app.add_option("--max-tokens", max_tokens, "Streaming: use only the first N tokens of the text (default: all)");
   app.add_option("--chunks", chunks, "Evaluate only the first N chunks (default: all)");
-  app.add_option("--json", json_path, "Also write the results as JSON to this file");
+  sq::add_json_option(app, json_path, "The results");
+  bool force = false;
+  app.add_flag("--force", force, "Replace an existing --json file");
   app.add_option("-t,--threads", threads, "Threads (default: all cores)");
   app.add_option("--kv", kv,
                  "KV-cache format: fp32 | int8 | int4 | int3 | int2 (uniform per-token asymmetric) | nuq4 | nuq3 | nuq2 "
@@ -60,13 +64,14 @@ int main(int argc, char** argv) {
   std::string device = "cpu";
   app.add_option("--device", device, "cpu | cuda (CUDA: needs a build with SQ_WITH_CUDA and a device; docs/cuda.md)")
       ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : sq::kExitInput;
-  }
+  sq::add_version_flag(app, "sq-eval");
+  if (const int status = sq::parse_tool_args(app, "sq-eval", argc, argv); status >= 0) return status;
 
   return sq::run_tool("sq-eval", [&]() {
+    // Every output is checked before the model is loaded (never an input, never an existing file
+    // without --force, its directory exists). With --json - the JSON owns stdout and the summary goes to stderr.
+    if (!json_path.empty()) sq::check_output_path("--json", json_path, force, {model_path, text_path, tokenizer_path}, true);
+    FILE* out = json_path == "-" ? stderr : stdout;
     if (threads < 0) throw sq::UsageError("--threads must be >= 0");
     const bool on_cuda = sq::select_device(device) == sq::Device::Cuda;  // throws first when CUDA is missing
     if (threads > 0) omp_set_num_threads(threads);
@@ -80,6 +85,10 @@ int main(int argc, char** argv) {
     if (chunks < 0) throw sq::UsageError("--chunks must be >= 0");
     opt.max_chunks = chunks;
 
+    if (ctx < 0 || (ctx > 0 && ctx < 2)) throw sq::UsageError("-c must be at least 2, got " + std::to_string(ctx));
+    if (!streaming && opt.protocol == sq::PplProtocol::LlamaCpp && ctx > 0 && ctx < 3)
+      throw sq::UsageError("-c " + std::to_string(ctx) +
+                           " with --protocol llamacpp scores no token (it scores positions c/2 .. c-2 of each chunk); use -c 3 or more");
     sq::LoadedModel loaded = sq::load_model(model_path);
     const sq::ModelConfig& cfg = loaded.model->config();
     auto tokenizer = sq::open_tokenizer_for(loaded, tokenizer_path);
@@ -95,6 +104,8 @@ int main(int argc, char** argv) {
 
     const std::string text = sq::read_file_to_string(text_path);
     if (text.empty()) throw sq::InputError(text_path + ": the text file is empty");
+    if (const std::string w = sq::text_encoding_warning(text, text_path); !w.empty())
+      std::fprintf(stderr, "sq-eval: warning: %s\n", w.c_str());
     const std::vector<int> ids = tokenizer->encode(text, /*add_bos=*/true, /*add_eos=*/false);
     const std::vector<int32_t> tokens(ids.begin(), ids.end());
     if (streaming && on_cuda)
@@ -113,18 +124,19 @@ int main(int argc, char** argv) {
       so.on_progress = [&](int64_t done, int64_t) { bar.update(done); };
       const sq::StreamingResult r = sq::evaluate_streaming(*loaded.model, tokens, so);
       bar.finish();
-      std::printf("model     %s (%s, %lld parameters)\n", model_path.c_str(), loaded.format.c_str(),
+      sq::check_scored_result(r.tokens_scored, r.ppl, text_path);
+      std::fprintf(out, "model     %s (%s, %lld parameters)\n", model_path.c_str(), loaded.format.c_str(),
                   static_cast<long long>(cfg.parameter_count()));
-      std::printf("protocol  streaming, kv-policy %s, %lld stream(s) of %lld tokens, %lld tokens scored\n",
+      std::fprintf(out, "protocol  streaming, kv-policy %s, %lld stream(s) of %lld tokens, %lld tokens scored\n",
                   sq::kv_policy_name(sq::resolve_kv_policy(policy, r.stream_length)).c_str(), static_cast<long long>(r.streams),
                   static_cast<long long>(r.stream_length), static_cast<long long>(r.tokens_scored));
-      std::printf("PPL       %.4f\n", r.ppl);
-      std::printf("KV cache  %s: peak %lld bytes (%lld tokens)\n", sq::kv_spec_name(opt.kv).c_str(),
+      std::fprintf(out, "PPL       %.4f\n", r.ppl);
+      std::fprintf(out, "KV cache  %s: peak %lld bytes (%lld tokens)\n", sq::kv_spec_name(opt.kv).c_str(),
                   static_cast<long long>(r.peak_kv_bytes), static_cast<long long>(r.peak_kv_rows));
-      std::printf("speed     %.1f tokens/s (%.2f s, %d threads)\n", r.tokens_per_second, r.seconds, omp_get_max_threads());
-      std::printf("segments  (stream positions, PPL, KV bytes at segment end)\n");
+      std::fprintf(out, "speed     %.1f tokens/s (%.2f s, %d threads)\n", r.tokens_per_second, r.seconds, omp_get_max_threads());
+      std::fprintf(out, "segments  (stream positions, PPL, KV bytes at segment end)\n");
       for (size_t i = 0; i < r.segment_ppl.size(); ++i)
-        std::printf("  %7lld-%-7lld %10.4f %12lld\n", static_cast<long long>(int64_t(i) * segment),
+        std::fprintf(out, "  %7lld-%-7lld %10.4f %12lld\n", static_cast<long long>(int64_t(i) * segment),
                     static_cast<long long>(int64_t(i) * segment + r.segment_tokens[i] / r.streams - 1), r.segment_ppl[i],
                     static_cast<long long>(i < r.segment_kv_bytes.size() ? r.segment_kv_bytes[i] : 0));
       if (!json_path.empty()) {
@@ -152,7 +164,7 @@ int main(int argc, char** argv) {
         j["model"] = {{"path", model_path}, {"format", loaded.format}, {"parameter_count", cfg.parameter_count()}};
         j["text"] = {{"path", text_path}, {"bytes", text.size()}, {"tokens", tokens.size()}};
         j["sqkit_version"] = SQ_VERSION;
-        sq::write_file_atomic(json_path, j.dump(2) + "\n");
+        sq::write_json_report(json_path, j.dump(2) + "\n");
       }
       return sq::kExitOk;
     }
@@ -167,24 +179,25 @@ int main(int argc, char** argv) {
     const sq::PerplexityResult r =
         gpu ? sq::evaluate_perplexity_cuda(*gpu, tokens, opt) : sq::evaluate_perplexity(*loaded.model, tokens, opt);
     bar.finish();
+    sq::check_scored_result(r.tokens_scored, r.ppl, text_path);
     const std::string device_desc = on_cuda ? "cuda (" + sq::cuda_device_name() + ")" : "cpu";
 
-    std::printf("model     %s (%s, %lld parameters)\n", model_path.c_str(), loaded.format.c_str(),
+    std::fprintf(out, "model     %s (%s, %lld parameters)\n", model_path.c_str(), loaded.format.c_str(),
                 static_cast<long long>(cfg.parameter_count()));
-    std::printf("protocol  %s, ctx %d, %lld chunks, %lld tokens scored\n", sq::protocol_name(opt.protocol), opt.ctx,
+    std::fprintf(out, "protocol  %s, ctx %d, %lld chunks, %lld tokens scored\n", sq::protocol_name(opt.protocol), opt.ctx,
                 static_cast<long long>(r.chunks), static_cast<long long>(r.tokens_scored));
-    std::printf("PPL       %.4f +/- %.5f\n", r.ppl, r.ppl_stderr);
+    std::fprintf(out, "PPL       %.4f +/- %.5f\n", r.ppl, r.ppl_stderr);
     const int64_t kvw = int64_t(cfg.n_kv_heads) * cfg.head_dim;
     const double kv_theory = double(cfg.n_layers) * double(sq::kv_row_bytes(opt.kv, kvw, cfg.head_dim, false) +
                                                            sq::kv_row_bytes(opt.kv, kvw, cfg.head_dim, true));
-    std::printf("KV cache  %s: %.2f bytes/token (dense %.2f, sinks %.2f, outliers %.2f, tables %.2f; FP32 %.0f)\n",
+    std::fprintf(out, "KV cache  %s: %.2f bytes/token (dense %.2f, sinks %.2f, outliers %.2f, tables %.2f; FP32 %.0f)\n",
                 sq::kv_spec_name(opt.kv).c_str(), r.kv_bytes_per_token, r.kv_dense_bytes_per_token, r.kv_sink_bytes_per_token,
                 r.kv_outlier_bytes_per_token, r.kv_table_bytes_per_token, double(cfg.n_layers) * 8.0 * double(kvw));
     if (on_cuda)
-      std::printf("speed     %.0f tokens/s (%lld tokens in %.2f s, %s)\n", r.tokens_per_second,
+      std::fprintf(out, "speed     %.0f tokens/s (%lld tokens in %.2f s, %s)\n", r.tokens_per_second,
                   static_cast<long long>(r.tokens_processed), r.seconds, device_desc.c_str());
     else
-      std::printf("speed     %.0f tokens/s (%lld tokens in %.2f s, %d threads)\n", r.tokens_per_second,
+      std::fprintf(out, "speed     %.0f tokens/s (%lld tokens in %.2f s, %d threads)\n", r.tokens_per_second,
                   static_cast<long long>(r.tokens_processed), r.seconds, omp_get_max_threads());
 
     if (!json_path.empty()) {
@@ -211,7 +224,7 @@ int main(int argc, char** argv) {
       j["model"] = {{"path", model_path}, {"format", loaded.format}, {"parameter_count", cfg.parameter_count()}};
       j["text"] = {{"path", text_path}, {"bytes", text.size()}, {"tokens", tokens.size()}};
       j["sqkit_version"] = SQ_VERSION;
-      sq::write_file_atomic(json_path, j.dump(2) + "\n");
+      sq::write_json_report(json_path, j.dump(2) + "\n");
     }
     return sq::kExitOk;
   });

@@ -10,6 +10,9 @@
 // depend on --compress. "n/a" when no tensor is named *.weight.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -18,6 +21,7 @@
 #include "core/error.h"
 #include "core/tool_main.h"
 #include "formats/sqm_file.h"
+#include "tool_cli.h"
 
 namespace {
 
@@ -57,24 +61,48 @@ struct DtypeTotals {
   uint64_t stored_bytes = 0;
 };
 
+/// Refuses, before parsing, an input that is not a .sqm file with a line saying what sq-inspect
+/// accepts: a Hugging Face checkpoint directory, a GGUF file, anything else without the .sqm magic.
+void check_inspectable(const std::string& path) {
+  namespace fs = std::filesystem;
+  const std::string accepts = "sq-inspect reads packed .sqm files written by sq-convert";
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    const bool hf = fs::exists(fs::path(path) / "config.json", ec);
+    throw sq::UsageError(path + " is a directory" + (hf ? " (a Hugging Face checkpoint)" : "") + "; " + accepts +
+                         " (convert it first: sq-convert -m " + path + " --scheme f32 -o model.sqm)");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return;  // SqmFile::open names the file and the system error
+  char magic[8] = {};
+  in.read(magic, sizeof magic);
+  const std::streamsize got = in.gcount();
+  if (got >= 4 && std::memcmp(magic, "GGUF", 4) == 0)
+    throw sq::UsageError(path + " is a GGUF file; " + accepts + " (GGUF models are not supported yet)");
+  if (got < 8 || std::memcmp(magic, "SQKITMDL", 8) != 0)
+    throw sq::UsageError(path + " is not an sqkit .sqm file; " + accepts +
+                         " (llama2.c .bin files and Hugging Face directories are converted with sq-convert)");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"sq-inspect: summarize a packed model file (.sqm): producer, model config, quantization recipe, "
                "calibration provenance, bytes by dtype and bits per weight (docs/formats.md)."};
-  std::string path;
-  bool json = false, list_tensors = false, no_verify = false;
+  std::string path, json_path;
+  bool list_tensors = false, no_verify = false, force = false;
   app.add_option("file", path, "The .sqm file")->required();
-  app.add_flag("--json", json, "Print the summary as JSON on stdout");
+  sq::add_json_option(app, json_path, "The summary (instead of the text)");
+  app.add_flag("--force", force, "Replace an existing --json file");
   app.add_flag("--tensors", list_tensors, "List every tensor (name, dtype, shape, bytes, compression)");
   app.add_flag("--no-verify", no_verify, "Skip the per-tensor checksum verification (faster on big files)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : sq::kExitInput;
-  }
+  sq::add_version_flag(app, "sq-inspect");
+  if (const int status = sq::parse_tool_args(app, "sq-inspect", argc, argv); status >= 0) return status;
 
   return sq::run_tool("sq-inspect", [&]() {
+    const bool json = !json_path.empty();
+    if (json) sq::check_output_path("--json", json_path, force, {path}, true);
+    check_inspectable(path);
     const auto file = sq::SqmFile::open(path, !no_verify);
     const nlohmann::json& header = file->header();
 
@@ -142,7 +170,7 @@ int main(int argc, char** argv) {
                          {"compression", t.compression()}});
         j["tensors"] = arr;
       }
-      std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+      sq::write_json_report(json_path, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
       return sq::kExitOk;
     }
 

@@ -10,13 +10,16 @@
 #include "cuda/cuda_eval.h"
 #include "cuda/cuda_runtime.h"
 #include "cuda/device.h"
+#include "formats/mapped_file.h"
 #include "formats/tokenizer.h"
+#include "formats/utf8.h"
 #include "model/model_loader.h"
 #include "runtime/generator.h"
+#include "tool_cli.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"sq-run: generate text with a model (prompt and generated text on stdout; logs and speed on stderr)."};
-  std::string model_path, tokenizer_path, prompt;
+  std::string model_path, tokenizer_path, prompt, prompt_file;
   int64_t n = 256;
   int threads = 0;
   bool quiet = false;
@@ -25,12 +28,14 @@ int main(int argc, char** argv) {
   so.top_p = 0.9f;
   app.add_option("-m,--model", model_path, "Model: llama2.c .bin or Hugging Face checkpoint directory")->required();
   app.add_option("--tokenizer", tokenizer_path, "Tokenizer (tokenizer.bin or tokenizer.model); default: the model's own");
-  app.add_option("-p,--prompt", prompt, "Prompt text")->required();
+  auto* prompt_opt = app.add_option("-p,--prompt", prompt, "Prompt text");
+  auto* file_opt = app.add_option("-f,--file", prompt_file, "Read the prompt from this file (UTF-8; as llama.cpp's -f)");
+  prompt_opt->excludes(file_opt);
   app.add_option("-n,--n-predict", n, "Number of tokens to generate")->capture_default_str();
   app.add_option("--temp", so.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
   app.add_option("--top-k", so.top_k, "Top-k sampling; 0 = off")->capture_default_str();
   app.add_option("--top-p", so.top_p, "Nucleus sampling threshold in (0, 1]")->capture_default_str();
-  app.add_option("--seed", so.seed, "RNG seed")->capture_default_str();
+  app.add_option("-s,--seed", so.seed, "RNG seed")->capture_default_str();
   app.add_option("-t,--threads", threads, "Threads (default: all cores)");
   app.add_flag("-q,--quiet", quiet, "No statistics on stderr");
   std::string policy = "dense", kv, kv_keys;
@@ -48,17 +53,21 @@ int main(int argc, char** argv) {
   std::string device = "cpu";
   app.add_option("--device", device, "cpu | cuda (CUDA: needs a build with SQ_WITH_CUDA and a device; docs/cuda.md)")
       ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : sq::kExitInput;
-  }
+  sq::add_version_flag(app, "sq-run");
+  if (const int status = sq::parse_tool_args(app, "sq-run", argc, argv); status >= 0) return status;
 
   return sq::run_tool("sq-run", [&]() {
     if (threads < 0) throw sq::UsageError("--threads must be >= 0");
     const bool on_cuda = sq::select_device(device) == sq::Device::Cuda;  // throws first when CUDA is missing
     if (threads > 0) omp_set_num_threads(threads);
     if (n < 0) throw sq::UsageError("-n must be >= 0, got " + std::to_string(n));
+    if (app.count("--prompt") == 0 && app.count("--file") == 0) throw sq::UsageError("give the prompt with -p TEXT or -f FILE");
+    if (app.count("--file")) {
+      prompt = sq::read_file_to_string(prompt_file);
+      if (prompt.empty()) throw sq::InputError(prompt_file + ": the prompt file is empty");
+    }
+    if (const std::string w = sq::text_encoding_warning(prompt, app.count("--file") ? prompt_file : "the prompt"); !w.empty())
+      std::fprintf(stderr, "sq-run: warning: %s\n", w.c_str());
     sq::Sampler sampler(so);
     sq::LoadedModel loaded = sq::load_model(model_path);
     auto tokenizer = sq::open_tokenizer_for(loaded, tokenizer_path);

@@ -1,5 +1,7 @@
 #include "core/tool_main.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -29,7 +31,8 @@ int run_tool(const char* tool_name, const std::function<int()>& body) {
   }
 }
 
-void check_output_is_not_an_input(const std::string& out_path, const std::vector<std::string>& inputs) {
+void check_output_is_not_an_input(const std::string& out_path, const std::vector<std::string>& inputs,
+                                  const std::string& option) {
   namespace fs = std::filesystem;
   std::error_code ec;
   for (const std::string& in : inputs) {
@@ -37,8 +40,46 @@ void check_output_is_not_an_input(const std::string& out_path, const std::vector
     bool same = fs::equivalent(in, out_path, ec);
     if (!same && fs::is_directory(in, ec) && fs::exists(out_path, ec))
       same = fs::equivalent(fs::absolute(out_path, ec).parent_path(), in, ec);
-    if (same) throw UsageError("-o " + out_path + " is one of the inputs; refusing to overwrite it");
+    if (same) throw UsageError(option + " " + out_path + " is one of the inputs; refusing to overwrite it");
   }
+}
+
+void check_output_path(const std::string& option, const std::string& path, bool force,
+                       const std::vector<std::string>& inputs, bool allow_stdout) {
+  namespace fs = std::filesystem;
+  if (path == "-" && allow_stdout) return;
+  if (path.empty()) throw UsageError(option + ": empty file name");
+  check_output_is_not_an_input(path, inputs, option);
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::is_directory(st)) throw UsageError(option + " " + path + " is a directory; expected a file name");
+  if (fs::exists(st) && !force) throw UsageError(option + " " + path + " exists; use --force to replace it");
+  const fs::path parent = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+  const fs::file_status pst = fs::status(parent, ec);
+  if (!fs::exists(pst)) throw UsageError(option + " " + path + ": directory " + parent.string() + " does not exist");
+  if (!fs::is_directory(pst)) throw UsageError(option + " " + path + ": " + parent.string() + " is not a directory");
+  if (::access(parent.c_str(), W_OK | X_OK) != 0)
+    throw UsageError(option + " " + path + ": directory " + parent.string() + " is not writable");
+}
+
+void check_output_directory(const std::string& option, const std::string& path, bool force,
+                            const std::vector<std::string>& inputs) {
+  namespace fs = std::filesystem;
+  if (path.empty()) throw UsageError(option + ": empty directory name");
+  std::error_code ec;
+  for (const std::string& in : inputs)
+    if (!in.empty() && fs::equivalent(in, path, ec))
+      throw UsageError(option + " " + path + " is one of the inputs; refusing to overwrite it");
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::exists(st) && !fs::is_directory(st)) throw UsageError(option + " " + path + " exists and is not a directory");
+  if (fs::is_directory(st)) {
+    if (!force && !fs::is_empty(path, ec)) throw UsageError(option + " " + path + " is not empty; use --force to write into it");
+    return;
+  }
+  const fs::path parent = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+  if (!fs::is_directory(parent, ec)) throw UsageError(option + " " + path + ": directory " + parent.string() + " does not exist");
+  if (::access(parent.c_str(), W_OK | X_OK) != 0)
+    throw UsageError(option + " " + path + ": directory " + parent.string() + " is not writable");
 }
 
 }  // namespace sq

@@ -25,6 +25,22 @@ int run_tool(const char* tool_name, const std::function<int()>& body);
 /// inputs; refusing to overwrite it" when `out_path` names the same file as an input (hard links and
 /// symbolic links included) or, for an input that is a directory (a Hugging Face checkpoint), an
 /// existing file directly inside it (its config, weights or tokenizer). Empty inputs are skipped.
-void check_output_is_not_an_input(const std::string& out_path, const std::vector<std::string>& inputs);
+void check_output_is_not_an_input(const std::string& out_path, const std::vector<std::string>& inputs,
+                                  const std::string& option = "-o");
+
+/// Checks, before any work starts, that the output `path` given with `option` (e.g. "-o", "--json")
+/// can be written: "-" passes when `allow_stdout` (a JSON report on stdout); otherwise it must not be one of `inputs`
+/// (check_output_is_not_an_input, refused even with `force`), not a directory, not an existing file
+/// unless `force`, and its directory must exist, be a directory and be writable. Throws UsageError
+/// "OPTION PATH: ..." naming what is wrong. Outputs are then written via a temporary and a rename
+/// (formats/atomic_file.h), so nothing partial ever appears under `path`.
+void check_output_path(const std::string& option, const std::string& path, bool force,
+                       const std::vector<std::string>& inputs, bool allow_stdout = false);
+
+/// check_output_path() for an output directory (e.g. a checkpoint directory a tool writes): not one
+/// of `inputs`, not an existing file, not an existing non-empty directory unless `force`, and its
+/// parent directory exists and is writable. Throws UsageError "OPTION PATH: ...".
+void check_output_directory(const std::string& option, const std::string& path, bool force,
+                            const std::vector<std::string>& inputs);
 
 }  // namespace sq

@@ -18,6 +18,14 @@ PplProtocol parse_protocol(const std::string& name) {
   throw UsageError("--protocol must be 'windows' or 'llamacpp', got '" + name + "'");
 }
 
+void check_scored_result(int64_t tokens_scored, double ppl, const std::string& source) {
+  if (tokens_scored <= 0)
+    throw InputError(source + ": no token was scored (the text is too short for the protocol and context length)");
+  if (!std::isfinite(ppl))
+    throw Error("perplexity is not finite (" + std::to_string(ppl) + ") over " + std::to_string(tokens_scored) +
+                " scored tokens of " + source + ": the model produced non-finite logits");
+}
+
 int64_t perplexity_chunks(int64_t n_tokens, const PerplexityOptions& o) {
   int64_t chunks = o.ctx > 0 ? n_tokens / o.ctx : 0;
   if (o.max_chunks > 0 && chunks > o.max_chunks) chunks = o.max_chunks;
@@ -35,6 +43,9 @@ struct ChunkSums {
 /// Throws UsageError for ctx < 2 or a text without one complete chunk; returns the chunk count.
 int64_t checked_chunks(const std::vector<int32_t>& tokens, const PerplexityOptions& o) {
   if (o.ctx < 2) throw UsageError("context length must be at least 2 tokens, got " + std::to_string(o.ctx));
+  if (o.protocol == PplProtocol::LlamaCpp && o.ctx < 3)
+    throw UsageError("context length " + std::to_string(o.ctx) +
+                     " scores no token under the llamacpp protocol (positions ctx/2 .. ctx-2 are scored); need at least 3");
   const int64_t chunks = perplexity_chunks(static_cast<int64_t>(tokens.size()), o);
   if (chunks == 0)
     throw UsageError("the text has " + std::to_string(tokens.size()) + " tokens, fewer than one chunk of " + std::to_string(o.ctx));

@@ -54,6 +54,12 @@ struct PerplexityResult {
          kv_outlier_bytes_per_token = 0, kv_table_bytes_per_token = 0;
 };
 
+/// Checks that an evaluation produced a result worth reporting: throws InputError "SOURCE: no token
+/// was scored ..." when `tokens_scored` is 0 (a text or -c too short for the protocol) and Error
+/// "perplexity is not finite ..." when `ppl` is NaN or infinite. Tools call it before printing, so a
+/// degenerate run never exits 0.
+void check_scored_result(int64_t tokens_scored, double ppl, const std::string& source);
+
 /// Number of chunks `tokens` holds for ctx (floor(n/ctx), capped by max_chunks when > 0).
 int64_t perplexity_chunks(int64_t n_tokens, const PerplexityOptions& options);
 

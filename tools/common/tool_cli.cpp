@@ -1,0 +1,112 @@
+#include "tool_cli.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/tool_main.h"
+#include "formats/atomic_file.h"
+
+namespace sq {
+
+std::string tool_version_line(const char* tool) { return std::string(tool) + " (sqkit) " + SQ_VERSION; }
+
+void add_version_flag(CLI::App& app, const char* tool) {
+  app.set_version_flag("--version", tool_version_line(tool), "Print the version and exit");
+}
+
+CLI::Option* add_json_option(CLI::App& app, std::string& target, const std::string& what) {
+  return app.add_option("--json", target,
+                        what + " as JSON: '--json' or '--json -' on stdout, '--json FILE.json' (or '--json=FILE') into a "
+                               "file (never an input; an existing file only with --force)");
+}
+
+namespace {
+bool ends_with_json(const std::string& s) {
+  if (s.size() < 5) return false;
+  std::string tail = s.substr(s.size() - 5);
+  std::transform(tail.begin(), tail.end(), tail.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  return tail == ".json";
+}
+}  // namespace
+
+std::vector<std::string> normalize_json_args(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  out.reserve(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--") {
+      out.insert(out.end(), args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+      break;
+    }
+    if (args[i] != "--json") {
+      out.push_back(args[i]);
+      continue;
+    }
+    const bool has_next = i + 1 < args.size();
+    const std::string& next = has_next ? args[i + 1] : std::string();
+    if (has_next && (next == "-" || (!next.empty() && next[0] != '-' && ends_with_json(next)))) {
+      out.push_back("--json=" + next);
+      ++i;
+    } else {
+      out.push_back("--json=-");
+    }
+  }
+  return out;
+}
+
+int parse_tool_args(CLI::App& app, const char* tool, int argc, char** argv) {
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+  args = normalize_json_args(args);
+  std::reverse(args.begin(), args.end());  // CLI11 consumes the vector from the back
+  try {
+    app.parse(args);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    std::replace(msg.begin(), msg.end(), '\n', ' ');
+    std::fprintf(stderr, "%s: error: %s (see %s --help)\n", tool, msg.c_str(), tool);
+    return kExitInput;
+  }
+  return -1;
+}
+
+void write_json_report(const std::string& target, const std::string& text) {
+  if (target == "-") {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    if (std::ferror(stdout)) throw OutputError("cannot write the JSON report to stdout");
+    return;
+  }
+  write_file_atomic(target, text);
+}
+
+StdoutToStderr::StdoutToStderr(bool active) {
+  if (!active) return;
+  std::fflush(stdout);
+  saved_fd_ = ::dup(STDOUT_FILENO);
+  if (saved_fd_ >= 0 && ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+    ::close(saved_fd_);
+    saved_fd_ = -1;
+  }
+}
+
+StdoutToStderr::~StdoutToStderr() { restore(); }
+
+void StdoutToStderr::restore() {
+  if (saved_fd_ < 0) return;
+  std::fflush(stdout);
+  ::dup2(saved_fd_, STDOUT_FILENO);
+  ::close(saved_fd_);
+  saved_fd_ = -1;
+}
+
+}  // namespace sq
