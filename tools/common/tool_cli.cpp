@@ -60,7 +60,12 @@ std::vector<std::string> normalize_json_args(const std::vector<std::string>& arg
 int parse_tool_args(CLI::App& app, const char* tool, int argc, char** argv) {
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
-  args = normalize_json_args(args);
+  const std::vector<std::string> normalized = normalize_json_args(args);
+  // Words that followed a bare --json but were not taken as its FILE (for the hint below).
+  std::vector<std::string> after_json;
+  for (size_t i = 0; i + 1 < normalized.size(); ++i)
+    if (normalized[i] == "--json=-" && normalized[i + 1].rfind('-', 0) != 0) after_json.push_back(normalized[i + 1]);
+  args = normalized;
   std::reverse(args.begin(), args.end());  // CLI11 consumes the vector from the back
   try {
     app.parse(args);
@@ -73,6 +78,11 @@ int parse_tool_args(CLI::App& app, const char* tool, int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
     std::replace(msg.begin(), msg.end(), '\n', ' ');
+    for (const std::string& w : after_json)
+      if (msg.find(w) != std::string::npos) {
+        msg += " (--json takes '-', a file name ending in .json, or --json=FILE)";
+        break;
+      }
     std::fprintf(stderr, "%s: error: %s (see %s --help)\n", tool, msg.c_str(), tool);
     return kExitInput;
   }
