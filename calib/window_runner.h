@@ -9,7 +9,9 @@
 #include <memory>
 #include <vector>
 
+#include "core/finite.h"
 #include "model/llama_model.h"
+#include "model/nonfinite.h"
 
 namespace sq {
 
@@ -20,6 +22,10 @@ namespace sq {
 /// parallel ops inside. Because merging follows window order, the result is bit-identical for any
 /// thread count, and memory is O(threads) collectors, independent of the number of windows.
 /// `progress(done, total)` is called after each group.
+/// After each window the final hidden state [n, dim] is checked for NaN / ±Inf (n·dim floats next
+/// to the window's forward pass); the first window (in order) that fails is re-run layer by layer
+/// and NonFiniteError "non-finite activation in layer 3 (...) in calibration window 5 of 64 (...)"
+/// is thrown (model/nonfinite.h).
 /// Collector: constructible from `const ModelConfig&`, derived from ActivationObserver, with
 /// `void merge(const Collector&)`.
 template <typename Collector>
@@ -32,6 +38,7 @@ Collector observe_windows(const LlamaModel& model, const std::vector<std::vector
   const int64_t n = static_cast<int64_t>(windows.size());
   for (int64_t g0 = 0; g0 < n; g0 += threads) {
     const int group = static_cast<int>(std::min<int64_t>(threads, n - g0));
+    std::vector<char> bad(static_cast<size_t>(group), 0);
 #pragma omp parallel for num_threads(group) schedule(static, 1) if (group > 1)
     for (int i = 0; i < group; ++i) {
       const auto& w = windows[static_cast<size_t>(g0 + i)];
@@ -39,8 +46,17 @@ Collector observe_windows(const LlamaModel& model, const std::vector<std::vector
       KVCache cache(c, std::max<int64_t>(1, static_cast<int64_t>(w.size())));
       Workspace ws;
       model.forward(w.data(), static_cast<int64_t>(w.size()), cache, ws, nullptr, LogitsFor::None, col.get());
+      bad[static_cast<size_t>(i)] = first_nonfinite_f32(ws.x.data(), static_cast<int64_t>(w.size()) * c.dim) >= 0;
       per_window[static_cast<size_t>(i)] = std::move(col);
     }
+    for (int i = 0; i < group; ++i)
+      if (bad[static_cast<size_t>(i)]) {  // outside the parallel region: locate, then throw
+        const auto& w = windows[static_cast<size_t>(g0 + i)];
+        KVCache cache(c, std::max<int64_t>(1, static_cast<int64_t>(w.size())));
+        Workspace ws;
+        throw nonfinite_activation_error(locate_nonfinite_activation(model, w.data(), static_cast<int64_t>(w.size()), cache, ws),
+                                         "in calibration window " + std::to_string(g0 + i) + " of " + std::to_string(n));
+      }
     for (int i = 0; i < group; ++i) total.merge(*per_window[static_cast<size_t>(i)]);  // window order
     if (progress) progress(g0 + group, n);
   }

@@ -165,6 +165,11 @@ int main(int argc, char** argv) {
     };
     const sq::ConvertSummary s = sq::convert_model(src, o, out_path);
     if (bar) bar->finish();
+    if (o.tokenizer_path.empty())  // after the file is written: a failed conversion prints only its error
+      std::fprintf(stderr,
+                   "sq-convert: warning: %s has no embedded tokenizer (no tokenizer given with --tokenizer or found beside "
+                   "%s); tools will need --tokenizer\n",
+                   out_path.c_str(), model_path.c_str());
     if (mem) {
       mem->stop();
       std::fprintf(stderr, "sq-convert: peak RssAnon %.1f MiB\n", static_cast<double>(mem->peak_bytes()) / (1 << 20));

@@ -176,6 +176,8 @@ int main(int argc, char** argv) {
     opt.on_progress = [&](int64_t done, int64_t, int64_t toks) { bar.update(done, static_cast<double>(toks), "tok"); };
     std::unique_ptr<sq::CudaLlamaModel> gpu;
     if (on_cuda) gpu = std::make_unique<sq::CudaLlamaModel>(*loaded.model);  // uploads; refuses unsupported layers
+    // A chunk with non-finite logits on the device is re-run layer by layer on the CPU to name the layer.
+    opt.locate_nonfinite = [&](const int32_t* input, int) { return sq::locate_nonfinite_chunk(*loaded.model, input, opt); };
     const sq::PerplexityResult r =
         gpu ? sq::evaluate_perplexity_cuda(*gpu, tokens, opt) : sq::evaluate_perplexity(*loaded.model, tokens, opt);
     bar.finish();

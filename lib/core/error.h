@@ -36,6 +36,17 @@ class UnsupportedError : public InputError {
   using InputError::InputError;
 };
 
+/// A weight or an activation is NaN or ±Inf (exit status 2, like any bad input). Thrown once at
+/// load for a non-finite stored value (the message names the file, the tensor and the first bad
+/// index; core/finite.h), and by the evaluation, generation and calibration drivers when finite
+/// weights make the activations overflow on a given text (the message names the layer and where
+/// in the text; model/nonfinite.h). Deriving from InputError: the model file (or the model on this
+/// input) is what the user must change, not sqkit.
+class NonFiniteError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
 /// Writing an output failed (disk full, permission denied) (exit status 1).
 class OutputError : public Error {
  public:

@@ -2,10 +2,14 @@
 
 #include <omp.h>
 
+#include <atomic>
 #include <chrono>
+#include <climits>
 #include <cmath>
 
 #include "core/error.h"
+#include "core/finite.h"
+#include "model/nonfinite.h"
 #include "ops/ops.h"
 
 namespace sq {
@@ -38,6 +42,7 @@ struct ChunkSums {
   double nll = 0, nll2 = 0;
   int64_t count = 0;
   KVCacheBytes kv;  ///< the cache's bytes after the chunk
+  bool nonfinite = false;  ///< the chunk's logits hold a NaN or ±Inf (sums not computed)
 };
 
 /// Throws UsageError for ctx < 2 or a text without one complete chunk; returns the chunk count.
@@ -60,13 +65,18 @@ void chunk_input(const std::vector<int32_t>& tokens, int64_t chunk, const Perple
   if (o.protocol == PplProtocol::LlamaCpp) input[0] = bos;
 }
 
-/// NLL sums over the scored predictions of chunk `chunk` from its logits [ctx, vocab].
+/// NLL sums over the scored predictions of chunk `chunk` from its logits [ctx, vocab]; only
+/// `nonfinite` set when a logit is NaN or ±Inf.
 ChunkSums score_logits(const std::vector<int32_t>& tokens, int64_t chunk, const PerplexityOptions& o, int vocab,
                        const float* logits) {
   const int ctx = o.ctx;
   const int64_t start = chunk * ctx;
   const int first = o.protocol == PplProtocol::LlamaCpp ? ctx / 2 : 0;  // first scored position
   ChunkSums s;
+  if (first_nonfinite_f32(logits, int64_t(ctx) * vocab) >= 0) {
+    s.nonfinite = true;
+    return s;
+  }
   for (int pos = first; pos < ctx - 1; ++pos) {
     const float* row = logits + static_cast<size_t>(pos) * vocab;
     const int32_t target = tokens[static_cast<size_t>(start + pos + 1)];
@@ -129,6 +139,12 @@ PerplexityResult combine(const std::vector<ChunkSums>& sums, const PerplexityOpt
   return r;
 }
 
+/// "at chunk 2 (tokens 512-767)".
+std::string chunk_where(int64_t chunk, const PerplexityOptions& o) {
+  return "at chunk " + std::to_string(chunk) + " (tokens " + std::to_string(chunk * o.ctx) + "-" +
+         std::to_string((chunk + 1) * o.ctx - 1) + ")";
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -144,6 +160,15 @@ PerplexityResult evaluate_perplexity(const LlamaModel& model, const std::vector<
   // order, each op parallel. The cut-off is where per-op parallelism becomes efficient.
   const bool chunk_parallel = model.config().dim < 1024 && omp_get_max_threads() > 1 && chunks > 1;
   int64_t done = 0;
+  // The first chunk (in text order) whose logits are not finite; later chunks are skipped.
+  std::atomic<int64_t> first_bad{INT64_MAX};
+  auto note = [&](int64_t i) {
+    if (!sums[static_cast<size_t>(i)].nonfinite) return false;
+    int64_t cur = first_bad.load();
+    while (i < cur && !first_bad.compare_exchange_weak(cur, i)) {
+    }
+    return true;
+  };
   if (chunk_parallel) {
 #pragma omp parallel
     {
@@ -153,7 +178,9 @@ PerplexityResult evaluate_perplexity(const LlamaModel& model, const std::vector<
       std::vector<int32_t> input;
 #pragma omp for schedule(dynamic)
       for (int64_t i = 0; i < chunks; ++i) {
+        if (i > first_bad.load(std::memory_order_relaxed)) continue;
         sums[static_cast<size_t>(i)] = score_chunk(model, tokens, i, o, cache, ws, logits, input);
+        note(i);
         int64_t now_done;
 #pragma omp atomic capture
         now_done = ++done;
@@ -167,8 +194,15 @@ PerplexityResult evaluate_perplexity(const LlamaModel& model, const std::vector<
     std::vector<int32_t> input;
     for (int64_t i = 0; i < chunks; ++i) {
       sums[static_cast<size_t>(i)] = score_chunk(model, tokens, i, o, cache, ws, logits, input);
+      if (note(i)) break;
       if (o.on_progress) o.on_progress(i + 1, chunks, (i + 1) * o.ctx);
     }
+  }
+  if (first_bad.load() != INT64_MAX) {
+    const int64_t bad = first_bad.load();
+    std::vector<int32_t> input;
+    chunk_input(tokens, bad, o, model.config().bos_id, input);
+    throw nonfinite_activation_error(locate_nonfinite_chunk(model, input.data(), o), chunk_where(bad, o));
   }
   const double seconds = seconds_since(t0);
   if (o.on_progress) o.on_progress(chunks, chunks, chunks * o.ctx);
@@ -187,10 +221,19 @@ PerplexityResult evaluate_perplexity_with(const ModelConfig& config, const std::
     const KVCacheBytes kv = run_chunk(input.data(), o.ctx, logits.data());
     ChunkSums& s = sums[static_cast<size_t>(i)];
     s = score_logits(tokens, i, o, config.vocab_size, logits.data());
+    if (s.nonfinite)
+      throw nonfinite_activation_error(o.locate_nonfinite ? o.locate_nonfinite(input.data(), o.ctx) : std::string(),
+                                       chunk_where(i, o));
     s.kv = kv;
     if (o.on_progress) o.on_progress(i + 1, chunks, (i + 1) * o.ctx);
   }
   return combine(sums, o, seconds_since(t0));
+}
+
+std::string locate_nonfinite_chunk(const LlamaModel& model, const int32_t* input, const PerplexityOptions& o) {
+  KVCache cache(model.config(), o.ctx, o.kv, o.kv_params);
+  Workspace ws;
+  return locate_nonfinite_activation(model, input, o.ctx, cache, ws);
 }
 
 }  // namespace sq

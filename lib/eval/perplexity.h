@@ -36,6 +36,11 @@ struct PerplexityOptions {
   const std::vector<NuqLayerParams>* kv_params = nullptr;
   /// Called from the evaluating thread after each chunk with (chunks done, total chunks, tokens processed).
   std::function<void(int64_t, int64_t, int64_t)> on_progress;
+  /// evaluate_perplexity_with only: when a chunk's logits hold a NaN or ±Inf, called with the
+  /// chunk's input [ctx] to name where the first non-finite activation appears (e.g. a CPU re-run,
+  /// locate_nonfinite_chunk; "" when it stays finite). Unset: the error names the chunk only.
+  /// evaluate_perplexity always locates on its own model.
+  std::function<std::string(const int32_t* input, int ctx)> locate_nonfinite;
 };
 
 struct PerplexityResult {
@@ -67,7 +72,11 @@ int64_t perplexity_chunks(int64_t n_tokens, const PerplexityOptions& options);
 /// the start for both protocols). Uses all OpenMP threads: whole chunks in parallel for small
 /// models, parallel ops inside one chunk for large ones; the result does not depend on the thread
 /// count (per-chunk sums are combined in chunk order).
-/// Throws UsageError when ctx < 2 or the text holds no complete chunk.
+/// Throws UsageError when ctx < 2 or the text holds no complete chunk. Every chunk's logits are
+/// checked for NaN / ±Inf (one pass over [ctx, vocab] floats, next to the LM head's ctx·vocab·dim
+/// multiply-adds); the first chunk that fails is re-run layer by layer and NonFiniteError
+/// "non-finite activation in layer 3 (attention output, the o_proj input) at chunk 2 (tokens
+/// 512-767) (...)" is thrown (model/nonfinite.h).
 PerplexityResult evaluate_perplexity(const LlamaModel& model, const std::vector<int32_t>& tokens,
                                      const PerplexityOptions& options);
 
@@ -78,9 +87,14 @@ using PerplexityChunkRunner = std::function<KVCacheBytes(const int32_t* input, i
 
 /// evaluate_perplexity for any backend (the CUDA runner, cuda/cuda_eval.h): the same protocols,
 /// scoring and result fields, with chunks run in order on the calling thread by `run_chunk`.
-/// `config` supplies the vocabulary size and BOS id. Throws like evaluate_perplexity, plus whatever
-/// `run_chunk` throws.
+/// `config` supplies the vocabulary size and BOS id. Throws like evaluate_perplexity (the location of
+/// a non-finite chunk comes from options.locate_nonfinite), plus whatever `run_chunk` throws.
 PerplexityResult evaluate_perplexity_with(const ModelConfig& config, const std::vector<int32_t>& tokens,
                                           const PerplexityOptions& options, const PerplexityChunkRunner& run_chunk);
+
+/// Where the first non-finite activation appears when chunk `input` [options.ctx] runs on `model`
+/// from a fresh KV cache in options.kv's format (locate_nonfinite_activation), "" when every value
+/// is finite. For PerplexityOptions::locate_nonfinite when another backend ran the chunk.
+std::string locate_nonfinite_chunk(const LlamaModel& model, const int32_t* input, const PerplexityOptions& options);
 
 }  // namespace sq

@@ -7,6 +7,8 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/finite.h"
+#include "model/nonfinite.h"
 #include "ops/ops.h"
 #include "runtime/kv_cache.h"
 
@@ -18,6 +20,11 @@ struct StreamOut {
   std::vector<double> nll;           ///< [len − 1]: NLL of token t+1 given the stream up to t
   std::vector<int64_t> segment_bytes;
   int64_t peak_bytes = 0, peak_rows = 0;
+  /// Set when a step's logits were not finite (decoding stopped there): where the first non-finite
+  /// activation of that step appeared ("" when the re-run stayed finite) and the stream position.
+  bool nonfinite = false;
+  std::string nonfinite_location;
+  int64_t nonfinite_pos = -1;
 };
 
 /// Token-by-token decoding of tokens[0, len) under a cache policy.
@@ -35,6 +42,12 @@ StreamOut decode_stream(const LlamaModel& model, const int32_t* toks, int64_t le
   for (int64_t t = 0; t + 1 < len; ++t) {
     evict_for_next_token(policy, cache, scores);
     model.forward(toks + t, 1, cache, ws, logits.data(), LogitsFor::LastToken);
+    if (first_nonfinite_f32(logits.data(), vocab) >= 0) {  // vocab floats next to a whole decode step
+      out.nonfinite = true;
+      out.nonfinite_pos = t;
+      out.nonfinite_location = locate_nonfinite_last_block(model, toks + t, 1, cache, ws);
+      return out;
+    }
     out.nll[size_t(t)] = ops::log_sum_exp(logits.data(), vocab) - logits[size_t(toks[t + 1])];
     const int64_t bytes = cache.bytes().total();
     out.peak_bytes = std::max(out.peak_bytes, bytes);
@@ -53,6 +66,7 @@ StreamOut recompute_stream(const LlamaModel& model, const int32_t* toks, int64_t
   StreamOut out;
   out.nll.resize(static_cast<size_t>(len - 1));
   int64_t peak = 0;
+  std::vector<char> bad(static_cast<size_t>(len - 1), 0);  // per position: logits not finite
 #pragma omp parallel reduction(max : peak)
   {
     KVCache cache(model.config(), w, o.kv, o.kv_params);
@@ -63,10 +77,21 @@ StreamOut recompute_stream(const LlamaModel& model, const int32_t* toks, int64_t
       const int64_t first = std::max<int64_t>(0, t - w + 1);
       cache.clear();
       model.forward(toks + first, t - first + 1, cache, ws, logits.data(), LogitsFor::LastToken);
+      bad[size_t(t)] = first_nonfinite_f32(logits.data(), vocab) >= 0;
       out.nll[size_t(t)] = ops::log_sum_exp(logits.data(), vocab) - logits[size_t(toks[t + 1])];
       peak = std::max(peak, cache.bytes().total());
       if (tick) tick();
     }
+  }
+  const auto it = std::find(bad.begin(), bad.end(), 1);
+  if (it != bad.end()) {  // re-run the first failing prefill layer by layer
+    const int64_t t = it - bad.begin(), first = std::max<int64_t>(0, t - w + 1);
+    KVCache cache(model.config(), w, o.kv, o.kv_params);
+    Workspace ws;
+    out.nonfinite = true;
+    out.nonfinite_pos = t;
+    out.nonfinite_location = locate_nonfinite_activation(model, toks + first, t - first + 1, cache, ws);
+    return out;
   }
   out.peak_bytes = peak;
   out.peak_rows = std::min(w, len);
@@ -110,10 +135,19 @@ StreamingResult evaluate_streaming(const LlamaModel& model, const std::vector<in
       if (omp_get_thread_num() == 0 && o.on_progress) o.on_progress(now, total);
     }
   } else {
-    for (int64_t s = 0; s < streams; ++s)
+    for (int64_t s = 0; s < streams; ++s) {
       outs[size_t(s)] = recompute ? recompute_stream(model, all.data() + s * len, len, policy, o, tick)
                                   : decode_stream(model, all.data() + s * len, len, policy, o, tick);
+      if (outs[size_t(s)].nonfinite) break;
+    }
   }
+  for (int64_t s = 0; s < streams; ++s)  // the first stream (in text order) that failed
+    if (outs[size_t(s)].nonfinite) {
+      const int64_t t = outs[size_t(s)].nonfinite_pos;
+      throw nonfinite_activation_error(outs[size_t(s)].nonfinite_location,
+                                       "at token " + std::to_string(t) + " of stream " + std::to_string(s) + " (text token " +
+                                           std::to_string(s * len + t) + ")");
+    }
   StreamingResult r;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.streams = streams;

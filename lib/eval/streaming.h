@@ -43,7 +43,9 @@ struct StreamingResult {
 /// runs, for each position t, a fresh prefill of tokens [t−W+1, t] (positions 0…) and scores its
 /// last prediction; streams and recompute positions run in parallel over OpenMP threads,
 /// token-by-token streams sequentially. Throws UsageError when the text holds fewer than 2 tokens
-/// or the policy does not fit the stream.
+/// or the policy does not fit the stream; NonFiniteError "non-finite activation in layer 3 (...) at
+/// token 17 of stream 0 (text token 17) (...)" when a step's logits hold a NaN or ±Inf (each step's
+/// [vocab] logits are checked; the failing step is re-run layer by layer, model/nonfinite.h).
 StreamingResult evaluate_streaming(const LlamaModel& model, const std::vector<int32_t>& tokens,
                                    const StreamingOptions& options);
 

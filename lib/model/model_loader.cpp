@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/finite.h"
 #include "formats/hf_checkpoint.h"
 #include "formats/llama2c_checkpoint.h"
 #include "formats/sqm_file.h"
@@ -34,6 +35,7 @@ LoadedModel load_model(const std::string& path) {
   out.path = path;
   if (!S_ISDIR(st.st_mode) && looks_like_sqm(path)) {
     out.sqm = SqmFile::open(path);
+    check_sqm_finite(*out.sqm);
     out.model = build_model_from_sqm(out.sqm);
     out.kv = kv_quantization_from_sqm(*out.sqm, out.model->config());
     out.format = "sqm";
@@ -49,6 +51,7 @@ LoadedModel load_model(const std::string& path) {
     throw InputError(path + ": not a recognized model (expected a llama2.c checkpoint or a Hugging Face checkpoint "
                             "directory with config.json and *.safetensors)");
   }
+  check_checkpoint_finite(ck);
   out.model = std::make_unique<LlamaModel>(LlamaModel::from_checkpoint(ck));
   out.path = path;
   out.format = ck.format;
@@ -67,6 +70,8 @@ std::unique_ptr<Tokenizer> open_tokenizer_for(const LoadedModel& loaded, const s
   std::string path = tokenizer_path.empty() ? loaded.default_tokenizer : tokenizer_path;
   if (tokenizer_path.empty() && loaded.sqm) {
     tok = tokenizer_from_sqm(*loaded.sqm);
+    if (!tok)
+      throw InputError(loaded.path + " has no embedded tokenizer (converted without one); give --tokenizer FILE");
     path = loaded.path + " (embedded tokenizer)";
   }
   if (!tok && path.empty())

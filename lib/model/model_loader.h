@@ -28,8 +28,12 @@ struct LoadedModel {
 /// Detects the format of `path` and loads it: a directory is a Hugging Face checkpoint
 /// (config.json + safetensors); a file starting with "SQKITMDL" is a packed .sqm model (checksums
 /// verified); a file with a llama2.c header is a llama2.c checkpoint.
+/// Every stored floating-point value is checked once here (check_checkpoint_finite: the FP32
+/// tensors, F16/BF16 ones after widening; check_sqm_finite: a .sqm's F32/F16/BF16 tensors, scales
+/// included), so nothing downstream runs on NaN/Inf weights.
 /// Throws InputError ("cannot open PATH: ...", "PATH: not a recognized model ...") or the
-/// format reader's InputError/UnsupportedError.
+/// format reader's InputError/UnsupportedError; NonFiniteError "PATH: tensor 'NAME' holds a
+/// non-finite value (nan) at index I ..." for a NaN or ±Inf weight.
 LoadedModel load_model(const std::string& path);
 
 }  // namespace sq
@@ -38,7 +42,9 @@ namespace sq {
 class Tokenizer;
 
 /// Opens the tokenizer for `loaded`: `tokenizer_path` when non-empty, else the one embedded in a
-/// .sqm file, else the one found beside the model. Throws UsageError when there is none ("give --tokenizer") and InputError when its
-/// vocabulary size differs from the model's (naming both sizes and files).
+/// .sqm file, else the one found beside the model. Throws UsageError when there is none ("give --tokenizer"),
+/// InputError "PATH has no embedded tokenizer (converted without one); give --tokenizer FILE" for a
+/// .sqm written without a tokenizer and no `tokenizer_path`, and InputError when its vocabulary
+/// size differs from the model's (naming both sizes and files).
 std::unique_ptr<Tokenizer> open_tokenizer_for(const LoadedModel& loaded, const std::string& tokenizer_path);
 }  // namespace sq

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/finite.h"
 #include "formats/safetensors.h"
 #include "formats/tokenizer.h"
 #include "model/w4a16_linear.h"
@@ -277,6 +278,30 @@ std::unique_ptr<LlamaModel> build_model_from_sqm(const std::shared_ptr<SqmFile>&
                                    std::vector<float>(scales.data(), scales.data() + c.vocab_size));
   }
   return model;
+}
+
+void check_sqm_finite(const SqmFile& f) {
+  for (const SqmTensorInfo& info : f.tensors()) {
+    if (info.dtype != SqmDType::F32 && info.dtype != SqmDType::F16 && info.dtype != SqmDType::BF16) continue;
+    const SqmBytes raw = f.raw(info.name);
+    const int64_t n = static_cast<int64_t>(info.numel());
+    int64_t i = -1;
+    float v = 0.0f;
+    if (info.dtype == SqmDType::F32) {
+      // The mapping is 64-byte aligned and a decompressed buffer is malloc-aligned.
+      const auto* x = reinterpret_cast<const float*>(raw.data);
+      i = first_nonfinite_f32(x, n);
+      if (i >= 0) v = x[i];
+    } else {
+      const auto* h = reinterpret_cast<const uint16_t*>(raw.data);
+      const bool f16 = info.dtype == SqmDType::F16;
+      i = f16 ? first_nonfinite_f16(h, n) : first_nonfinite_bf16(h, n);
+      if (i >= 0) v = f16 ? half_to_float(h[i]) : bf16_to_float(h[i]);
+    }
+    if (i >= 0)
+      throw NonFiniteError(f.path() + ": tensor '" + info.name + "' (" + sqm_dtype_name(info.dtype) +
+                           ") holds a non-finite value (" + nonfinite_name(v) + ") at " + element_position(i, info.shape));
+  }
 }
 
 std::unique_ptr<Tokenizer> tokenizer_from_sqm(const SqmFile& f) {

@@ -28,6 +28,12 @@ nlohmann::json model_config_to_json(const ModelConfig& c);
 /// Throws InputError naming the file and tensor for anything missing or inconsistent.
 std::unique_ptr<LlamaModel> build_model_from_sqm(const std::shared_ptr<SqmFile>& file);
 
+/// Throws NonFiniteError "PATH: tensor 'NAME' (F16) holds a non-finite value (inf) at index 3
+/// (element [0, 3] of shape [64, 2])" when a floating-point tensor of `file` (F32, F16 or BF16:
+/// FP32 weights, norms, W8A8 / INT4 / Atom scales, static input steps, clip ratios, KV tables) has a
+/// NaN or ±Inf. One vectorizable pass over those tensors' bytes (integer tensors are skipped).
+void check_sqm_finite(const SqmFile& file);
+
 /// The tokenizer embedded in `file` (header.tokenizer.tensor), or nullptr when there is none.
 std::unique_ptr<Tokenizer> tokenizer_from_sqm(const SqmFile& file);
 

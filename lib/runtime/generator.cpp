@@ -4,6 +4,8 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "core/finite.h"
+#include "model/nonfinite.h"
 #include "runtime/kv_cache.h"
 
 namespace sq {
@@ -20,6 +22,9 @@ class CpuGeneration final : public GenerationBackend {
   }
   void forward(const int32_t* tokens, int64_t n, float* logits) override {
     model_.forward(tokens, n, cache_, ws_, logits, LogitsFor::LastToken);
+  }
+  std::string locate_nonfinite(const int32_t* tokens, int64_t n) override {
+    return locate_nonfinite_last_block(model_, tokens, n, cache_, ws_);
   }
   void before_decode_step() override {
     if (policy_.kind != KVPolicyKind::Dense) evict_for_next_token(policy_, cache_, scores_);
@@ -55,6 +60,9 @@ GenerationStats generate_with(GenerationBackend& backend, int vocab, int32_t eos
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
   backend.forward(prompt.data(), static_cast<int64_t>(prompt.size()), logits.data());
+  if (first_nonfinite_f32(logits.data(), vocab) >= 0)
+    throw nonfinite_activation_error(backend.locate_nonfinite(prompt.data(), static_cast<int64_t>(prompt.size())),
+                                     "in the prompt (prefill of " + std::to_string(prompt.size()) + " tokens)");
   st.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   st.peak_kv_bytes = backend.cache_bytes();
   st.peak_kv_tokens = backend.cache_rows();
@@ -77,6 +85,10 @@ GenerationStats generate_with(GenerationBackend& backend, int vocab, int32_t eos
     }
     backend.before_decode_step();
     backend.forward(&next, 1, logits.data());
+    if (first_nonfinite_f32(logits.data(), vocab) >= 0)
+      throw nonfinite_activation_error(backend.locate_nonfinite(&next, 1),
+                                       "at generated token " + std::to_string(i + 1) + " (position " +
+                                           std::to_string(st.prompt_tokens + i) + ")");
     st.peak_kv_bytes = std::max(st.peak_kv_bytes, backend.cache_bytes());
     st.peak_kv_tokens = std::max(st.peak_kv_tokens, backend.cache_rows());
   }

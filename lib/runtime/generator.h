@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "model/llama_model.h"
@@ -40,6 +41,10 @@ struct GenerationOptions {
 /// EOS/BOS or when the context (`context_limit` positions, normally config.max_seq_len) is full.
 /// Throws UsageError for an empty prompt or one longer than the context.
 /// With an evicting policy the prompt must fit the policy's cache (UsageError otherwise).
+/// Throws NonFiniteError "non-finite activation in layer 3 (...) in the prompt (prefill of 5
+/// tokens) (...)" / "... at generated token 7 (...)" when the logits of the prefill or of a decode
+/// step hold a NaN or ±Inf (checked every step, before sampling; tokens already passed to
+/// `on_token` stay emitted).
 GenerationStats generate(const LlamaModel& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
                          int64_t context_limit, Sampler& sampler, const std::function<void(int32_t, int32_t)>& on_token,
                          const GenerationOptions& options = {});
@@ -54,6 +59,11 @@ class GenerationBackend {
   virtual void forward(const int32_t* tokens, int64_t n, float* logits) = 0;
   /// Called before each decode step: an evicting cache makes room for one more token here.
   virtual void before_decode_step() {}
+  /// Called once after forward(tokens, n, …) wrote non-finite logits, before generation stops:
+  /// where the first non-finite activation of that block appears (re-running it on the cache state
+  /// it saw, e.g. "layer 3 (attention output, the o_proj input)"), or "" when the backend cannot
+  /// tell (the default) or the re-run stays finite.
+  virtual std::string locate_nonfinite(const int32_t* tokens, int64_t n) { return ""; }
   /// Cached rows now, and their bytes (KVCache::bytes().total()).
   virtual int64_t cache_rows() const = 0;
   virtual int64_t cache_bytes() const = 0;
@@ -67,6 +77,8 @@ void check_generation_prompt(const std::vector<int32_t>& prompt, int64_t context
 /// EOS or BOS (unless ignore_eos) / feed back, up to `max_new_tokens`; stops with
 /// hit_context_limit when `bounded` and the cache holds `context_limit` rows. `prompt` must be
 /// non-empty and fit (check_generation_prompt, called by the caller before it builds the backend).
+/// Checks every block's logits and throws NonFiniteError as `generate` does (the location from
+/// backend.locate_nonfinite).
 GenerationStats generate_with(GenerationBackend& backend, int vocab, int32_t eos_id, int32_t bos_id,
                               const std::vector<int32_t>& prompt, int64_t max_new_tokens, int64_t context_limit,
                               bool bounded, bool ignore_eos, Sampler& sampler,
