@@ -64,8 +64,8 @@ ResolvedCalibrationText resolve_calibration_text(const CalibrationProvenance& pv
   const std::string sha = sha256_file_hex(found);  // InputError when unreadable
   if (sha != pv.text_sha256)
     throw InputError(found + ": SHA-256 " + short_hash(sha) + " differs from the text_sha256 " + short_hash(pv.text_sha256) +
-                     " that " + calib_path + " records for its calibration text; " + purpose +
-                     " needs the text it was calibrated on (give it with --calib-text FILE)");
+                     " that " + calib_path + " records for its calibration text; " + purpose + " needs the text it was calibrated on" +
+                     (explicit_text.empty() ? " (a different file under the recorded name? give the original with --calib-text FILE)" : ""));
   return {canonical_text_path(found), sha};
 }
 

@@ -34,12 +34,17 @@ struct ResolvedCalibrationText {
 /// by the rule at the top of this header, `explicit_text` being `--calib-text` ("" when not given),
 /// and checks its SHA-256 against pv.text_sha256. `purpose` names what needs the text (e.g.
 /// "--alpha auto") and `alternative` is "" or a hint appended to the not-found message (e.g. "or
-/// --gptq-hessians file"). Throws InputError (one sentence, naming the calibration file):
-///  * "--calib-text FILE: no such file" when `explicit_text` does not exist (or is not a file);
-///  * "CALIB: its calibration text PATH is not found (...); PURPOSE re-reads it: give it with
-///    --calib-text FILE[ ALTERNATIVE]" when nothing is found under the recorded path;
+/// use ... --gptq-hessians file"). Throws InputError, one sentence each:
+///  * "--calib-text FILE: no such file" when `explicit_text` is not an existing file;
+///  * "CALIB: its calibration text PATH is not found; PURPOSE re-reads it: give it with --calib-text
+///    FILE[ ALTERNATIVE]" for a recorded absolute path; for a relative one "CALIB: its calibration
+///    text PATH (a relative path) is not found beside it (DIR/PATH) nor in the working directory
+///    (CWD/PATH); PURPOSE re-reads it: ..."; "CALIB records no calibration text path; ..." for an
+///    empty record;
 ///  * "TEXT: SHA-256 abc… differs from the text_sha256 def… that CALIB records for its calibration
-///    text (...)" when the file found has other bytes;
+///    text; PURPOSE needs the text it was calibrated on[ (a different file under the recorded name?
+///    give the original with --calib-text FILE)]" when the file found has other bytes (TEXT as given
+///    or as found, hashes shortened to 12 hex digits);
 /// and InputError from reading the text (sha256_file_hex).
 ResolvedCalibrationText resolve_calibration_text(const CalibrationProvenance& pv, const std::string& calib_path,
                                                  const std::string& explicit_text, const std::string& purpose,
