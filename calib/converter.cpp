@@ -218,8 +218,6 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
       throw InputError(o.calib_path + ": " + std::to_string(calib.layers.size()) + " layers, the model has " + std::to_string(c.n_layers));
   }
 
-  // --alpha auto: activations of the FP32 model on calibration windows (smoothing earlier layers
-  // does not change the function, so these are also the inputs of the smoothed model).
   // The calibration text, when something re-reads it: --calib-text or the recorded path, verified
   // against the recorded SHA-256 (calib/calibration_text.h), so the choice never depends on the cwd.
   const bool gptq = (w4 && o.int4.gptq) || (atom && o.atom.gptq);
@@ -238,6 +236,8 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
     return text.path;
   };
 
+  // --alpha auto: activations of the FP32 model on calibration windows (smoothing earlier layers
+  // does not change the function, so these are also the inputs of the smoothed model).
   std::unique_ptr<ActivationCapture> capture;
   if (alpha_search) {
     if (o.tokenizer_path.empty()) throw UsageError("--alpha auto needs the tokenizer (give --tokenizer)");
