@@ -6,8 +6,8 @@
 //
 // The .sqm holds no timestamps or output paths (docs/formats.md), so "the same command gives the same
 // file" is checked byte for byte; where two runs legitimately read the text from different places
-// (the header's calibration.text names the file read) the tensors are compared byte for byte and the
-// headers with that one key removed.
+// (the header's calibration.text names the file read; calibration.file_sha256 differs for a rewritten
+// calibration file) the tensors are compared byte for byte and the headers without those keys.
 #include <gtest/gtest.h>
 
 #include <cstring>
