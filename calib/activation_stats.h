@@ -66,6 +66,8 @@ struct LayerStats {
 /// Where the statistics came from (stored as HDF5 attributes; docs/formats.md).
 struct CalibrationProvenance {
   std::string model_fingerprint;  ///< hex SHA-256 of the model config and tensor names/shapes/dtypes
+  /// The calibration text: sq-calibrate records its absolute, canonical path; files from before
+  /// that may hold a relative path (resolution rule: calib/calibration_text.h).
   std::string text_path;
   std::string text_sha256;        ///< hex SHA-256 of the calibration text file's bytes
   int64_t samples = 0;            ///< N windows

@@ -2,6 +2,7 @@
 
 #include <ctime>
 
+#include "calib/calibration_text.h"
 #include "calib/fisher.h"
 #include "calib/hessian.h"
 #include "calib/stats_collector.h"
@@ -38,8 +39,8 @@ CalibrationData run_calibration(const LoadedModel& loaded, const Tokenizer& tok,
   CalibrationData data;
   CalibrationProvenance& p = data.provenance;
   p.model_fingerprint = model_fingerprint(loaded.checkpoint);
-  p.text_path = o.text_path;
-  p.text_sha256 = sha256_file_hex(o.text_path);
+  p.text_sha256 = sha256_file_hex(o.text_path);       // InputError when the text is missing
+  p.text_path = canonical_text_path(o.text_path);  // absolute: sq-convert finds it from any directory
   p.samples = o.samples;
   p.seq_len = o.seq_len;
   p.seed = o.seed;

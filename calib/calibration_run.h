@@ -34,7 +34,8 @@ struct CalibrationOptions {
 
 /// Samples N windows of L tokens (calib/window_sampler.h), runs `loaded.model` over them and
 /// returns the statistics with their provenance (model fingerprint of `loaded.checkpoint`, text
-/// SHA-256, N, L, seed, sqkit version, `created` = now in UTC). Deterministic: the same inputs
+/// SHA-256, the text's absolute canonical path (calib/calibration_text.h), N, L, seed, sqkit
+/// version, `created` = now in UTC). Deterministic: the same inputs
 /// give bit-identical statistics for any thread count.
 /// With options.hessian the layers also carry their Hessians (LayerStats::hessians); with
 /// options.fisher their K/V Fisher samples (LayerStats::kv_fisher, CalibrationData::fisher_max_tokens).

@@ -4,10 +4,10 @@
 #include <array>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <memory>
 
+#include "calib/calibration_text.h"
 #include "calib/channel_reorder.h"
 #include "calib/layerwise_runner.h"
 #include "calib/window_sampler.h"
@@ -218,14 +218,32 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
       throw InputError(o.calib_path + ": " + std::to_string(calib.layers.size()) + " layers, the model has " + std::to_string(c.n_layers));
   }
 
+  // The calibration text, when something re-reads it: --calib-text or the recorded path, verified
+  // against the recorded SHA-256 (calib/calibration_text.h), so the choice never depends on the cwd.
+  const bool gptq = (w4 && o.int4.gptq) || (atom && o.atom.gptq);
+  const bool clip_search = atom && o.atom.clip == "search";
+  const bool alpha_search = w8a8 && o.smooth && o.alpha_auto;
+  std::string hessian_mode = o.gptq_hessians;  // auto: sequential whenever the tokenizer is there
+  if (hessian_mode == "auto") hessian_mode = o.tokenizer_path.empty() ? "file" : "sequential";
+  const bool sequential_gptq = gptq && hessian_mode == "sequential";
+  if (!o.calib_text.empty() && o.calib_path.empty()) throw UsageError("--calib-text needs --calib (the calibration file it belongs to)");
+  if (!o.calib_text.empty() && !alpha_search && !sequential_gptq && !clip_search)
+    throw UsageError("--calib-text has no effect here: only --alpha auto, --gptq with sequential Hessians and --clip search re-read the "
+                     "calibration text");
+  ResolvedCalibrationText text;
+  auto calibration_text = [&](const std::string& purpose, const std::string& alternative) {
+    if (text.path.empty()) text = resolve_calibration_text(calib.provenance, o.calib_path, o.calib_text, purpose, alternative);
+    return text.path;
+  };
+
   // --alpha auto: activations of the FP32 model on calibration windows (smoothing earlier layers
   // does not change the function, so these are also the inputs of the smoothed model).
   std::unique_ptr<ActivationCapture> capture;
-  if (w8a8 && o.smooth && o.alpha_auto) {
-    const std::string text = o.alpha_text.empty() ? calib.provenance.text_path : o.alpha_text;
+  if (alpha_search) {
     if (o.tokenizer_path.empty()) throw UsageError("--alpha auto needs the tokenizer (give --tokenizer)");
+    const std::string path = calibration_text("--alpha auto", "");
     auto tok = load_tokenizer(o.tokenizer_path);
-    const auto windows = sample_calibration_windows(text, *tok, o.alpha_windows, calib.provenance.seq_len, calib.provenance.seed);
+    const auto windows = sample_calibration_windows(path, *tok, o.alpha_windows, calib.provenance.seq_len, calib.provenance.seed);
     const int64_t total_rows = o.alpha_windows * calib.provenance.seq_len;
     const int64_t stride = std::max<int64_t>(1, (total_rows + o.alpha_max_rows - 1) / o.alpha_max_rows);
     capture = std::make_unique<ActivationCapture>(c.n_layers, stride);
@@ -241,17 +259,19 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
   const bool keep_f32 = w8a8 || w4 || atom;
   std::unique_ptr<LayerwiseRunner> sequential;
   ConvertSummary summary;
-  const bool gptq = (w4 && o.int4.gptq) || (atom && o.atom.gptq);
-  const bool clip_search = atom && o.atom.clip == "search";
   if (gptq || clip_search) {
-    std::string mode = o.gptq_hessians;
-    if (mode == "auto") mode = std::filesystem::exists(calib.provenance.text_path) && !o.tokenizer_path.empty() ? "sequential" : "file";
+    const std::string mode = hessian_mode;
     if (clip_search && o.tokenizer_path.empty()) throw UsageError("--clip search needs the tokenizer (give --tokenizer)");
     if (mode == "sequential" || clip_search) {
       if (o.tokenizer_path.empty()) throw UsageError("--gptq-hessians sequential needs the tokenizer (give --tokenizer)");
+      const std::string path =
+          clip_search ? calibration_text("--clip search", "")
+                      : calibration_text(o.gptq_hessians == "auto" ? "--gptq (sequential Hessians, the --gptq-hessians auto default)"
+                                                                   : "--gptq-hessians sequential",
+                                         "or use the Hessians stored by sq-calibrate --hessian: --gptq-hessians file");
       auto tok = load_tokenizer(o.tokenizer_path);
       const auto& pv = calib.provenance;
-      const auto windows = sample_calibration_windows(pv.text_path, *tok, pv.samples, pv.seq_len, pv.seed);
+      const auto windows = sample_calibration_windows(path, *tok, pv.samples, pv.seq_len, pv.seed);
       sequential = std::make_unique<LayerwiseRunner>(*src.model, windows);
     }
     if (gptq && mode == "file") {
@@ -495,7 +515,7 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
   if (!o.calib_path.empty()) {
     const auto& pv = calib.provenance;
     header["calibration"] = {{"file_sha256", sha256_file_hex(o.calib_path)}, {"model_fingerprint", pv.model_fingerprint},
-                             {"text", pv.text_path}, {"text_sha256", pv.text_sha256}, {"samples", pv.samples},
+                             {"text", text.path.empty() ? pv.text_path : text.path}, {"text_sha256", pv.text_sha256}, {"samples", pv.samples},
                              {"seq_len", pv.seq_len}, {"seed", pv.seed}, {"sqkit_version", pv.sqkit_version}};
   }
   out.finish(header);

@@ -28,7 +28,10 @@ struct ConvertOptions {
   ActQuant act = ActQuant::PerToken;
   std::string preset;       ///< "O1"/"O2"/"O3" when chosen by preset (recorded in the header)
   bool quantize_head = false;
-  std::string alpha_text;   ///< text for --alpha auto (default: the calibration file's text_path)
+  /// `--calib-text`: the calibration text that --alpha auto, sequential GPTQ Hessians and Atom
+  /// --clip search re-read ("" = the calibration file's text_path, resolved by the rule of
+  /// calib/calibration_text.h). Either way its SHA-256 must equal the calibration file's text_sha256.
+  std::string calib_text;
   int64_t alpha_windows = 8;   ///< calibration windows (of the calibration's seq_len) for --alpha auto
   int64_t alpha_max_rows = 2048;  ///< cap on captured activation rows per site (every k-th token)
   std::string tokenizer_path;  ///< tokenizer file to embed ("" = none)
@@ -40,8 +43,9 @@ struct ConvertOptions {
   /// Where GPTQ's Hessians come from: "sequential" (recomputed layer by layer from the calibration
   /// file's windows — its text, seed, N and L — so each layer sees the outputs of the already
   /// quantized layers before it, as GPTQ §4 / the reference's llama_sequential), "file" (the
-  /// FP32-model Hessians that `sq-calibrate --hessian` stored), or "auto" (sequential when the
-  /// calibration text is readable, else file).
+  /// FP32-model Hessians that `sq-calibrate --hessian` stored), or "auto" (sequential whenever a
+  /// tokenizer is given, else file — never chosen by whether the text happens to be found: a
+  /// missing or different text is an error, so the result does not depend on the working directory).
   std::string gptq_hessians = "auto";
   /// KV-cache format the model is meant to run with (`--kv`), recorded in the header's kv_cache
   /// object; for nuq formats with the per-layer codebooks and key scaling from
@@ -79,9 +83,14 @@ struct ConvertSummary {
 /// docs/formats.md describes (I4x2 codes, F16 scales, INT8/FP32 outlier columns, the activation
 /// clipping ratio, one I32 reorder per gathered input site); with GPTQ (sequential) or --clip search
 /// the calibration windows are run layer by layer through the already-converted W4A4 layers.
+/// The calibration text (--alpha auto, sequential GPTQ, --clip search) is options.calib_text or the
+/// calibration file's, found and SHA-256-verified by resolve_calibration_text; the header's
+/// `calibration.text` names the file actually re-read (else the recorded text_path).
 /// Throws UsageError (missing --calib, bad α, O3 with --quantize-head, GPTQ without --calib, bad
-/// group size, bad W4A4 options, an outlier count ≥ a linear's width), InputError (calibration file for another model: fingerprint mismatch; layer count
-/// mismatch; GPTQ Hessians missing from the file; a Hessian not positive definite), OutputError.
+/// group size, bad W4A4 options, an outlier count ≥ a linear's width, calib_text without --calib or
+/// when nothing re-reads the text), InputError (calibration file for another model: fingerprint
+/// mismatch; layer count mismatch; GPTQ Hessians missing from the file; a Hessian not positive
+/// definite; the calibration text not found or not the recorded one), OutputError.
 ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& options, const std::string& out_path);
 
 }  // namespace sq

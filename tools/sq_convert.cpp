@@ -30,6 +30,9 @@ int main(int argc, char** argv) {
   app.add_option("-m,--model", model_path, "Model: llama2.c .bin or Hugging Face checkpoint directory")->required();
   app.add_option("--tokenizer", o.tokenizer_path, "Tokenizer to embed in the output (default: the model's own, if any)");
   app.add_option("--calib", o.calib_path, "Calibration file from sq-calibrate (needed for smoothing and O3)");
+  app.add_option("--calib-text", o.calib_text,
+                 "The calibration text, for --alpha auto, sequential GPTQ and --clip search (default: the path the calibration "
+                 "file records; its SHA-256 must match)");
   app.add_option("--scheme", scheme, "w8a8 | w4a16 | w4a4-atom | f32 | f16 | bf16")->capture_default_str();
   app.add_option("--alpha", alpha, "SmoothQuant migration strength in [0,1], or 'auto' (grid search per group)")->capture_default_str();
   app.add_flag("--no-smooth", no_smooth, "Naive W8A8: no smoothing");
@@ -58,7 +61,7 @@ int main(int argc, char** argv) {
   app.add_option("--damp", o.int4.damp, "GPTQ: dampening, fraction of the mean Hessian diagonal")->capture_default_str();
   app.add_option("--gptq-hessians", o.gptq_hessians,
                  "GPTQ: sequential (recompute per layer on the quantized model's inputs from the calibration windows), "
-                 "file (sq-calibrate --hessian), or auto")
+                 "file (sq-calibrate --hessian), or auto (sequential when a tokenizer is given, else file)")
       ->capture_default_str();
   std::string kv, kv_keys, kv_key_axis;
   int kv_group = -1, kv_sink = -1;
@@ -147,7 +150,7 @@ int main(int argc, char** argv) {
       kv_spec = sq::parse_kv_spec(kv);
       sq::apply_kv_options(kv_spec, kv_group, kv_outliers, kv_qnorm, kv_sink, kv_keys, kv_key_axis);
     }
-    sq::check_output_path("-o", out_path, o.write.force, {model_path, o.calib_path, o.tokenizer_path});  // before any work
+    sq::check_output_path("-o", out_path, o.write.force, {model_path, o.calib_path, o.tokenizer_path, o.calib_text});  // before any work
 
     std::unique_ptr<sq::PeakRssAnonSampler> mem;
     if (report_memory) mem = std::make_unique<sq::PeakRssAnonSampler>();

@@ -15,7 +15,7 @@
 
 namespace sq::test {
 
-ProcessResult run_process(const std::vector<std::string>& argv, int timeout_s) {
+ProcessResult run_process(const std::vector<std::string>& argv, int timeout_s, const std::string& cwd) {
   int out_pipe[2], err_pipe[2];
   if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) throw std::runtime_error("pipe failed");
   pid_t pid = fork();
@@ -27,6 +27,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, int timeout_s) {
     dup2(err_pipe[1], 2);
     close(out_pipe[0]);
     close(err_pipe[0]);
+    if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(126);
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);

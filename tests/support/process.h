@@ -14,7 +14,9 @@ struct ProcessResult {
 
 /// Runs `argv` (argv[0] is the executable path) with stdin from /dev/null, waits, and captures
 /// stdout and stderr. Kills the child after `timeout_s` seconds (exit_status then 128+SIGKILL).
-ProcessResult run_process(const std::vector<std::string>& argv, int timeout_s = 300);
+/// With `cwd` not empty the child runs in that working directory (exit_status 126 when it cannot
+/// change to it).
+ProcessResult run_process(const std::vector<std::string>& argv, int timeout_s = 300, const std::string& cwd = "");
 
 /// A fresh empty directory under $TMPDIR (or /tmp), removed with its contents on destruction.
 class ScratchDir {
