@@ -35,6 +35,11 @@ void expect_bad(const std::string& b, std::vector<std::string> parts) {
   expect_error<InputError>([&] { open_bytes(b); }, parts);
 }
 
+/// A GGUF v3 header alone (no padding after it).
+std::string header(uint64_t n_tensors, uint64_t n_kv) {
+  return W::u32(0x46554747u) + W::u32(3) + W::u64(n_tensors) + W::u64(n_kv);
+}
+
 /// A small valid file: two F32 tensors (2x3 and 4), a few keys.
 W small_file() {
   W w;
@@ -169,7 +174,10 @@ TEST(GgufFile, RejectsEveryTruncation) {
     }
   }
   expect_bad(b.substr(0, 10), {"too short", "24 bytes"});
-  expect_bad(b.substr(0, 40), {"needs", "truncated"});
+  // Cut inside the first tensor name's length (the header and 2 key/values take 102 bytes) and
+  // inside the name itself.
+  expect_bad(b.substr(0, 106), {"tensor info #0 name", "needs 8 bytes at offset 102", "truncated"});
+  expect_bad(b.substr(0, 112), {"tensor info #0 name", "string length 8 at offset 102", "past the end"});
 }
 
 TEST(GgufFile, RejectsWrongMagicAndVersion) {
@@ -200,9 +208,7 @@ TEST(GgufFile, RejectsCountsAndLengthsBeyondTheFile) {
   s.kv("general.name", W::STRING, W::u64(1000) + "abc");
   expect_bad(s.bytes(), {"'general.name'", "string length 1000", "past the end"});
   // A key whose length runs past the end.
-  W k;
-  k.kv_count_override = 1;
-  std::string kb = k.bytes() + W::u64(uint64_t(1) << 62) + "key" + std::string(20, 'x');
+  std::string kb = header(0, 1) + W::u64(uint64_t(1) << 62) + "key" + std::string(20, 'x');
   expect_bad(kb, {"key", "string length 4611686018427387904"});
   // Array count x element size beyond the remaining bytes (checked before allocating).
   W a;
@@ -212,9 +218,7 @@ TEST(GgufFile, RejectsCountsAndLengthsBeyondTheFile) {
   as.kv("arr", W::ARRAY, W::array(W::STRING, 1000000, W::str("x")));
   expect_bad(as.bytes(), {"'arr'", "1000000 string"});
   // A tensor name longer than the file.
-  W t;
-  t.tensor_count_override = 1;
-  std::string tb = t.bytes() + W::u64(999) + std::string(40, 'n');
+  std::string tb = header(1, 0) + W::u64(999) + std::string(40, 'n');
   expect_bad(tb, {"tensor info #0 name", "string length 999"});
 }
 
