@@ -21,6 +21,14 @@ Run by hand (not by the build or the tests), outside the repository's environmen
     /tmp/ggufvenv/bin/python scripts/gguf_reference.py models/gemma-3-270m-q4_k_m.gguf \
         tests/data/gguf_reference_gemma3.json
 (models/ is filled by scripts/fetch-models.sh.)
+
+With --blocks OUT instead, writes random blocks of every type sqkit dequantizes (the types the
+models above do not contain included) and their gguf.quants dequantization:
+    /tmp/ggufvenv/bin/python scripts/gguf_reference.py --blocks tests/data/gguf_reference_blocks.json
+Per type: "bytes", 2 blocks (64 values for F16 and BF16, see BLOCKS) as hex, random (numpy seed
+1234) except the f16 scale fields, which are random finite values in [-2, 2] (a random bit
+pattern could be inf / NaN, whose arithmetic is not what is being checked), and "values", the
+FP32 results as hex of their little-endian bytes.
 """
 import json
 import os
@@ -71,7 +79,40 @@ def describe_value(field):
     return out
 
 
+# type -> (number of blocks, byte offsets of the f16 scale fields inside one block)
+BLOCKS = {
+    "F16": (64, []), "BF16": (64, []),
+    "Q8_0": (2, [0]), "Q4_0": (2, [0]), "Q4_1": (2, [0, 2]), "Q5_0": (2, [0]), "Q5_1": (2, [0, 2]),
+    "Q2_K": (2, [80, 82]), "Q3_K": (2, [108]), "Q4_K": (2, [0, 2]), "Q5_K": (2, [0, 2]), "Q6_K": (2, [208]),
+}
+
+
+def write_blocks(out_path):
+    rng = np.random.RandomState(1234)
+    doc = {"generator": "scripts/gguf_reference.py --blocks", "gguf_version": version("gguf"),
+           "numpy_version": np.__version__, "types": {}}
+    for name, (n_blocks, scale_fields) in BLOCKS.items():
+        qtype = gguf.GGMLQuantizationType[name]
+        block_size, type_size = gguf.GGML_QUANT_SIZES[qtype]
+        raw = rng.randint(0, 256, size=(n_blocks, type_size)).astype(np.uint8)
+        for off in scale_fields:
+            raw[:, off:off + 2] = rng.uniform(-2, 2, size=(n_blocks, 1)).astype(np.float16).view(np.uint8)
+        if name == "F16":
+            raw = rng.uniform(-1000, 1000, size=n_blocks).astype(np.float16).view(np.uint8).reshape(n_blocks, 2)
+        if name == "BF16":
+            f = rng.standard_normal(n_blocks).astype(np.float32).view(np.uint32) >> 16
+            raw = f.astype(np.uint16).view(np.uint8).reshape(n_blocks, 2)
+        values = dequantize(raw.reshape(-1), qtype).astype("<f4").reshape(-1)
+        assert values.size == n_blocks * block_size
+        doc["types"][name] = {"bytes": raw.tobytes().hex(), "values": values.tobytes().hex()}
+    with open(out_path, "w") as f:
+        json.dump(doc, f, separators=(",", ":"))
+        f.write("\n")
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--blocks":
+        return write_blocks(sys.argv[2])
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     path, out_path = sys.argv[1], sys.argv[2]
