@@ -13,6 +13,7 @@
 #include "formats/gguf_file.h"
 #include "formats/mapped_file.h"
 #include "tests/support/expect_error.h"
+#include "tests/fuzz/fuzz_targets.h"
 #include "tests/support/gguf_writer.h"
 
 namespace {
@@ -306,6 +307,25 @@ TEST(GgufFile, RejectsTensorDataOutsideTheFileMisalignedOrOverlapping) {
   std::string b = small_file().bytes();
   b.resize(b.size() - 1);
   expect_bad(b, {"'b.weight'", "lies outside the file"});
+}
+
+}  // namespace
+
+namespace {
+
+TEST(GgufFile, FuzzSeedsAreValidFiles) {
+  // The gguf fuzz target's generated seeds (tests/fuzz/fuzz_targets.cpp) must be accepted, so that
+  // fuzzing starts from files that reach the tensor and dequantization code.
+  const sq::fuzz::FuzzTarget* target = nullptr;
+  for (const auto& t : sq::fuzz::fuzz_targets())
+    if (std::string(t.name) == "gguf") target = &t;
+  ASSERT_NE(target, nullptr);
+  const auto seeds = target->generated_seeds();
+  ASSERT_EQ(seeds.size(), 4u);
+  const size_t tensors[4] = {3, 11, 1, 0};
+  for (size_t i = 0; i < seeds.size(); ++i) EXPECT_EQ(open_bytes(seeds[i]).tensors().size(), tensors[i]) << "seed " << i;
+  EXPECT_EQ(open_bytes(seeds[1]).alignment(), 64u);
+  EXPECT_EQ(open_bytes(seeds[2]).version(), 2u);
 }
 
 }  // namespace
