@@ -141,11 +141,20 @@ class Cursor {
     return v;
   }
   std::string_view str(const std::string& what) {
-    const uint64_t n = u64(what + " (string length)");
+    return str_labelled([&] { return what; });
+  }
+  /// As str(), with the field's name built only on failure (string array elements).
+  template <typename Label>
+  std::string_view str_labelled(Label&& label) {
+    if (left() < 8) need(8, label() + " (string length)");
+    uint64_t n;
+    std::memcpy(&n, data_ + pos_, 8);
+    pos_ += 8;
     if (n > left())
-      fail(what + ": string length " + std::to_string(n) + " at offset " + std::to_string(pos_ - 8) +
+      fail(label() + ": string length " + std::to_string(n) + " at offset " + std::to_string(pos_ - 8) +
            " runs past the end of the file (" + std::to_string(left()) + " bytes left)");
-    const uint8_t* p = take(n, what);
+    const uint8_t* p = data_ + pos_;
+    pos_ += n;
     return n == 0 ? std::string_view() : std::string_view(reinterpret_cast<const char*>(p), n);
   }
 
@@ -197,7 +206,8 @@ GgufValue read_value(Cursor& in, uint32_t t, const std::string& what, int depth)
                   " (expected 0 or 1)");
   } else if (v.elem_type == GgufValueType::STRING) {
     v.strings.reserve(static_cast<size_t>(v.count));
-    for (uint64_t i = 0; i < v.count; ++i) v.strings.push_back(in.str(what + "[" + std::to_string(i) + "]"));
+    for (uint64_t i = 0; i < v.count; ++i)
+      v.strings.push_back(in.str_labelled([&] { return what + "[" + std::to_string(i) + "]"; }));
   } else {
     v.items.reserve(static_cast<size_t>(v.count));
     for (uint64_t i = 0; i < v.count; ++i) {

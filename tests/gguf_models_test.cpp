@@ -97,7 +97,9 @@ struct TypeStats {
 /// Opens `file`, compares header, metadata and every tensor's dequantization with `ref`, prints a
 /// per-type summary and the dequantization throughput.
 void check_against_oracle(const std::string& path, const json& ref) {
+  const auto t_open = std::chrono::steady_clock::now();
   const sq::GgufFile f(path);
+  const double open_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_open).count();
   EXPECT_EQ(fs::file_size(path), ref["file_size"].get<uint64_t>());
   EXPECT_EQ(f.version(), ref["version"].get<uint32_t>());
   EXPECT_EQ(f.alignment(), ref["alignment"].get<uint64_t>());
@@ -183,7 +185,8 @@ void check_against_oracle(const std::string& path, const json& ref) {
     if (sumabs > 0) s.max_rel_sum_diff = std::max(s.max_rel_sum_diff, std::fabs(sum - r["sum"].get<double>()) / sumabs);
   }
 
-  std::printf("%s (gguf %s oracle)\n", fs::path(path).filename().c_str(), ref["gguf_version"].get<std::string>().c_str());
+  std::printf("%s (gguf %s oracle): opened and validated in %.3f s\n", fs::path(path).filename().c_str(),
+              ref["gguf_version"].get<std::string>().c_str(), open_s);
   std::printf("  %-6s %7s %11s %12s %15s %18s\n", "type", "tensors", "elements", "crc32 equal", "max |sample d|",
               "max |sum d|/sum|x|");
   for (const auto& [type, s] : stats)
