@@ -16,6 +16,7 @@ constexpr size_t kHeaderBytes = 24;
 constexpr uint64_t kMinKvBytes = 8 + 1 + 4 + 1;              // key length, 1-byte key, type, u8 value
 constexpr uint64_t kMinTensorInfoBytes = 8 + 1 + 4 + 8 + 4 + 8;  // name, n_dims, one dim, type, offset
 constexpr int kMaxArrayDepth = 8;
+constexpr uint64_t kMaxNestedArrays = uint64_t(1) << 20;  // arrays inside arrays, whole file
 constexpr size_t kMaxTensorName = 64;    // GGUF spec: tensor names are at most 64 bytes
 constexpr size_t kMaxKey = 65535;        // GGUF spec: keys are at most 2^16 - 1 bytes
 constexpr uint64_t kMaxAlignment = uint64_t(1) << 30;
@@ -166,7 +167,9 @@ class Cursor {
 };
 
 /// Reads one value of type `t` (already read) at the cursor; `what` names the key for messages.
-GgufValue read_value(Cursor& in, uint32_t t, const std::string& what, int depth) {
+/// `nested` counts the arrays met inside arrays so far (each becomes a GgufValue of ~150 bytes from
+/// 12 bytes of file: bounded separately).
+GgufValue read_value(Cursor& in, uint32_t t, const std::string& what, int depth, uint64_t& nested) {
   if (!known_type(t)) in.fail(what + ": unknown value type " + std::to_string(t) + " (expected 0..12)");
   GgufValue v;
   v.type = static_cast<GgufValueType>(t);
@@ -209,10 +212,13 @@ GgufValue read_value(Cursor& in, uint32_t t, const std::string& what, int depth)
     for (uint64_t i = 0; i < v.count; ++i)
       v.strings.push_back(in.str_labelled([&] { return what + "[" + std::to_string(i) + "]"; }));
   } else {
+    if (v.count > kMaxNestedArrays - nested)
+      in.fail(what + ": more than " + std::to_string(kMaxNestedArrays) + " arrays nested in arrays in the file");
+    nested += v.count;
     v.items.reserve(static_cast<size_t>(v.count));
     for (uint64_t i = 0; i < v.count; ++i) {
       const std::string w = what + "[" + std::to_string(i) + "]";
-      v.items.push_back(read_value(in, static_cast<uint32_t>(GgufValueType::ARRAY), w, depth + 1));
+      v.items.push_back(read_value(in, static_cast<uint32_t>(GgufValueType::ARRAY), w, depth + 1, nested));
     }
   }
   return v;
@@ -279,6 +285,7 @@ void GgufFile::parse() {
             " bytes (each tensor info takes at least " + std::to_string(kMinTensorInfoBytes) + " bytes)");
 
   kv_.reserve(static_cast<size_t>(n_kv));
+  uint64_t nested = 0;
   for (uint64_t k = 0; k < n_kv; ++k) {
     const std::string label = "metadata key/value #" + std::to_string(k);
     const std::string_view key = in.str(label + " key");
@@ -287,7 +294,7 @@ void GgufFile::parse() {
       in.fail(label + ": key of " + std::to_string(key.size()) + " bytes (at most " + std::to_string(kMaxKey) + ")");
     const std::string what = "metadata key " + quote(key);
     const uint32_t t = in.u32(what + " (value type)");
-    GgufValue v = read_value(in, t, what, 0);
+    GgufValue v = read_value(in, t, what, 0, nested);
     if (!index_.emplace(std::string(key), kv_.size()).second) in.fail(what + " is duplicated");
     kv_.emplace_back(std::string(key), std::move(v));
   }

@@ -110,7 +110,7 @@ struct GgufTensorInfo {
 ///     a tensor name over 64 bytes; a duplicated key or tensor name;
 ///   * an unknown value type or array element type; bool bytes other than 0 / 1; an array whose
 ///     count x element size (for strings and arrays: its minimum encoded size) exceeds the bytes
-///     left; arrays nested more than 8 deep;
+///     left; arrays nested more than 8 deep, or more than 2^20 arrays inside arrays in the file;
 ///   * `general.alignment` not an integer, zero, not a power of two or above 2^30;
 ///   * n_dims outside 1..4; a dim above INT64_MAX; a product of dims overflowing int64; an unknown
 ///     ggml type id (UnsupportedError, an InputError); a row length (dims[0]) that is not a whole
@@ -125,6 +125,7 @@ class GgufFile {
   /// file->path(). Throws like the path constructor.
   explicit GgufFile(std::shared_ptr<const MappedFile> file);
 
+  /// The file's path (or the from_bytes name), as used in every message.
   const std::string& path() const { return path_; }
   /// GGUF version: 2 or 3.
   uint32_t version() const { return version_; }
@@ -132,12 +133,14 @@ class GgufFile {
   uint64_t alignment() const { return alignment_; }
   /// Byte offset of the data section in the file.
   uint64_t data_offset() const { return data_offset_; }
+  /// The underlying mapping (shared ownership); metadata views and tensor bytes point into it.
   const std::shared_ptr<const MappedFile>& mapping() const { return file_; }
 
   // ---- metadata --------------------------------------------------------------------------------
 
   /// Every key/value pair in file order.
   const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return kv_; }
+  /// Whether metadata key `key` is present.
   bool has(const std::string& key) const { return index_.count(key) != 0; }
   /// The value of `key`, or nullptr when absent.
   const GgufValue* find(const std::string& key) const;
@@ -174,6 +177,7 @@ class GgufFile {
 
   /// Tensor infos in file order.
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
+  /// Whether a tensor named `name` is present.
   bool has_tensor(const std::string& name) const { return tensor_index_.count(name) != 0; }
   /// The info of tensor `name`; throws InputError naming the file and the tensor when absent.
   const GgufTensorInfo& tensor(const std::string& name) const;

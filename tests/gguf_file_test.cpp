@@ -248,6 +248,13 @@ TEST(GgufFile, RejectsBadValuesAndKeys) {
   w = W();
   w.kv("deep", W::ARRAY, nested);
   expect_bad(w.bytes(), {"'deep'", "nested more than 8"});
+  // More than 2^20 arrays inside arrays (12 bytes of file each, a GgufValue each in memory).
+  const uint64_t many = (uint64_t(1) << 20) + 1;
+  std::string empties;
+  for (uint64_t i = 0; i < many; ++i) empties += W::array(W::U8, 0, "");
+  w = W();
+  w.kv("many", W::ARRAY, W::array(W::ARRAY, many, empties));
+  expect_bad(w.bytes(), {"'many'", "more than 1048576 arrays nested in arrays"});
   // general.alignment: not a power of two, zero, wrong type.
   for (uint32_t al : {0u, 3u, 48u}) {
     w = small_file();

@@ -499,10 +499,11 @@ void walk_gguf_value(const GgufValue& v) {
 void gguf(const uint8_t* data, size_t size) {
   expect_input_error_or_success(kGgufSource, [&] {
     const GgufFile f(MappedFile::from_bytes(data, size, kGgufSource));
-    for (const auto& [key, v] : f.metadata()) {
-      walk_gguf_value(v);
+    for (const auto& kv : f.metadata()) {
+      const std::string& key = kv.first;
+      walk_gguf_value(kv.second);
       // Every typed getter either returns or rejects with an InputError naming the file and key.
-      const auto getter = [&, key = key](auto&& get) {
+      const auto getter = [&](auto&& get) {
         try {
           get();
         } catch (const InputError& e) {
