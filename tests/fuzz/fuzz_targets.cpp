@@ -16,6 +16,8 @@
 #include "calib/convert_spec.h"
 #include "core/error.h"
 #include "formats/calibration_h5.h"
+#include "formats/gguf_dequantize.h"
+#include "formats/gguf_file.h"
 #include "formats/hf_checkpoint.h"
 #include "formats/hf_config.h"
 #include "formats/llama2c_checkpoint.h"
@@ -24,6 +26,7 @@
 #include "formats/safetensors.h"
 #include "formats/sqm_file.h"
 #include "model/observer.h"  // kActivationSites, kProjections (constants only)
+#include "tests/support/gguf_writer.h"
 
 namespace sq::fuzz {
 
@@ -37,6 +40,7 @@ constexpr const char* kCheckpointSource = "fuzz-input-llama2c.bin";
 constexpr const char* kTokenizerSource = "fuzz-input-tokenizer.bin";
 constexpr const char* kSqmSource = "fuzz-input.sqm";
 constexpr const char* kCalibrationSource = "fuzz-input.h5";
+constexpr const char* kGgufSource = "fuzz-input.gguf";
 
 /// Keeps the compiler from dropping reads whose only purpose is to let AddressSanitizer check them.
 volatile float g_sink = 0.0f;
@@ -472,6 +476,78 @@ void convert_spec(const uint8_t* data, size_t size) {
   }
 }
 
+/// Reads every element of a GGUF metadata value (arrays recursively) so that the sanitizers check
+/// each access into the mapping.
+void walk_gguf_value(const GgufValue& v) {
+  uint64_t acc = v.integer + v.str.size();
+  if (v.type == GgufValueType::ARRAY) {
+    if (v.count != v.strings.size() + v.items.size() && !v.elems)
+      throw FuzzFinding("gguf array of " + std::to_string(v.count) + " elements holds none of them");
+    if (v.elems) {
+      for (uint64_t i = 0; i < v.count; ++i)
+        acc += (v.elem_type == GgufValueType::F32 || v.elem_type == GgufValueType::F64)
+                   ? static_cast<uint64_t>(v.real_element(i) != 0)
+                   : v.integer_element(i);
+    }
+    for (std::string_view s : v.strings)
+      for (char c : s) acc += static_cast<unsigned char>(c);
+    for (const GgufValue& item : v.items) walk_gguf_value(item);
+  }
+  g_sink = g_sink + static_cast<float>(acc & 1);
+}
+
+void gguf(const uint8_t* data, size_t size) {
+  expect_input_error_or_success(kGgufSource, [&] {
+    const GgufFile f(MappedFile::from_bytes(data, size, kGgufSource));
+    for (const auto& kv : f.metadata()) {
+      const std::string& key = kv.first;
+      walk_gguf_value(kv.second);
+      // Every typed getter either returns or rejects with an InputError naming the file and the key
+      // (quoted with control bytes replaced and long keys cut, so only "metadata key '" is checked).
+      const auto getter = [&](auto&& get) {
+        try {
+          get();
+        } catch (const InputError& e) {
+          if (std::string_view(e.what()).find(kGgufSource) == std::string_view::npos ||
+              std::string_view(e.what()).find("metadata key '") == std::string_view::npos)
+            throw FuzzFinding(std::string("getter error does not name the input and the key: ") + e.what());
+        }
+      };
+      getter([&] { f.get_u32(key); });
+      getter([&] { f.get_i64(key); });
+      getter([&] { f.get_f32(key); });
+      getter([&] { f.get_bool(key); });
+      getter([&] { f.get_string(key); });
+      getter([&] { f.get_string_array(key); });
+      getter([&] { f.get_f32_array(key); });
+      getter([&] { f.get_i32_array(key); });
+    }
+    if (f.alignment() == 0 || (f.alignment() & (f.alignment() - 1)) != 0)
+      throw FuzzFinding("accepted alignment " + std::to_string(f.alignment()));
+    std::vector<float> all, part;
+    for (const GgufTensorInfo& t : f.tensors()) {
+      const GgmlTypeTraits* tr = ggml_type_traits(static_cast<uint32_t>(t.type));
+      if (!tr || t.dims.empty() || t.dims.size() > 4 || t.dims[0] % tr->block_size != 0 ||
+          t.nbytes != static_cast<uint64_t>(t.numel / tr->block_size * tr->type_size) || t.offset % f.alignment() != 0 ||
+          f.data_offset() + t.offset + t.nbytes > size)
+        throw FuzzFinding("accepted tensor '" + t.name + "' with an inconsistent info");
+      if (!ggml_can_dequantize(t.type)) continue;
+      // The whole tensor, then its second half of rows alone: the same values, bit for bit.
+      all.assign(static_cast<size_t>(t.numel), 0.0f);
+      dequantize_tensor_rows(f, t, 0, t.rows(), all.data());
+      const int64_t half = t.rows() / 2;
+      part.assign(static_cast<size_t>((t.rows() - half) * t.row_length()), 0.0f);
+      dequantize_tensor_rows(f, t, half, t.rows(), part.data());
+      if (!part.empty() &&
+          std::memcmp(part.data(), all.data() + half * t.row_length(), part.size() * sizeof(float)) != 0)
+        throw FuzzFinding("rows [" + std::to_string(half) + ", end) of '" + t.name + "' differ from the whole tensor's");
+      float acc = 0.0f;
+      for (float x : all) acc += x;
+      g_sink = g_sink + acc;
+    }
+  });
+}
+
 // ---- seeds ----------------------------------------------------------------------------------------
 
 namespace {
@@ -577,6 +653,69 @@ std::vector<std::string> calibration_seeds() {
           encode_calibration(3, 4, 4, 2, 8), with_fisher};
 }
 
+/// Small valid GGUF files (tests/support/gguf_writer.h): every metadata value type with nested
+/// arrays; one tensor of each dequantizable type (one block or a few values, sane f16 scales) with
+/// general.alignment 64; a version 2 file with tokenizer-like arrays and a 2-row Q8_0 tensor; an
+/// empty file (no keys, no tensors).
+std::vector<std::string> gguf_seeds() {
+  using W = sq::test::GgufWriter;
+  std::vector<std::string> out;
+  {
+    W w;
+    w.kv("u8", W::U8, W::u8(200)).kv("i8", W::I8, W::i8(-3)).kv("u16", W::U16, W::u16(65535));
+    w.kv("i16", W::I16, W::i16(-2)).kv_u32("llama.block_count", 2).kv_i32("i32", -7).kv_f32("f32", 0.5f);
+    w.kv_bool("bool", true).kv_string("general.architecture", "llama").kv_u64("u64", 1ull << 40);
+    w.kv("i64", W::I64, W::i64(-1)).kv("f64", W::F64, W::f64(0.25));
+    w.kv("arr", W::ARRAY, W::array(W::I32, 3, W::i32(1) + W::i32(-2) + W::i32(3)));
+    w.kv("nested", W::ARRAY, W::array(W::ARRAY, 2, W::array(W::U8, 1, W::u8(9)) + W::array(W::STRING, 1, W::str("s"))));
+    std::string f32, f16, bf16;
+    for (int i = 0; i < 6; ++i) f32 += W::f32(float(i) - 2.5f);
+    for (int i = 0; i < 4; ++i) f16 += W::u16(static_cast<uint16_t>(0x3C00 + i));
+    for (int i = 0; i < 4; ++i) bf16 += W::u16(static_cast<uint16_t>(0x3F80 + i));
+    w.tensor("a.weight", {3, 2}, 0, f32).tensor("b.weight", {4}, 1, f16).tensor("c.weight", {2, 2}, 30, bf16);
+    out.push_back(w.bytes());
+  }
+  {
+    W w;
+    w.alignment = 64;
+    w.kv_u32("general.alignment", 64);
+    struct Q {
+      const char* name;
+      uint32_t id;
+      std::vector<size_t> scale_offsets;
+    };
+    const Q types[] = {{"q8_0", 8, {0}},  {"q4_0", 2, {0}},     {"q4_1", 3, {0, 2}}, {"q5_0", 6, {0}},
+                       {"q5_1", 7, {0, 2}}, {"q2_k", 10, {80, 82}}, {"q3_k", 11, {108}}, {"q4_k", 12, {0, 2}},
+                       {"q5_k", 13, {0, 2}}, {"q6_k", 14, {208}}, {"iq4_nl", 20, {0}}};
+    for (const Q& q : types) {
+      const GgmlTypeTraits* tr = ggml_type_traits(q.id);
+      std::string block(static_cast<size_t>(tr->type_size), '\0');
+      for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<char>((i * 37 + q.id) & 0xff);
+      for (size_t off : q.scale_offsets) {
+        block[off] = 0x00;
+        block[off + 1] = 0x30;  // f16 0.125
+      }
+      w.tensor(q.name, {static_cast<uint64_t>(tr->block_size)}, q.id, block);
+    }
+    out.push_back(w.bytes());
+  }
+  {
+    W w;
+    w.version = 2;
+    w.kv_string("tokenizer.ggml.model", "llama").kv_strings("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "a", "b"});
+    w.kv("tokenizer.ggml.scores", W::ARRAY, W::array(W::F32, 5, W::f32(0) + W::f32(-1) + W::f32(-2) + W::f32(-3) + W::f32(-4)));
+    std::string q8;
+    for (int k = 0; k < 2; ++k) {
+      q8 += W::u16(0x3800);
+      for (int i = 0; i < 32; ++i) q8 += static_cast<char>(i - 16 + k);
+    }
+    w.tensor("token_embd.weight", {32, 2}, 8, q8);
+    out.push_back(w.bytes());
+  }
+  out.push_back(W().bytes());
+  return out;
+}
+
 std::vector<std::string> convert_spec_seeds() {
   return {std::string("\0w8a8\n0.5\n\n\n", 12), std::string("\1w8a8\nauto\nO1\n\n", 15),
           std::string("\0w8a8\n0.85\nO3\nper-channel\nper-token", 35), std::string("\2f16\n\n\n\n", 8),
@@ -595,6 +734,7 @@ const std::vector<FuzzTarget>& fuzz_targets() {
       {"sqm_file", sqm_file, sqm_file_seeds, {}},
       {"calibration", calibration, calibration_seeds, {}},
       {"convert_spec", convert_spec, convert_spec_seeds, {}},
+      {"gguf", gguf, gguf_seeds, {}},
   };
   return targets;
 }

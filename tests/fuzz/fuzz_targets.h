@@ -54,6 +54,12 @@ void calibration(const uint8_t* data, size_t size);
 /// Byte 0: bit 0 = --alpha given, bit 1 = --no-smooth; the rest: the fields scheme, alpha,
 /// preset, weight, act separated by '\n'.
 void convert_spec(const uint8_t* data, size_t size);
+/// GGUF file (v2 / v3): GgufFile (MappedFile::from_bytes), then every metadata value is walked and
+/// every typed getter called on every key (each returns or throws an InputError naming the input
+/// and the key, quoted with control bytes replaced); every tensor info must be consistent with the
+/// file, and every tensor of a dequantizable type is dequantized whole and its second half of rows
+/// alone, which must agree bit for bit.
+void gguf(const uint8_t* data, size_t size);
 
 /// One fuzz target: its name (= tests/fuzz/<name>_fuzz.cpp, tests/fuzz/regressions/<name>/), entry
 /// point, generated seeds and real seed files (paths relative to the shared data directory).
