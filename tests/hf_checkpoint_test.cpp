@@ -157,8 +157,8 @@ TEST(HfConfig, MissingRequiredKeyNamesIt) {
 
 TEST(HfConfig, RejectsUnsupportedFeatures) {
   json j = llama_json();
-  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
-  expect_error<sq::UnsupportedError>([&] { sq::parse_hf_config(j, "c.json"); }, {"c.json", "rope_scaling", "linear"});
+  j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};  // linear and llama3 are supported (rope_scaling_test.cpp)
+  expect_error<sq::UnsupportedError>([&] { sq::parse_hf_config(j, "c.json"); }, {"c.json", "rope_scaling", "dynamic"});
   j = llama_json();
   j["hidden_act"] = "gelu";
   expect_error<sq::UnsupportedError>([&] { sq::parse_hf_config(j, "c.json"); }, {"c.json", "hidden_act", "gelu"});
@@ -526,10 +526,10 @@ TEST_F(HfCheckpointBadInput, MissingConfigOrWeights) {
 
 TEST_F(HfCheckpointBadInput, ConfigProblemsNameTheFile) {
   json cfg = json::parse(sq::test::read_file(model_ + "/config.json"));
-  cfg["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  cfg["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 8.0}};
   sq::test::write_file(model_ + "/config.json", cfg.dump());
   expect_error<sq::UnsupportedError>([&] { sq::load_hf_checkpoint(model_); },
-                                     {model_ + "/config.json", "rope_scaling", "llama3"});
+                                     {model_ + "/config.json", "rope_scaling", "yarn"});
   cfg.erase("rope_scaling");
   cfg.erase("num_hidden_layers");
   sq::test::write_file(model_ + "/config.json", cfg.dump());

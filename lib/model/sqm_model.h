@@ -12,9 +12,13 @@ namespace sq {
 class Tokenizer;
 
 /// Parses the header's "model_config" object (ModelConfig field names) and validates it.
+/// "rope_scaling" is optional: absent or null is plain RoPE (files written before RoPE scaling
+/// existed), else {"type": "linear" | "llama3", "factor": F} plus, for llama3, "low_freq_factor",
+/// "high_freq_factor", "original_max_position_embeddings". Throws InputError naming `source` for
+/// a missing or mistyped field, UnsupportedError for an unknown scaling type or key.
 /// Throws InputError naming `source` and the missing/invalid field.
 ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& source);
-/// The inverse of model_config_from_json.
+/// The inverse of model_config_from_json ("rope_scaling" written only when not plain RoPE).
 nlohmann::json model_config_to_json(const ModelConfig& c);
 
 /// Builds the model stored in `file`:

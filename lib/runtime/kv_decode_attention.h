@@ -28,13 +28,14 @@
 
 namespace sq {
 
-/// Reusable buffers of nuq_decode_attention (one per thread). Holds the RoPE cos/sin table,
-/// θ and layout checked on every call, grown to the largest position distance seen.
+/// Reusable buffers of nuq_decode_attention (one per thread). Holds the RoPE cos/sin table, its
+/// inverse frequencies and head width checked on every call, grown to the largest position
+/// distance seen.
 struct KVDecodeScratch {
   std::vector<float> scores;  ///< [rows, n_heads] scores, then probabilities
-  std::vector<float> rope_cos, rope_sin;  ///< [positions, head_dim/2] cos/sin(p·θ_i) as ops::rope computes them
+  std::vector<float> rope_cos, rope_sin;  ///< [positions, head_dim/2] cos/sin(p·inv_freq_i) as ops::rope computes them
   int64_t rope_positions = 0;
-  float rope_theta = 0.0f;
+  std::vector<float> rope_inv_freq;  ///< [head_dim/2] the frequencies the table was built for
   int rope_dim = 0;
   std::vector<float> query;  ///< [n_heads, head_dim] q / √d
   std::vector<const uint8_t*> key_rows, value_rows;  ///< [rows] dense row bytes, null for sink rows
