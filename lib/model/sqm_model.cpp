@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "formats/config_tensor_check.h"
 #include "formats/safetensors.h"
 #include "formats/tokenizer.h"
 #include "model/w4a16_linear.h"
@@ -293,6 +294,7 @@ std::unique_ptr<LlamaModel> build_model_from_sqm(const std::shared_ptr<SqmFile>&
   const ModelConfig c = model_config_from_json(h.contains("model_config") ? h.at("model_config") : nlohmann::json(), f->path());
   const nlohmann::json quant = h.value("quantization", nlohmann::json::object());
   const int64_t d = c.dim, q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim, hid = c.hidden_dim;
+  check_layer_count(c.n_layers, f->names(), f->path() + ": model_config", "n_layers");  // before allocating per layer
   std::vector<LlamaLayer> layers(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = names::layer(l);

@@ -29,6 +29,8 @@ nlohmann::json model_config_to_json(const ModelConfig& c);
 ///    is "w4a4-atom" — W4A4Linear (Atom: INT4 codes, FP16 group scales, INT8 or FP32 outlier columns,
 ///    activation clipping ratio, and the input site's reorder `model.layers.N.<site>.order`);
 ///  * F32 / F16 / BF16 tensors are used as FP32 (F32 uncompressed: zero-copy views into the mapping).
+/// model_config.n_layers is checked against the layers the tensor index holds
+/// (check_layer_count) before anything is allocated per layer.
 /// Throws InputError naming the file and tensor for anything missing or inconsistent.
 std::unique_ptr<LlamaModel> build_model_from_sqm(const std::shared_ptr<SqmFile>& file);
 
