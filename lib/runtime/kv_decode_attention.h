@@ -10,7 +10,8 @@
 // with k̂ = cb_K[code]·scale + offset (per-channel offline scaling, or per-token FP16 scaling) and
 // v̂ = cb_V[code]·s_j + o_j (per-token FP16 scaling after the codes), R(δ) the RoPE rotation of the
 // model's layout (interleaved pairs (2i, 2i+1) or half-split pairs (i, i+d/2)) at angle δ·θ_i,
-// θ_i = theta^(−2i/d). Outliers replace their dense element; sink rows are FP16.
+// θ_i = the model's inverse frequency of pair i (KVCache::rope_inv_freq: theta^(−2i/d), RoPE
+// scaling applied). Outliers replace their dense element; sink rows are FP16.
 //
 // What is never built: FP32 K or V for the whole cache. The AVX-512 path (compile-time, __AVX512F__)
 // turns 16 packed codes into 16 FP32 codebook entries with one 16-entry table lookup
