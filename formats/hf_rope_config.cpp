@@ -153,15 +153,13 @@ HfRope parse_hf_rope(const nlohmann::json& j, const std::string& source) {
 
   HfRope out;
   if (chosen) out.scaling = chosen->scaling;
-  std::optional<float> theta = top_theta;
-  for (const auto* p : {&params, &legacy}) {
-    if (!*p || !(*p)->theta) continue;
-    const char* key = p == &params ? "rope_parameters.rope_theta" : "rope_scaling.rope_theta";
-    if (theta && *theta != *(*p)->theta)
-      throw InputError(source + ": key '" + key + "' = " + float_text(*(*p)->theta) + " disagrees with " +
-                       (top_theta ? "'rope_theta' = " : "the other rope_theta = ") + float_text(*theta));
-    theta = (*p)->theta;
-  }
+  // θ inside the object (params and legacy agree when both give one), else top-level.
+  const bool in_params = params && params->theta;
+  const std::optional<float> inner = in_params ? params->theta : legacy ? legacy->theta : std::nullopt;
+  if (inner && top_theta && *inner != *top_theta)
+    throw InputError(source + ": key '" + (in_params ? "rope_parameters" : "rope_scaling") + ".rope_theta' = " +
+                     float_text(*inner) + " disagrees with 'rope_theta' = " + float_text(*top_theta));
+  const std::optional<float> theta = inner ? inner : top_theta;
   if (theta) out.theta = *theta;
   return out;
 }
