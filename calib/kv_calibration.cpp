@@ -5,6 +5,7 @@
 
 #include "calib/weighted_kmeans.h"
 #include "core/error.h"
+#include "core/rope_frequencies.h"
 #include "formats/calibration_h5.h"
 #include "formats/fingerprint.h"
 #include "ops/ops.h"
@@ -83,7 +84,8 @@ NuqLayerParams fit_nuq_layer(const KVSpec& spec, const KVFisherSamples& s, const
     std::copy_n(s.keys.begin() + rows[size_t(i)] * width, width, keys.begin() + i * width);
     pos[size_t(i)] = s.positions[size_t(rows[size_t(i)])];
   }
-  if (spec.keys == KVKeyRope::PostRope) ops::rope(keys.data(), pos.data(), n, c.n_kv_heads, c.head_dim, c.rope_theta, c.rope_layout);
+  if (spec.keys == KVKeyRope::PostRope)
+    ops::rope(keys.data(), pos.data(), n, c.n_kv_heads, c.head_dim, rope_inv_freq(c).data(), c.rope_layout);
 
   NuqLayerParams p;
   FitSet kf, vf;

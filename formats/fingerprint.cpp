@@ -97,6 +97,15 @@ std::string model_fingerprint_json(const Checkpoint& ckpt) {
       {"bos_id", c.bos_id},
       {"eos_id", c.eos_id},
   };
+  if (!c.rope_scaling.is_default()) {  // absent for plain RoPE, so unscaled fingerprints are unchanged
+    nlohmann::json rs = {{"type", rope_scaling_type_name(c.rope_scaling.type)}, {"factor", float_string(c.rope_scaling.factor)}};
+    if (c.rope_scaling.type == RopeScalingType::Llama3) {
+      rs["low_freq_factor"] = float_string(c.rope_scaling.low_freq_factor);
+      rs["high_freq_factor"] = float_string(c.rope_scaling.high_freq_factor);
+      rs["original_max_position_embeddings"] = c.rope_scaling.original_max_position_embeddings;
+    }
+    config["rope_scaling"] = std::move(rs);
+  }
   nlohmann::json tensors = nlohmann::json::object();
   for (const auto& [name, t] : ckpt.tensors) tensors[name] = {{"dtype", "f32"}, {"shape", t.shape()}};
   const nlohmann::json doc = {{"config", std::move(config)}, {"tensors", std::move(tensors)}};

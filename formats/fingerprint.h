@@ -25,7 +25,11 @@ std::string sha256_hex(std::string_view bytes);
 /// integers; booleans (qkv_bias, tied_embeddings) as true/false; architecture as a string;
 /// rope_layout as the string "interleaved" or "half-split"; the floats norm_eps and rope_theta as
 /// strings formatted with printf "%.9g" of the float value (exact float round trip, e.g.
-/// "9.99999975e-06", "10000"). "tensors" lists every tensor of the checkpoint under its canonical
+/// "9.99999975e-06", "10000"). When RoPE is scaled (rope_scaling not Default) CONFIG also holds
+/// "rope_scaling": {"type": "linear" | "llama3", "factor": "%.9g"} plus, for llama3,
+/// "low_freq_factor" and "high_freq_factor" ("%.9g" strings) and
+/// "original_max_position_embeddings" (integer); plain-RoPE models have no such key, so their
+/// fingerprints are those of earlier versions. "tensors" lists every tensor of the checkpoint under its canonical
 /// name with its shape and dtype "f32" (the in-memory dtype of all checkpoint tensors). Weight
 /// values are not hashed. Python reproduces it with
 /// `json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`.

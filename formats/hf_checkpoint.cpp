@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "formats/config_tensor_check.h"
 #include "formats/json_limits.h"
 #include "formats/hf_config.h"
 #include "formats/mapped_file.h"
@@ -182,6 +183,19 @@ Checkpoint load_hf_checkpoint(const std::string& dir) {
                        ", which has no such tensor");
     return it->second;
   };
+
+  // Config dimensions against the tensor headers before anything per layer (num_hidden_layers = 1e9
+  // would otherwise build a billion-entry list first).
+  std::vector<std::string> tensor_names;
+  tensor_names.reserve(location.size());
+  for (const auto& [name, f] : location) tensor_names.push_back(name);
+  check_config_against_tensors(
+      c, tensor_names,
+      [&](const std::string& name) -> const std::vector<int64_t>* {
+        const SafetensorsFile* f = lookup(name);
+        return f ? &f->shape(name) : nullptr;
+      },
+      dir + "/config.json");
 
   const auto expected = expected_tensors(c);
   for (const auto& e : expected) {

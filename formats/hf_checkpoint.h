@@ -21,7 +21,11 @@ namespace sq {
 /// Loads the HF checkpoint directory `dir` as FP32 tensors.
 ///
 /// Reads `dir/config.json` (parse_hf_config), then `dir/model.safetensors` if present, else
-/// `dir/model.safetensors.index.json` and the shards its "weight_map" names. Every tensor the
+/// `dir/model.safetensors.index.json` and the shards its "weight_map" names. Before anything per
+/// layer, the config's dimensions are checked against the tensor headers
+/// (check_config_against_tensors, formats/config_tensor_check.h: num_hidden_layers against the
+/// layers present, hidden_size / vocab_size / num_attention_heads / num_key_value_heads /
+/// intermediate_size against the embedding and layer-0 shapes). Every tensor the
 /// config implies (core/checkpoint.h table; q/k/v biases when qkv_bias; lm_head.weight only when
 /// untied — a stored lm_head.weight is ignored when tied) is loaded with SafetensorsFile::load_f32
 /// (F32 zero-copy views keep their mapped file alive; F16/BF16 are widened) and its shape checked
@@ -34,7 +38,8 @@ namespace sq {
 /// index is not a JSON object with a "weight_map" of strings, names a shard that is not a plain
 /// file name inside `dir` (contains '/' or '\\', is "." or "..") or does not exist, or maps a
 /// tensor to a shard that does not hold it; a safetensors file is invalid (see SafetensorsFile); a
-/// tensor is missing or has the wrong shape; a tensor's dtype is not F32/F16/BF16 (UnsupportedError).
+/// config dimension disagrees with the tensors (naming the config key, its value and the tensor);
+/// a tensor is missing or has the wrong shape; a tensor's dtype is not F32/F16/BF16 (UnsupportedError).
 Checkpoint load_hf_checkpoint(const std::string& dir);
 
 /// Parses the text of a `model.safetensors.index.json` into tensor name -> shard file name.

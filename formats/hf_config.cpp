@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "formats/hf_rope_config.h"
 #include "formats/json_limits.h"
 #include "formats/mapped_file.h"
 
@@ -59,7 +60,7 @@ class Reader {
     return as_int(*it, key);
   }
 
-  /// A number stored as float32: must be finite and within float's range (a rope_theta of 1e39
+  /// A number stored as float32: must be finite and within float's range (an rms_norm_eps of 1e39
   /// would otherwise become inf, pass "positive" checks and not survive a round trip).
   float number_f32(const char* key, float fallback) const {
     auto it = j_.find(key);
@@ -152,7 +153,9 @@ ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& source) 
   c.vocab_size = r.integer("vocab_size", arch->default_vocab);
   c.max_seq_len = r.integer("max_position_embeddings", arch->default_max_pos);
   c.norm_eps = r.number_f32("rms_norm_eps", 1e-6f);
-  c.rope_theta = r.number_f32("rope_theta", 10000.0f);
+  const HfRope rope = parse_hf_rope(j, source);  // rope_parameters / rope_scaling + rope_theta
+  c.rope_theta = rope.theta;
+  c.rope_scaling = rope.scaling;
   c.tied_embeddings = r.boolean("tie_word_embeddings", false);
   c.bos_id = r.token_id("bos_token_id", 1);
   c.eos_id = r.token_id("eos_token_id", 2);
@@ -161,18 +164,6 @@ ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& source) 
   const std::string act = r.string("hidden_act", "silu");
   if (act != "silu")
     throw UnsupportedError(source + ": hidden_act = '" + act + "' is not supported (expected 'silu')");
-
-  if (r.present("rope_scaling")) {
-    const auto& rs = j["rope_scaling"];
-    bool plain = rs.is_object() && rs.size() == 1;
-    if (plain) {
-      const auto& kv = *rs.begin();
-      plain = (rs.begin().key() == "rope_type" || rs.begin().key() == "type") && kv == "default";
-    }
-    if (!plain)
-      throw UnsupportedError(source + ": rope_scaling = " + json_excerpt(rs) +
-                             " is not supported (expected null: only plain RoPE is implemented)");
-  }
 
   if (type == "mistral" && r.present("sliding_window")) {
     const int window = r.integer("sliding_window", nullptr);
@@ -233,7 +224,20 @@ nlohmann::ordered_json make_hf_config_json(const ModelConfig& c, const std::stri
   j["max_position_embeddings"] = c.max_seq_len;
   j["rms_norm_eps"] = float_json(c.norm_eps);
   j["rope_theta"] = float_json(c.rope_theta);
-  j["rope_scaling"] = nullptr;
+  // Legacy rope_scaling (+ top-level rope_theta): read by transformers 4 and 5 alike.
+  if (c.rope_scaling.is_default()) {
+    j["rope_scaling"] = nullptr;
+  } else {
+    nlohmann::ordered_json rs;
+    rs["rope_type"] = rope_scaling_type_name(c.rope_scaling.type);
+    rs["factor"] = float_json(c.rope_scaling.factor);
+    if (c.rope_scaling.type == RopeScalingType::Llama3) {
+      rs["low_freq_factor"] = float_json(c.rope_scaling.low_freq_factor);
+      rs["high_freq_factor"] = float_json(c.rope_scaling.high_freq_factor);
+      rs["original_max_position_embeddings"] = c.rope_scaling.original_max_position_embeddings;
+    }
+    j["rope_scaling"] = std::move(rs);
+  }
   j["hidden_act"] = "silu";
   j["tie_word_embeddings"] = c.tied_embeddings;
   j["bos_token_id"] = c.bos_id;

@@ -27,11 +27,13 @@ namespace sq {
 ///   vocab_size                32000 (llama, mistral), 151936 (qwen2)
 ///   max_position_embeddings   2048 (llama), 131072 (mistral), 32768 (qwen2)
 ///   rms_norm_eps              1e-6 (all three)
-///   rope_theta                10000
+///   rope_theta, rope_parameters, rope_scaling, partial_rotary_factor
+///                             θ (default 10000) and RoPE scaling (default / linear / llama3),
+///                             see parse_hf_rope in formats/hf_rope_config.h; other rope types
+///                             (dynamic, yarn, longrope, ...) are refused by name
 ///   tie_word_embeddings       false (all three)
 ///   bos_token_id / eos_token_id  1 / 2 (a list takes its first element)
 ///   hidden_act                must be "silu"
-///   rope_scaling              must be absent or null (or {"rope_type": "default"}, plain RoPE)
 ///   sliding_window (mistral)  must be null or >= max_position_embeddings: a window that covers
 ///                             the whole trained context never masks anything, so the model is
 ///                             plain causal attention (Mistral-7B-v0.1's 4096 < 32768 is rejected)
@@ -56,7 +58,9 @@ ModelConfig parse_hf_config_text(std::string_view text, const std::string& sourc
 ModelConfig load_hf_config(const std::string& path);
 
 /// The HF `config.json` object describing `config` (architectures, model_type and the keys above,
-/// rope_scaling null, hidden_act "silu", `torch_dtype` as given, e.g. "float32" / "bfloat16").
+/// RoPE as top-level rope_theta + legacy rope_scaling — null for plain RoPE, else {"rope_type":
+/// "linear" | "llama3", "factor", and for llama3 low_freq_factor, high_freq_factor,
+/// original_max_position_embeddings}, which transformers 4 and 5 both read — hidden_act "silu", `torch_dtype` as given, e.g. "float32" / "bfloat16").
 /// Floats are written with the shortest decimal that round-trips through float (1e-05, not
 /// 9.99999974e-06). Throws UnsupportedError for an architecture other than llama / mistral / qwen2,
 /// or for a mistral config with qkv_bias (not expressible in MistralConfig). The config's

@@ -157,8 +157,8 @@ TEST(HfConfig, MissingRequiredKeyNamesIt) {
 
 TEST(HfConfig, RejectsUnsupportedFeatures) {
   json j = llama_json();
-  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
-  expect_error<sq::UnsupportedError>([&] { sq::parse_hf_config(j, "c.json"); }, {"c.json", "rope_scaling", "linear"});
+  j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};  // linear and llama3 are supported (rope_scaling_test.cpp)
+  expect_error<sq::UnsupportedError>([&] { sq::parse_hf_config(j, "c.json"); }, {"c.json", "rope_scaling", "dynamic"});
   j = llama_json();
   j["hidden_act"] = "gelu";
   expect_error<sq::UnsupportedError>([&] { sq::parse_hf_config(j, "c.json"); }, {"c.json", "hidden_act", "gelu"});
@@ -506,12 +506,22 @@ TEST_F(HfCheckpointBadInput, WrongShapeOrDtype) {
   rewrite([](auto& outs) { std::erase_if(outs, [](auto& o) { return o.name == "model.layers.1.mlp.up_proj.weight"; }); });
   expect_input_error([&] { sq::load_hf_checkpoint(model_); }, {model_, "'model.layers.1.mlp.up_proj.weight'", "missing"});
 
-  // An I8 tensor under a needed name.
-  std::string header = R"({"model.norm.weight":{"dtype":"I8","shape":[32],"data_offsets":[0,32]}})";
+  // An I8 tensor under a needed name, in an otherwise complete file (the config's dimensions are
+  // checked against the file's layers first): the F32 [32] entry relabelled I8 [32], its first 32
+  // bytes kept (a gap after a tensor is allowed).
+  rewrite([](auto&) {});
+  const std::string file = sq::test::read_file(model_ + "/model.safetensors");
+  uint64_t n = 0;
+  std::memcpy(&n, file.data(), 8);
+  json header = json::parse(file.substr(8, n));
+  header["model.norm.weight"]["dtype"] = "I8";
+  const uint64_t begin = header["model.norm.weight"]["data_offsets"][0].get<uint64_t>();
+  header["model.norm.weight"]["data_offsets"] = {begin, begin + 32};
+  const std::string text = header.dump();
   std::string bytes(8, '\0');
-  const uint64_t n = header.size();
-  std::memcpy(bytes.data(), &n, 8);
-  sq::test::write_file(model_ + "/model.safetensors", bytes + header + std::string(32, '\1'));
+  const uint64_t len = text.size();
+  std::memcpy(bytes.data(), &len, 8);
+  sq::test::write_file(model_ + "/model.safetensors", bytes + text + file.substr(8 + n));
   expect_error<sq::UnsupportedError>([&] { sq::load_hf_checkpoint(model_); }, {"'model.norm.weight'", "I8"});
 }
 
@@ -526,10 +536,10 @@ TEST_F(HfCheckpointBadInput, MissingConfigOrWeights) {
 
 TEST_F(HfCheckpointBadInput, ConfigProblemsNameTheFile) {
   json cfg = json::parse(sq::test::read_file(model_ + "/config.json"));
-  cfg["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  cfg["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 8.0}};
   sq::test::write_file(model_ + "/config.json", cfg.dump());
   expect_error<sq::UnsupportedError>([&] { sq::load_hf_checkpoint(model_); },
-                                     {model_ + "/config.json", "rope_scaling", "llama3"});
+                                     {model_ + "/config.json", "rope_scaling", "yarn"});
   cfg.erase("rope_scaling");
   cfg.erase("num_hidden_layers");
   sq::test::write_file(model_ + "/config.json", cfg.dump());

@@ -11,6 +11,7 @@
 
 #include "bench/timing.h"
 #include "core/error.h"
+#include "core/rope_frequencies.h"
 #include "model/llama_model.h"
 #include "ops/ops.h"
 #include "runtime/kv_cache.h"
@@ -45,7 +46,7 @@ void fill(KVCache& cache, int64_t T, const std::vector<float>& kblock, const std
     std::copy(kblock.begin(), kblock.begin() + n * w, k.begin());
     if (!cache.keys_pre_rope()) {
       for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = static_cast<int32_t>(r + i);
-      ops::rope(k.data(), pos.data(), n, c.n_kv_heads, c.head_dim, c.rope_theta, c.rope_layout);
+      ops::rope(k.data(), pos.data(), n, c.n_kv_heads, c.head_dim, cache.rope_inv_freq().data(), c.rope_layout);
     }
     for (int l = 0; l < c.n_layers; ++l) cache.write(l, k.data(), vblock.data(), n);
     cache.advance(n);
@@ -119,7 +120,7 @@ nlohmann::json run_kv_decode_bench(const std::vector<int64_t>& contexts, double 
     }
     std::vector<float> o(static_cast<size_t>(qw)), qr = q;
     std::vector<int32_t> qpos = {static_cast<int32_t>(T - 1)};
-    ops::rope(qr.data(), qpos.data(), 1, c.n_heads, c.head_dim, c.rope_theta, c.rope_layout);
+    ops::rope(qr.data(), qpos.data(), 1, c.n_heads, c.head_dim, rope_inv_freq(c).data(), c.rope_layout);
     Workspace ws;
     KVDecodeScratch scratch;
     std::vector<float> kbuf, vbuf;

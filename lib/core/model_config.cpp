@@ -1,11 +1,22 @@
 #include "core/model_config.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace sq {
 
 const char* rope_layout_name(RopeLayout layout) {
   return layout == RopeLayout::Interleaved ? "interleaved" : "half-split";
+}
+
+const char* rope_scaling_type_name(RopeScalingType type) {
+  switch (type) {
+    case RopeScalingType::Linear: return "linear";
+    case RopeScalingType::Llama3: return "llama3";
+    case RopeScalingType::Default: break;
+  }
+  return "default";
 }
 
 void ModelConfig::validate(const std::string& source) const {
@@ -27,6 +38,21 @@ void ModelConfig::validate(const std::string& source) const {
     throw InputError(source + ": head_dim must be even for RoPE, got " + std::to_string(head_dim));
   if (!(norm_eps > 0.0f)) throw InputError(source + ": norm_eps must be positive");
   if (!(rope_theta > 0.0f)) throw InputError(source + ": rope_theta must be positive");
+  if (!rope_scaling.is_default()) {
+    const std::string what = source + ": RoPE scaling '" + rope_scaling_type_name(rope_scaling.type) + "': ";
+    if (!(rope_scaling.factor > 0.0f) || !std::isfinite(rope_scaling.factor))
+      throw InputError(what + "factor must be a finite positive number, got " + std::to_string(rope_scaling.factor));
+    if (rope_scaling.type == RopeScalingType::Llama3) {
+      if (!(rope_scaling.low_freq_factor > 0.0f))
+        throw InputError(what + "low_freq_factor must be positive, got " + std::to_string(rope_scaling.low_freq_factor));
+      if (!(rope_scaling.high_freq_factor > rope_scaling.low_freq_factor) || !std::isfinite(rope_scaling.high_freq_factor))
+        throw InputError(what + "high_freq_factor (" + std::to_string(rope_scaling.high_freq_factor) +
+                         ") must be finite and greater than low_freq_factor (" + std::to_string(rope_scaling.low_freq_factor) + ")");
+      if (rope_scaling.original_max_position_embeddings <= 0)
+        throw InputError(what + "original_max_position_embeddings must be positive, got " +
+                         std::to_string(rope_scaling.original_max_position_embeddings));
+    }
+  }
   if (bos_id < 0 || bos_id >= vocab_size || eos_id < 0 || eos_id >= vocab_size)
     throw InputError(source + ": bos/eos token ids (" + std::to_string(bos_id) + ", " + std::to_string(eos_id) +
                      ") outside the vocabulary of " + std::to_string(vocab_size));

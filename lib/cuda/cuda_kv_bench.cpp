@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/rope_frequencies.h"
 #include "cuda/cuda_kv_kernels.h"
 #include "cuda/cuda_runtime.h"
 #include "formats/safetensors.h"  // float_to_half
@@ -157,9 +158,7 @@ nlohmann::json run_cuda_kv_decode_bench(const std::vector<int64_t>& contexts, in
   std::printf("== CUDA KV decode attention on %s: 32 heads x 128, 32 KV heads, interleaved RoPE, one layer ==\n", device.c_str());
   std::printf("split-K decode kernel, median of %d CUDA-event-timed calls after 3 warm-up calls, layers cycled past L2\n", reps);
   std::printf("%-7s %-6s %7s %10s %10s %10s %10s\n", "tokens", "cache", "layers", "us/step", "MB read", "GB/s", "x nuq4");
-  std::vector<float> inv(kHeadDim / 2);
-  for (int i = 0; i < kHeadDim / 2; ++i) inv[size_t(i)] = 1.0f / std::pow(10000.0f, static_cast<float>(2 * i) / static_cast<float>(kHeadDim));
-  const DeviceArray<float> inv_freq(inv);
+  const DeviceArray<float> inv_freq(rope_inv_freq<float>(10000.0f, kHeadDim, RopeScaling{}));  // plain RoPE, θ = 10⁴
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> q(size_t(kHeads) * kHeadDim);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/rope_frequencies.h"
 #include "cuda/cuda_ops.h"
 #include "quant/codebook_quantize.h"
 
@@ -39,7 +40,7 @@ CudaKVCache::CudaKVCache(const ModelConfig& c, int64_t capacity, const KVSpec& s
       n_heads_(c.n_heads),
       n_kv_heads_(c.n_kv_heads),
       head_dim_(c.head_dim),
-      rope_theta_(c.rope_theta),
+      rope_inv_freq_(rope_inv_freq(c)),
       rope_layout_(c.rope_layout),
       capacity_(capacity),
       width_(int64_t(c.n_kv_heads) * c.head_dim) {
@@ -70,12 +71,8 @@ CudaKVCache::CudaKVCache(const ModelConfig& c, int64_t capacity, const KVSpec& s
   const bool key_per_channel = nuq && spec_.key_axis == KVKeyAxis::PerChannel;
   const int64_t code_bytes = (width_ * spec_.bits + 7) / 8;
 
-  // Inverse frequencies exactly as ops::rope computes them.
-  const int half = head_dim_ / 2;
-  std::vector<float> inv_freq(static_cast<size_t>(half));
-  for (int i = 0; i < half; ++i)
-    inv_freq[static_cast<size_t>(i)] = 1.0f / std::pow(rope_theta_, static_cast<float>(2 * i) / static_cast<float>(head_dim_));
-  inv_freq_ = DeviceArray<float>(inv_freq);
+  // The model's inverse frequencies (θ and RoPE scaling), the same floats ops::rope uses.
+  inv_freq_ = DeviceArray<float>(rope_inv_freq_);
   overflow_ = DeviceArray<unsigned long long>(1);
   overflow_.zero();
 
@@ -174,7 +171,7 @@ void CudaKVCache::check_rows(const char* op, int layer, int64_t n) const {
 void CudaKVCache::append(int layer, float* k, const float* v, int64_t n, const int32_t* positions, Stream stream) {
   check_rows("append", layer, n);
   if (n == 0) return;
-  if (!keys_pre_rope()) cuda::rope(k, positions, n, n_kv_heads_, head_dim_, rope_theta_, rope_layout_, stream);
+  if (!keys_pre_rope()) cuda::rope(k, positions, n, n_kv_heads_, head_dim_, rope_inv_freq_.data(), rope_layout_, stream);
   cuda::kv_encode(views_[static_cast<size_t>(layer)], k, v, n, length_, overflow_.data(), stream);
 }
 

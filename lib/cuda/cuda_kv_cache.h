@@ -116,7 +116,7 @@ class CudaKVCache {
 
   KVSpec spec_;
   int n_layers_ = 0, n_heads_ = 0, n_kv_heads_ = 0, head_dim_ = 0, sinks_ = 0;
-  float rope_theta_ = 10000.0f;
+  std::vector<float> rope_inv_freq_;  ///< [head_dim/2] host copy of rope_inv_freq(config): θ and RoPE scaling
   RopeLayout rope_layout_ = RopeLayout::Interleaved;
   int64_t capacity_ = 0, length_ = 0, width_ = 0, k_row_bytes_ = 0, v_row_bytes_ = 0, outlier_cap_ = 0, table_bytes_ = 0;
   std::vector<LayerData> layers_;

@@ -54,7 +54,7 @@ struct KVLayerDeviceView {
   int n_sinks = 0;              ///< rows 0 … n_sinks−1 are FP16 sinks (quantized formats)
   bool keys_pre_rope = false;   ///< keys stored before RoPE: row j is rotated by j when read
   RopeLayout rope_layout = RopeLayout::Interleaved;
-  const float* inv_freq = nullptr;  ///< [head_dim/2] θ^(−2i/d) as ops::rope computes them
+  const float* inv_freq = nullptr;  ///< [head_dim/2] the model's rope_inv_freq (θ and RoPE scaling), as ops::rope uses them
   int64_t width() const { return int64_t(n_kv_heads) * head_dim; }
 };
 

@@ -5,11 +5,12 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/rope_frequencies.h"
 #include "cuda/cuda_ops.h"
 
 namespace sq {
 
-CudaLlamaModel::CudaLlamaModel(const LlamaModel& model) : config_(model.config()) {
+CudaLlamaModel::CudaLlamaModel(const LlamaModel& model) : config_(model.config()), rope_inv_freq_(rope_inv_freq(config_)) {
   require_cuda("CUDA runner");
   const ModelConfig& c = config_;
   // The FP32 embedding table, dequantized when stored INT8 (LlamaModel::embed does either).
@@ -86,7 +87,7 @@ void CudaLlamaModel::forward(const int32_t* tokens, int64_t n, CudaKVCache& cach
     L.q->forward(xn, n, q_.data());
     L.k->forward(xn, n, k_.data());
     L.v->forward(xn, n, v_.data());
-    cuda::rope(q_.data(), positions_.data(), n, c.n_heads, c.head_dim, c.rope_theta, c.rope_layout);
+    cuda::rope(q_.data(), positions_.data(), n, c.n_heads, c.head_dim, rope_inv_freq_.data(), c.rope_layout);
     // The cache stores the keys (rotating them first unless its format keeps them pre-RoPE) and
     // attends over its rows in its storage format (cuda/cuda_kv_cache.h).
     cache.append(l, k_.data(), v_.data(), n, positions_.data());

@@ -47,6 +47,7 @@ class CudaLlamaModel {
   void reserve(int64_t n);
 
   ModelConfig config_;
+  std::vector<float> rope_inv_freq_;  ///< [head_dim/2] host rope_inv_freq(config_): θ and RoPE scaling
   DeviceArray<float> embed_, final_norm_;
   std::vector<Layer> layers_;
   std::unique_ptr<cuda::DeviceLinear> lm_head_;

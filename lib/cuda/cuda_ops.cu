@@ -8,7 +8,9 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "core/rope_frequencies.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_ops.h"
 
@@ -210,7 +212,7 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, int d, float 
   check_launch("cuda::rms_norm");
 }
 
-void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim, float theta, RopeLayout layout,
+void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim, const float* inv_freq, RopeLayout layout,
           Stream stream) {
   check_nonneg("rope", n, n_heads, head_dim);
   if (head_dim % 2 != 0 || head_dim > kMaxHeadDim)
@@ -219,12 +221,17 @@ void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_d
   const int half = head_dim / 2;
   if (n == 0 || n_heads == 0 || half == 0) return;
   InvFreq f{};
-  // Same expression as ops::rope, so the angles pos · inv_freq are bit-identical to the CPU's.
-  for (int i = 0; i < half; ++i) f.v[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+  for (int i = 0; i < half; ++i) f.v[i] = inv_freq[i];  // the CPU's frequencies, so the angles pos · inv_freq are bit-identical
   const int64_t pairs = n * n_heads * half;
   rope_kernel<<<blocks_for(pairs, kElemThreads), kElemThreads, 0, stream_of(stream)>>>(x, positions, n, n_heads, head_dim, f,
                                                                                       layout == RopeLayout::Interleaved);
   check_launch("cuda::rope");
+}
+
+void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim, float theta, RopeLayout layout,
+          Stream stream) {
+  const std::vector<float> inv_freq = rope_inv_freq<float>(theta, head_dim, RopeScaling{});
+  rope(x, positions, n, n_heads, head_dim, inv_freq.data(), layout, stream);
 }
 
 void swiglu(float* gate, const float* up, int64_t count, Stream stream) {

@@ -25,13 +25,19 @@ namespace sq::cuda {
 void rms_norm(const float* x, const float* w, float* y, int64_t n, int d, float eps, Stream stream = {});
 
 /// Rotary position embedding (Su et al. 2021, RoFormer Eq. 34), as ops::rope, in place on
-/// x [n, n_heads·head_dim]: pair i of every head of row t is rotated by positions[t] · θ^(−2i/head_dim);
-/// pairs are (2i, 2i+1) for Interleaved and (i, i + head_dim/2) for HalfSplit. `positions` [n]
-/// (device int32) may be any integers, negative included: rotating pre-RoPE cached keys on the fly
-/// uses their cache positions, and rotating by a negative delta undoes a rotation. The inverse
-/// frequencies are computed on the host exactly as ops::rope computes them, so the angles are
-/// bit-identical to the CPU's; only cosf/sinf differ (CUDA: ≤ 2 ulp over the full range).
-/// Throws std::invalid_argument for an odd head_dim.
+/// x [n, n_heads·head_dim]: pair i of every head of row t is rotated by positions[t] · inv_freq[i];
+/// pairs are (2i, 2i+1) for Interleaved and (i, i + head_dim/2) for HalfSplit. `inv_freq`
+/// [head_dim/2] is a HOST array (rope_inv_freq of the model config, core/rope_frequencies.h: θ and
+/// RoPE scaling), passed to the kernel by value, so the angles are bit-identical to the CPU's;
+/// only cosf/sinf differ (CUDA: ≤ 2 ulp over the full range). `positions` [n] (device int32) may be
+/// any integers, negative included: rotating pre-RoPE cached keys on the fly uses their cache
+/// positions, and rotating by a negative delta undoes a rotation.
+/// Throws std::invalid_argument for an odd head_dim or one above 512.
+void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim, const float* inv_freq, RopeLayout layout,
+          Stream stream = {});
+
+/// Plain RoPE with base `theta` (no scaling): the overload above with
+/// inv_freq = rope_inv_freq<float>(theta, head_dim, RopeScaling{}) (tests, benchmarks).
 void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim, float theta, RopeLayout layout,
           Stream stream = {});
 

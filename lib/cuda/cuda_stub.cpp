@@ -51,6 +51,7 @@ float CudaEventTimer::elapsed_ms() const { no_cuda("CudaEventTimer::elapsed_ms")
 namespace cuda {
 void rms_norm(const float*, const float*, float*, int64_t, int, float, Stream) { no_cuda("cuda::rms_norm"); }
 void rope(float*, const int32_t*, int64_t, int, int, float, RopeLayout, Stream) { no_cuda("cuda::rope"); }
+void rope(float*, const int32_t*, int64_t, int, int, const float*, RopeLayout, Stream) { no_cuda("cuda::rope"); }
 void swiglu(float*, const float*, int64_t, Stream) { no_cuda("cuda::swiglu"); }
 void add_inplace(float*, const float*, int64_t, Stream) { no_cuda("cuda::add_inplace"); }
 void softmax_rows(float*, int64_t, int64_t, int64_t, Stream) { no_cuda("cuda::softmax_rows"); }

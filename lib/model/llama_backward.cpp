@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "core/rope_frequencies.h"
 
 namespace sq {
 
@@ -105,15 +106,13 @@ void rms_norm_forward(const T* x, const T* w, T* y, T* r, int64_t n, int64_t d, 
 }
 
 /// RoPE (Su et al. 2021) on x [n, heads·hd] at positions 0 … n−1, in place: pair i of every head
-/// (channels (2i, 2i+1) interleaved, (i, i+hd/2) half-split) is rotated by sign · t·θ^(−2i/hd).
+/// (channels (2i, 2i+1) interleaved, (i, i+hd/2) half-split) is rotated by sign · t·inv_freq[i]
+/// (inv_freq [hd/2] = rope_inv_freq<T> of the model config: θ and RoPE scaling).
 /// sign = +1 is the forward rotation; sign = −1 applies its transpose (= inverse), which is the
 /// backward map dx = Rᵀ·dy of y = R·x. (Same angle arithmetic as ops::rope in FP32.)
 template <typename T>
-void rope(T* x, int64_t n, int heads, int hd, float theta, RopeLayout layout, int sign) {
+void rope(T* x, int64_t n, int heads, int hd, const std::vector<T>& inv_freq, RopeLayout layout, int sign) {
   const int half = hd / 2;
-  std::vector<T> inv_freq(static_cast<size_t>(half));
-  for (int i = 0; i < half; ++i)
-    inv_freq[static_cast<size_t>(i)] = T(1) / std::pow(static_cast<T>(theta), static_cast<T>(2 * i) / static_cast<T>(hd));
   const int64_t width = int64_t(heads) * hd;
   for (int64_t t = 0; t < n; ++t) {
     T* row = x + t * width;
@@ -320,6 +319,7 @@ LlamaKVBackward<T>::~LlamaKVBackward() = default;
 template <typename T>
 void LlamaKVBackward<T>::forward(const int32_t* tokens, int64_t n, const KVPerturbation* pert, Tape& tape) const {
   const ModelConfig& c = model_.config();
+  const std::vector<T> inv_freq = rope_inv_freq<T>(c.rope_theta, c.head_dim, c.rope_scaling);
   const int64_t d = c.dim, hd = c.head_dim, qw = int64_t(c.n_heads) * hd, kvw = int64_t(c.n_kv_heads) * hd,
                 hid = c.hidden_dim, vocab = c.vocab_size;
   if (n < 2 || n > c.max_seq_len)
@@ -359,8 +359,8 @@ void LlamaKVBackward<T>::forward(const int32_t* tokens, int64_t n, const KVPertu
       a[static_cast<size_t>(pert->token * kvw + pert->channel)] += static_cast<T>(pert->delta);
     }
     s.k = s.k_pre;
-    rope(s.q.data(), n, c.n_heads, c.head_dim, c.rope_theta, c.rope_layout, +1);
-    rope(s.k.data(), n, c.n_kv_heads, c.head_dim, c.rope_theta, c.rope_layout, +1);
+    rope(s.q.data(), n, c.n_heads, c.head_dim, inv_freq, c.rope_layout, +1);
+    rope(s.k.data(), n, c.n_kv_heads, c.head_dim, inv_freq, c.rope_layout, +1);
     attention_forward(s.q.data(), s.k.data(), s.v.data(), att.data(), n, c.n_heads, c.n_kv_heads, hd);  // [n, qw]
     linear_forward(W.o, att.data(), n, proj.data());  // [n, dim]
     for (int64_t i = 0; i < n * d; ++i) x[static_cast<size_t>(i)] += proj[static_cast<size_t>(i)];
@@ -406,6 +406,7 @@ double LlamaKVBackward<T>::loss(const int32_t* tokens, int64_t n, const KVPertur
 template <typename T>
 BasicKVGradients<T> LlamaKVBackward<T>::gradients(const int32_t* tokens, int64_t n) const {
   const ModelConfig& c = model_.config();
+  const std::vector<T> inv_freq = rope_inv_freq<T>(c.rope_theta, c.head_dim, c.rope_scaling);
   const int64_t d = c.dim, hd = c.head_dim, qw = int64_t(c.n_heads) * hd, kvw = int64_t(c.n_kv_heads) * hd,
                 hid = c.hidden_dim, vocab = c.vocab_size;
   Tape tape;
@@ -454,8 +455,8 @@ BasicKVGradients<T> LlamaKVBackward<T>::gradients(const int32_t* tokens, int64_t
     g.d_values.resize(static_cast<size_t>(n * kvw));
     attention_backward(s.q.data(), s.k.data(), s.v.data(), datt.data(), dq.data(), g.d_keys.data(), g.d_values.data(), n,
                        c.n_heads, c.n_kv_heads, hd);
-    rope(dq.data(), n, c.n_heads, c.head_dim, c.rope_theta, c.rope_layout, -1);  // ∂L/∂q before RoPE
-    rope(g.d_keys.data(), n, c.n_kv_heads, c.head_dim, c.rope_theta, c.rope_layout, -1);  // ∂L/∂K before RoPE
+    rope(dq.data(), n, c.n_heads, c.head_dim, inv_freq, c.rope_layout, -1);  // ∂L/∂q before RoPE
+    rope(g.d_keys.data(), n, c.n_kv_heads, c.head_dim, inv_freq, c.rope_layout, -1);  // ∂L/∂K before RoPE
     linear_backward(W.q, dq.data(), n, dxn.data(), false);
     linear_backward(W.k, g.d_keys.data(), n, dxn.data(), true);
     linear_backward(W.v, g.d_values.data(), n, dxn.data(), true);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "core/rope_frequencies.h"
 #include "model/w8a8_linear.h"
 #include "ops/ops.h"
 
@@ -44,6 +45,7 @@ void run_sharing_input(std::initializer_list<std::pair<const Linear*, float*>> l
 LlamaModel::LlamaModel(ModelConfig config, Tensor embed, std::vector<LlamaLayer> layers, Tensor final_norm,
                        std::unique_ptr<Linear> lm_head)
     : config_(std::move(config)),
+      rope_inv_freq_(rope_inv_freq(config_)),
       embed_(std::move(embed)),
       layers_(std::move(layers)),
       final_norm_(std::move(final_norm)),
@@ -176,9 +178,9 @@ void LlamaModel::run_layer(int l, const LlamaLayer& L, float* x, int64_t n, KVCa
   // Queries (and post-RoPE keys) are rotated at their cache positions p0 … p0+n−1; the cache
   // stores the new rows (quantizing them in its format) and returns every row's key rotated at its
   // cache position, dequantized, with the values (runtime/kv_cache.h).
-  ops::rope(ws.q.data(), ws.positions.data(), n, c.n_heads, static_cast<int>(hd), c.rope_theta, c.rope_layout);
+  ops::rope(ws.q.data(), ws.positions.data(), n, c.n_heads, static_cast<int>(hd), rope_inv_freq_.data(), c.rope_layout);
   if (!cache.keys_pre_rope())
-    ops::rope(ws.k.data(), ws.positions.data(), n, c.n_kv_heads, static_cast<int>(hd), c.rope_theta, c.rope_layout);
+    ops::rope(ws.k.data(), ws.positions.data(), n, c.n_kv_heads, static_cast<int>(hd), rope_inv_freq_.data(), c.rope_layout);
   cache.write(l, ws.k.data(), ws.v.data(), n);
   // Decode steps over a nuq cache attend over the packed rows directly (runtime/kv_decode_attention.h);
   // every other case (prefill, FP32/int caches) dequantizes the rows and runs sgemm attention.

@@ -110,6 +110,7 @@ class LlamaModel {
   void run_layer(int l, const LlamaLayer& L, float* x, int64_t n, KVCache& cache, Workspace& ws, ActivationObserver* obs) const;
 
   ModelConfig config_;
+  std::vector<float> rope_inv_freq_;  ///< [head_dim/2] rope_inv_freq(config_): θ and RoPE scaling
   Tensor embed_;
   std::vector<int8_t> embed_q_;      ///< [vocab, dim] when quantized
   std::vector<float> embed_scales_;  ///< [vocab] when quantized

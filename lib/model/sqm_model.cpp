@@ -1,9 +1,11 @@
 #include "model/sqm_model.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
 #include "core/finite.h"
+#include "formats/config_tensor_check.h"
 #include "formats/safetensors.h"
 #include "formats/tokenizer.h"
 #include "model/w4a16_linear.h"
@@ -14,12 +16,60 @@
 namespace sq {
 
 nlohmann::json model_config_to_json(const ModelConfig& c) {
-  return {{"architecture", c.architecture}, {"dim", c.dim},           {"hidden_dim", c.hidden_dim},
-          {"n_layers", c.n_layers},         {"n_heads", c.n_heads},   {"n_kv_heads", c.n_kv_heads},
-          {"head_dim", c.head_dim},         {"vocab_size", c.vocab_size}, {"max_seq_len", c.max_seq_len},
-          {"norm_eps", c.norm_eps},         {"rope_theta", c.rope_theta}, {"rope_layout", rope_layout_name(c.rope_layout)},
-          {"tied_embeddings", c.tied_embeddings}, {"qkv_bias", c.qkv_bias}, {"bos_id", c.bos_id}, {"eos_id", c.eos_id}};
+  nlohmann::json j = {{"architecture", c.architecture}, {"dim", c.dim},           {"hidden_dim", c.hidden_dim},
+                      {"n_layers", c.n_layers},         {"n_heads", c.n_heads},   {"n_kv_heads", c.n_kv_heads},
+                      {"head_dim", c.head_dim},         {"vocab_size", c.vocab_size}, {"max_seq_len", c.max_seq_len},
+                      {"norm_eps", c.norm_eps},         {"rope_theta", c.rope_theta}, {"rope_layout", rope_layout_name(c.rope_layout)},
+                      {"tied_embeddings", c.tied_embeddings}, {"qkv_bias", c.qkv_bias}, {"bos_id", c.bos_id}, {"eos_id", c.eos_id}};
+  // Written only when RoPE is scaled, so plain-RoPE headers are unchanged (files without it are plain RoPE).
+  if (!c.rope_scaling.is_default()) {
+    nlohmann::json rs = {{"type", rope_scaling_type_name(c.rope_scaling.type)}, {"factor", c.rope_scaling.factor}};
+    if (c.rope_scaling.type == RopeScalingType::Llama3) {
+      rs["low_freq_factor"] = c.rope_scaling.low_freq_factor;
+      rs["high_freq_factor"] = c.rope_scaling.high_freq_factor;
+      rs["original_max_position_embeddings"] = c.rope_scaling.original_max_position_embeddings;
+    }
+    j["rope_scaling"] = std::move(rs);
+  }
+  return j;
 }
+
+namespace {
+
+/// model_config.rope_scaling of a .sqm header (see model_config_to_json); absent or null -> plain RoPE.
+RopeScaling rope_scaling_from_json(const nlohmann::json& config, const std::string& source) {
+  RopeScaling s;
+  auto it = config.find("rope_scaling");
+  if (it == config.end() || it->is_null()) return s;
+  const nlohmann::json& j = *it;
+  if (!j.is_object() || !j.contains("type") || !j.at("type").is_string())
+    throw InputError(source + ": model_config.rope_scaling must be an object with a string 'type'");
+  const std::string type = j.at("type").get<std::string>();
+  std::vector<std::string> keys = {"type", "factor"};
+  if (type == "linear") {
+    s.type = RopeScalingType::Linear;
+  } else if (type == "llama3") {
+    s.type = RopeScalingType::Llama3;
+    keys.insert(keys.end(), {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+  } else {
+    throw UnsupportedError(source + ": model_config.rope_scaling.type '" + type +
+                           "' is not supported (expected 'linear' or 'llama3'; written by a newer sqkit?)");
+  }
+  for (const auto& k : keys)
+    if (!j.contains(k)) throw InputError(source + ": model_config.rope_scaling has no '" + k + "' (type '" + type + "')");
+  for (auto kv = j.begin(); kv != j.end(); ++kv)
+    if (std::find(keys.begin(), keys.end(), kv.key()) == keys.end())
+      throw UnsupportedError(source + ": model_config.rope_scaling." + kv.key() + " is not supported for type '" + type + "'");
+  s.factor = j.at("factor").get<float>();
+  if (s.type == RopeScalingType::Llama3) {
+    s.low_freq_factor = j.at("low_freq_factor").get<float>();
+    s.high_freq_factor = j.at("high_freq_factor").get<float>();
+    s.original_max_position_embeddings = j.at("original_max_position_embeddings").get<int>();
+  }
+  return s;
+}
+
+}  // namespace
 
 ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) throw InputError(source + ": header has no 'model_config' object");
@@ -40,6 +90,7 @@ ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& s
     c.max_seq_len = field("max_seq_len").get<int>();
     c.norm_eps = field("norm_eps").get<float>();
     c.rope_theta = field("rope_theta").get<float>();
+    c.rope_scaling = rope_scaling_from_json(j, source);
     const std::string layout = field("rope_layout").get<std::string>();
     if (layout == "interleaved") c.rope_layout = RopeLayout::Interleaved;
     else if (layout == "half-split") c.rope_layout = RopeLayout::HalfSplit;
@@ -244,6 +295,7 @@ std::unique_ptr<LlamaModel> build_model_from_sqm(const std::shared_ptr<SqmFile>&
   const ModelConfig c = model_config_from_json(h.contains("model_config") ? h.at("model_config") : nlohmann::json(), f->path());
   const nlohmann::json quant = h.value("quantization", nlohmann::json::object());
   const int64_t d = c.dim, q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim, hid = c.hidden_dim;
+  check_layer_count(c.n_layers, f->names(), f->path() + ": model_config", "n_layers");  // before allocating per layer
   std::vector<LlamaLayer> layers(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = names::layer(l);

@@ -12,9 +12,13 @@ namespace sq {
 class Tokenizer;
 
 /// Parses the header's "model_config" object (ModelConfig field names) and validates it.
+/// "rope_scaling" is optional: absent or null is plain RoPE (files written before RoPE scaling
+/// existed), else {"type": "linear" | "llama3", "factor": F} plus, for llama3, "low_freq_factor",
+/// "high_freq_factor", "original_max_position_embeddings". Throws InputError naming `source` for
+/// a missing or mistyped field, UnsupportedError for an unknown scaling type or key.
 /// Throws InputError naming `source` and the missing/invalid field.
 ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& source);
-/// The inverse of model_config_from_json.
+/// The inverse of model_config_from_json ("rope_scaling" written only when not plain RoPE).
 nlohmann::json model_config_to_json(const ModelConfig& c);
 
 /// Builds the model stored in `file`:
@@ -25,6 +29,8 @@ nlohmann::json model_config_to_json(const ModelConfig& c);
 ///    is "w4a4-atom" — W4A4Linear (Atom: INT4 codes, FP16 group scales, INT8 or FP32 outlier columns,
 ///    activation clipping ratio, and the input site's reorder `model.layers.N.<site>.order`);
 ///  * F32 / F16 / BF16 tensors are used as FP32 (F32 uncompressed: zero-copy views into the mapping).
+/// model_config.n_layers is checked against the layers the tensor index holds
+/// (check_layer_count) before anything is allocated per layer.
 /// Throws InputError naming the file and tensor for anything missing or inconsistent.
 std::unique_ptr<LlamaModel> build_model_from_sqm(const std::shared_ptr<SqmFile>& file);
 

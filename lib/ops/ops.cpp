@@ -1,5 +1,6 @@
 #include "ops/ops.h"
 
+#include "core/rope_frequencies.h"
 #include "ops/fast_exp.h"
 
 #include <algorithm>
@@ -21,18 +22,19 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, int d, float 
 }
 
 void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim, float theta, RopeLayout layout) {
+  const std::vector<float> inv_freq = rope_inv_freq<float>(theta, head_dim, RopeScaling{});
+  rope(x, positions, n, n_heads, head_dim, inv_freq.data(), layout);
+}
+
+void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim, const float* inv_freq, RopeLayout layout) {
   const int half = head_dim / 2;
-  // inv_freq[i] = theta^(-2i/d), shared by every head and token.
-  std::vector<float> inv_freq(static_cast<size_t>(half));
-  for (int i = 0; i < half; ++i)
-    inv_freq[static_cast<size_t>(i)] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
   const int64_t width = int64_t(n_heads) * head_dim;
 #pragma omp parallel for schedule(static) if (n * width >= (1 << 16))
   for (int64_t t = 0; t < n; ++t) {
     const float pos = static_cast<float>(positions[t]);
     float* row = x + t * width;
     for (int i = 0; i < half; ++i) {
-      const float angle = pos * inv_freq[static_cast<size_t>(i)];
+      const float angle = pos * inv_freq[i];
       const float c = std::cos(angle), s = std::sin(angle);
       const int a = layout == RopeLayout::Interleaved ? 2 * i : i;
       const int b = layout == RopeLayout::Interleaved ? 2 * i + 1 : i + half;

@@ -14,9 +14,15 @@ namespace sq::ops {
 void rms_norm(const float* x, const float* w, float* y, int64_t n, int d, float eps);
 
 /// Rotary position embedding (Su et al. 2021) applied in place to `x` [n, n_heads * head_dim].
-/// Row t has position positions[t]. Pair i (i < head_dim/2) is rotated by angle
-/// pos * theta^(-2i/head_dim); the channels forming pair i are (2i, 2i+1) for Interleaved and
-/// (i, i + head_dim/2) for HalfSplit.
+/// Row t has position positions[t]. Pair i (i < head_dim/2) is rotated by the angle
+/// float(pos) * inv_freq[i] (inv_freq [head_dim/2], from rope_inv_freq in core/rope_frequencies.h,
+/// which applies the model's θ and RoPE scaling); the channels forming pair i are (2i, 2i+1) for
+/// Interleaved and (i, i + head_dim/2) for HalfSplit.
+void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim, const float* inv_freq, RopeLayout layout);
+
+/// Plain RoPE with base `theta` (no scaling): the overload above with
+/// inv_freq = rope_inv_freq<float>(theta, head_dim, RopeScaling{}). Model code passes the config's
+/// frequencies instead; this form is for tests and synthetic benchmarks of unscaled RoPE.
 void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim, float theta, RopeLayout layout);
 
 /// SwiGLU gate (Shazeer 2020): gate[i] = silu(gate[i]) * up[i] = gate/(1+exp(-gate)) * up, in place

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/rope_frequencies.h"
 #include "ops/ops.h"
 
 namespace sq {
@@ -24,7 +25,7 @@ void KVCache::init(const ModelConfig& c, const std::vector<NuqLayerParams>* nuq)
   n_layers_ = c.n_layers;
   n_kv_heads_ = c.n_kv_heads;
   head_dim_ = c.head_dim;
-  rope_theta_ = c.rope_theta;
+  rope_inv_freq_ = sq::rope_inv_freq(c);
   rope_layout_ = c.rope_layout;
   pre_rope_ = spec_.keys == KVKeyRope::PreRope;
   sparse_ = spec_.kind == KVKind::Nuq && spec_.outlier_fraction > 0;
@@ -204,7 +205,7 @@ KVCache::View KVCache::read(int l, int64_t rows, std::vector<float>& kbuf, std::
     rotate = rotate || delta[ri] != 0;
   }
   // RoPE after dequantization (KVQuant §3.2): R(r) = R(r − stored) · R(stored).
-  if (rotate) ops::rope(kbuf.data(), delta.data(), rows, n_kv_heads_, head_dim_, rope_theta_, rope_layout_);
+  if (rotate) ops::rope(kbuf.data(), delta.data(), rows, n_kv_heads_, head_dim_, rope_inv_freq_.data(), rope_layout_);
   return {kbuf.data(), vbuf.data()};
 }
 

@@ -126,7 +126,9 @@ class KVCache {
   }
   int n_kv_heads() const { return n_kv_heads_; }
   int head_dim() const { return head_dim_; }
-  float rope_theta() const { return rope_theta_; }
+  /// [head_dim/2] RoPE inverse frequencies of the model (rope_inv_freq: θ and scaling); keys
+  /// stored before RoPE (or at another position) are rotated with these when read.
+  const std::vector<float>& rope_inv_freq() const { return rope_inv_freq_; }
   RopeLayout rope_layout() const { return rope_layout_; }
 
  private:
@@ -142,7 +144,7 @@ class KVCache {
   KVSpec spec_;
   int64_t capacity_ = 0, width_ = 0, length_ = 0, pending_ = 0, tokens_seen_ = 0;
   int n_layers_ = 0, n_kv_heads_ = 0, head_dim_ = 0;
-  float rope_theta_ = 10000.0f;
+  std::vector<float> rope_inv_freq_;
   RopeLayout rope_layout_ = RopeLayout::Interleaved;
   bool pre_rope_ = false, sparse_ = false;
   int64_t k_row_bytes_ = 0, v_row_bytes_ = 0, table_bytes_ = 0;

@@ -39,19 +39,17 @@ struct Plan {
   bool nibbles = false;     ///< 4-bit interleaved fast path (KVDecodeScratch::query_pairs layout)
 };
 
-/// cos/sin(p·θ_i) for p < positions, with the angle computed exactly as ops::rope computes it
-/// (float position × float inverse frequency), so rotations match KVCache::read bit for bit.
-void ensure_rope_table(KVDecodeScratch& sc, int64_t positions, int hd, float theta) {
-  if (sc.rope_dim != hd || sc.rope_theta != theta) {
+/// cos/sin(p·inv_freq_i) for p < positions, with the angle computed exactly as ops::rope computes
+/// it (float position × float inverse frequency, from the cache's rope_inv_freq()), so rotations
+/// match KVCache::read bit for bit.
+void ensure_rope_table(KVDecodeScratch& sc, int64_t positions, int hd, const std::vector<float>& inv_freq) {
+  if (sc.rope_dim != hd || sc.rope_inv_freq != inv_freq) {
     sc.rope_positions = 0;
     sc.rope_dim = hd;
-    sc.rope_theta = theta;
+    sc.rope_inv_freq = inv_freq;
   }
   if (positions <= sc.rope_positions) return;
   const int half = hd / 2;
-  std::vector<float> inv_freq(static_cast<size_t>(half));
-  for (int i = 0; i < half; ++i)
-    inv_freq[static_cast<size_t>(i)] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(hd));
   const int64_t grow = std::max(positions, 2 * sc.rope_positions);  // amortized growth
   sc.rope_cos.resize(static_cast<size_t>(grow * half));
   sc.rope_sin.resize(static_cast<size_t>(grow * half));
@@ -596,7 +594,7 @@ bool nuq_decode_attention(const KVCache& cache, int layer, int64_t rows, const f
     sc.value_scale[i] = f16(vr + P.v_code_bytes);
     sc.value_offset[i] = f16(vr + P.v_code_bytes + 2);
   }
-  ensure_rope_table(sc, max_delta + 1, P.hd, cache.rope_theta());
+  ensure_rope_table(sc, max_delta + 1, P.hd, cache.rope_inv_freq());
   P.cos = sc.rope_cos.data();
   P.sin = sc.rope_sin.data();
 

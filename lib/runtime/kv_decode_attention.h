@@ -10,7 +10,8 @@
 // with k̂ = cb_K[code]·scale + offset (per-channel offline scaling, or per-token FP16 scaling) and
 // v̂ = cb_V[code]·s_j + o_j (per-token FP16 scaling after the codes), R(δ) the RoPE rotation of the
 // model's layout (interleaved pairs (2i, 2i+1) or half-split pairs (i, i+d/2)) at angle δ·θ_i,
-// θ_i = theta^(−2i/d). Outliers replace their dense element; sink rows are FP16.
+// θ_i = the model's inverse frequency of pair i (KVCache::rope_inv_freq: theta^(−2i/d), RoPE
+// scaling applied). Outliers replace their dense element; sink rows are FP16.
 //
 // What is never built: FP32 K or V for the whole cache. The AVX-512 path (compile-time, __AVX512F__)
 // turns 16 packed codes into 16 FP32 codebook entries with one 16-entry table lookup
@@ -28,13 +29,14 @@
 
 namespace sq {
 
-/// Reusable buffers of nuq_decode_attention (one per thread). Holds the RoPE cos/sin table,
-/// θ and layout checked on every call, grown to the largest position distance seen.
+/// Reusable buffers of nuq_decode_attention (one per thread). Holds the RoPE cos/sin table, its
+/// inverse frequencies and head width checked on every call, grown to the largest position
+/// distance seen.
 struct KVDecodeScratch {
   std::vector<float> scores;  ///< [rows, n_heads] scores, then probabilities
-  std::vector<float> rope_cos, rope_sin;  ///< [positions, head_dim/2] cos/sin(p·θ_i) as ops::rope computes them
+  std::vector<float> rope_cos, rope_sin;  ///< [positions, head_dim/2] cos/sin(p·inv_freq_i) as ops::rope computes them
   int64_t rope_positions = 0;
-  float rope_theta = 0.0f;
+  std::vector<float> rope_inv_freq;  ///< [head_dim/2] the frequencies the table was built for
   int rope_dim = 0;
   std::vector<float> query;  ///< [n_heads, head_dim] q / √d
   std::vector<const uint8_t*> key_rows, value_rows;  ///< [rows] dense row bytes, null for sink rows

@@ -339,7 +339,7 @@ void hf_config(const uint8_t* data, size_t size) {
     const bool same = r.architecture == c.architecture && r.dim == c.dim && r.hidden_dim == c.hidden_dim &&
                       r.n_layers == c.n_layers && r.n_heads == c.n_heads && r.n_kv_heads == c.n_kv_heads &&
                       r.head_dim == c.head_dim && r.vocab_size == c.vocab_size && r.max_seq_len == c.max_seq_len &&
-                      r.norm_eps == c.norm_eps && r.rope_theta == c.rope_theta &&
+                      r.norm_eps == c.norm_eps && r.rope_theta == c.rope_theta && r.rope_scaling == c.rope_scaling &&
                       r.tied_embeddings == c.tied_embeddings && r.qkv_bias == c.qkv_bias && r.bos_id == c.bos_id &&
                       r.eos_id == c.eos_id;
     if (!same) throw FuzzFinding("accepted config.json does not round-trip through make_hf_config_json: " + again.dump());

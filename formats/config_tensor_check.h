@@ -1,0 +1,51 @@
+// Model config dimensions checked against a checkpoint's tensor inventory (names and shapes from
+// file headers) before anything is allocated or looped over per layer.
+//
+// A config.json is a few hundred bytes an attacker (or a typo) controls; the tensors are what the
+// model actually is. A num_hidden_layers of 1e9 over a 2-layer file would otherwise make the
+// loader build a billion-entry tensor list (minutes, gigabytes) before reporting the first missing
+// tensor. These checks read headers only, so they finish in microseconds.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/model_config.h"
+
+namespace sq {
+
+/// Names of the config keys checked, in the vocabulary of the file being read (HF config.json
+/// keys, or .sqm model_config fields).
+struct ConfigKeyNames {
+  const char* n_layers = "num_hidden_layers";
+  const char* dim = "hidden_size";
+  const char* vocab_size = "vocab_size";
+  const char* n_heads = "num_attention_heads";
+  const char* n_kv_heads = "num_key_value_heads";
+  const char* hidden_dim = "intermediate_size";
+};
+
+/// Throws InputError "CONFIG: KEY = N, but the checkpoint's tensors hold M layers (model.layers.0 …
+/// model.layers.M-1)" when `n_layers` exceeds the number of distinct layer indices i among the
+/// tensor names "model.layers.{i}.*" of `tensor_names` (core/checkpoint.h). A config with fewer layers
+/// than the file is accepted (transformers ignores the extra weights). `config_source` names the
+/// config (file path), `key` the config key. O(tensor_names) time, no per-layer allocation.
+void check_layer_count(int n_layers, const std::vector<std::string>& tensor_names, const std::string& config_source,
+                       const char* key);
+
+/// check_layer_count, then the FP32-checkpoint dimensions against the shapes of the tensors that
+/// are present (`shape_of(name)` returns the header shape or nullptr when absent; absent tensors
+/// are left to the loader's "missing tensor" error):
+///   model.embed_tokens.weight              [vocab_size, hidden_size]
+///   model.layers.0.self_attn.q_proj.weight [num_attention_heads × head_dim, hidden_size]
+///   model.layers.0.self_attn.k_proj.weight [num_key_value_heads × head_dim, hidden_size]
+///   model.layers.0.mlp.gate_proj.weight    [intermediate_size, hidden_size]
+/// Throws InputError naming `config_source`, the config key and its value, the tensor and its
+/// shape on the first mismatch.
+void check_config_against_tensors(const ModelConfig& c, const std::vector<std::string>& tensor_names,
+                                  const std::function<const std::vector<int64_t>*(const std::string&)>& shape_of,
+                                  const std::string& config_source, const ConfigKeyNames& keys = {});
+
+}  // namespace sq
