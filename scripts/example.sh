@@ -20,9 +20,9 @@ echo "== sq-convert: SmoothQuant W8A8 (alpha 0.5, O1: per-tensor weights, per-to
 $B/sq-convert -m $M --tokenizer $T --calib "$OUT/calib.h5" --alpha 0.5 --preset O1 -o "$OUT/stories260K-w8a8.sqm" --force
 $B/sq-inspect "$OUT/stories260K-w8a8.sqm" | grep -E "format|bits/weight"
 echo "== sq-eval: FP32 =="
-$B/sq-eval -m $M --tokenizer $T -f $VALID -c 256 --protocol windows --json "$OUT/fp32.json"
+$B/sq-eval -m $M --tokenizer $T -f $VALID -c 256 --protocol windows --json "$OUT/fp32.json" --force
 echo "== sq-eval: W8A8 (INT8 GEMMs) =="
-$B/sq-eval -m "$OUT/stories260K-w8a8.sqm" -f $VALID -c 256 --protocol windows --json "$OUT/w8a8.json"
+$B/sq-eval -m "$OUT/stories260K-w8a8.sqm" -f $VALID -c 256 --protocol windows --json "$OUT/w8a8.json" --force
 python3 - "$OUT/fp32.json" "$OUT/w8a8.json" <<'PY'
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])

@@ -60,8 +60,8 @@ case "${1:-cuda-tests}" in
     grep -c '^\[       OK \]' "$OUT/suite.txt"
     ;;
   bench)
-    "$B/sq-bench" --suite cuda-gemm --json "$OUT/bench_cuda_gemm.json" 2>&1 | tee "$OUT/bench_cuda_gemm.txt" | tail -40
-    "$B/sq-bench" --suite cuda-kv-decode --json "$OUT/bench_cuda_kv.json" 2>&1 | tee "$OUT/bench_cuda_kv.txt" | tail -30
+    "$B/sq-bench" --suite cuda-gemm --json "$OUT/bench_cuda_gemm.json" --force 2>&1 | tee "$OUT/bench_cuda_gemm.txt" | tail -40
+    "$B/sq-bench" --suite cuda-kv-decode --json "$OUT/bench_cuda_kv.json" --force 2>&1 | tee "$OUT/bench_cuda_kv.txt" | tail -30
     W=$OUT/w8a8; mkdir -p "$W"
     "$B/sq-calibrate" -m "$M" --tokenizer "$TOK" -f "$DATA/tinystories/tinystories-train-2MiB.txt" --samples 128 --seq-len 256 \
       --fisher -o "$W/calib.h5" --force -q > "$W/log.txt" 2>&1
@@ -73,7 +73,7 @@ case "${1:-cuda-tests}" in
       for dev in cpu cuda; do
         name=$(basename "$model" | sed 's/\..*//')_$dev
         "$B/sq-eval" -m "$model" --tokenizer "$TOK" -f "$VALID" -c 256 --protocol windows -q --device $dev \
-          --json "$OUT/ppl_$name.json" > "$OUT/ppl_$name.txt" 2>&1 || echo "sq-eval $name failed: $(tail -1 "$OUT/ppl_$name.txt")"
+          --json "$OUT/ppl_$name.json" --force > "$OUT/ppl_$name.txt" 2>&1 || echo "sq-eval $name failed: $(tail -1 "$OUT/ppl_$name.txt")"
       done
     done
     python3 - "$OUT" <<'PY'

@@ -12,7 +12,7 @@ $B/sq-convert -m $M --tokenizer $T --scheme f32 -o $OUT/f32.sqm --force -q >/dev
 row() {  # name model-file [sq-eval args...]
   local name=$1 file=$2 j=$OUT/$(echo "$1" | tr -c 'A-Za-z0-9' '_').json
   shift 2
-  $B/sq-eval -m "$file" -f $VALID -c 256 -q --json "$j" "$@" >/dev/null
+  $B/sq-eval -m "$file" -f $VALID -c 256 -q --json "$j" --force "$@" >/dev/null
   python3 - "$j" "$name" "${BASE:-0}" <<'PY'
 import json, math, sys
 j = json.load(open(sys.argv[1])); name = sys.argv[2]; base = float(sys.argv[3])

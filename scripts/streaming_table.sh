@@ -31,7 +31,7 @@ B=build/bin
 run() {
   local json=$1 model=$2 text=$3; shift 3
   [ -s "$json" ] && return 0
-  $B/sq-eval -m "$model" --tokenizer $T -f "$text" --protocol streaming -q --json "$json" "$@" >/dev/null
+  $B/sq-eval -m "$model" --tokenizer $T -f "$text" --protocol streaming -q --json "$json" --force "$@" >/dev/null
 }
 fname() { echo "$1" | tr ':,%' '___'; }
 

@@ -13,7 +13,7 @@ OUT=${1:-$(mktemp -d)}
 mkdir -p "$OUT"
 B=build/bin
 # ppl MODEL [sq-eval args...]: prints the PPL (4 decimals); the JSON is left in MODEL.json.
-ppl() { local m=$1; shift; $B/sq-eval -m "$m" -f $VALID -c 256 -q --json "$m.json" "$@" >/dev/null
+ppl() { local m=$1; shift; $B/sq-eval -m "$m" -f $VALID -c 256 -q --json "$m.json" --force "$@" >/dev/null
         python3 -c "import json,sys; print('%.4f' % json.load(open(sys.argv[1]))['ppl'])" "$m.json"; }
 # bpw MODEL: the whole file's bits per weight (sq-inspect).
 bpw() { $B/sq-inspect --json "$1" | python3 -c "import json,sys; print('%.2f' % json.load(sys.stdin)['bits_per_weight'])"; }
