@@ -343,6 +343,7 @@ struct TinyLlama {
   int layers = 2, dim = 8, heads = 2, kv_heads = 1, head_dim = 4, hidden = 16, vocab = 16;
   std::vector<std::string> drop_keys, drop_tensors;
   std::string wrong_shape_tensor;  ///< this tensor gets one extra row
+  std::string nan_tensor;          ///< this tensor's element (0, 1) is a NaN
   std::string arch = "llama";
   std::vector<std::pair<std::string, std::vector<uint64_t>>> extra_tensors;
 
@@ -373,7 +374,8 @@ struct TinyLlama {
       if (name == wrong_shape_tensor) ++rows;
       std::string data;
       for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) data += GgufWriter::f32(value(t, r, c));
+        for (int64_t c = 0; c < cols; ++c)
+          data += GgufWriter::f32(name == nan_tensor && r == 0 && c == 1 ? std::nanf("") : value(t, r, c));
       std::vector<uint64_t> dims = {uint64_t(cols)};
       if (rows > 1 || cols != dim) dims.push_back(uint64_t(rows));
       w.tensor(name, dims, /*F32*/ 0, data);
@@ -465,6 +467,11 @@ TEST(GgufModelTiny, BadFilesAreOneLineExit2) {
     for (const char* n : {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"})
       t.drop_tensors.push_back(std::string("blk.2.") + n + ".weight");
     cases.push_back({"too many layers", t, {"llama.block_count = 3", "2 layers"}});
+  }
+  {
+    TinyLlama t;
+    t.nan_tensor = "blk.1.ffn_gate.weight";  // check_checkpoint_finite, as for every format
+    cases.push_back({"NaN weight", t, {"tensor 'model.layers.1.mlp.gate_proj.weight' holds a non-finite value (nan) at index 1"}});
   }
   {
     TinyLlama t;
