@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   sq::ConvertOptions o;
   bool no_smooth = false, quiet = false, report_memory = false;
   int threads = 0;
-  app.add_option("-m,--model", model_path, "Model: llama2.c .bin or Hugging Face checkpoint directory")->required();
+  app.add_option("-m,--model", model_path, "Model: llama2.c .bin, GGUF file or Hugging Face checkpoint directory")->required();
   app.add_option("--tokenizer", o.tokenizer_path, "Tokenizer to embed in the output (default: the model's own, if any)");
   app.add_option("--calib", o.calib_path, "Calibration file from sq-calibrate (needed for smoothing and O3)");
   app.add_option("--calib-text", o.calib_text,
@@ -155,7 +155,9 @@ int main(int argc, char** argv) {
     std::unique_ptr<sq::PeakRssAnonSampler> mem;
     if (report_memory) mem = std::make_unique<sq::PeakRssAnonSampler>();
     sq::LoadedModel src = sq::load_model(model_path);
-    if (o.tokenizer_path.empty()) o.tokenizer_path = src.default_tokenizer;
+    // A GGUF model's tokenizer is its metadata: the .sqm tokenizer slot holds a tokenizer.model /
+    // tokenizer.bin file, not a whole GGUF, so convert without one (warned below) unless given.
+    if (o.tokenizer_path.empty() && src.format != "gguf") o.tokenizer_path = src.default_tokenizer;
     sq::check_kv_spec(kv_spec, src.model->config());
     if (kv_weighting != "fisher" && kv_weighting != "uniform")
       throw sq::UsageError("--kv-weighting '" + kv_weighting + "': expected fisher or uniform");

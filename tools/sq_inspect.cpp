@@ -78,7 +78,8 @@ void check_inspectable(const std::string& path) {
   in.read(magic, sizeof magic);
   const std::streamsize got = in.gcount();
   if (got >= 4 && std::memcmp(magic, "GGUF", 4) == 0)
-    throw sq::UsageError(path + " is a GGUF file; " + accepts + " (GGUF models are not supported yet)");
+    throw sq::UsageError(path + " is a GGUF file; " + accepts + " (convert it first: sq-convert -m " + path +
+                         " --scheme f32 -o model.sqm)");
   if (got < 8 || std::memcmp(magic, "SQKITMDL", 8) != 0)
     throw sq::UsageError(path + " is not an sqkit .sqm file; " + accepts +
                          " (llama2.c .bin files and Hugging Face directories are converted with sq-convert)");

@@ -15,7 +15,8 @@
 //   model.norm.weight                               [dim]
 //   lm_head.weight                                  [vocab, dim]  (absent when config.tied_embeddings)
 // Linear weights are row-major (out_features, in_features), i.e. PyTorch nn.Linear layout.
-// The q/k row order matches `config.rope_layout` (llama2.c files: Interleaved; HF files: HalfSplit).
+// The q/k row order matches `config.rope_layout` (llama2.c files: Interleaved; HF and GGUF files:
+// HalfSplit — the GGUF loader undoes llama.cpp's q/k row permutation, formats/gguf_checkpoint.h).
 #pragma once
 
 #include <map>
@@ -30,7 +31,7 @@ struct Checkpoint {
   ModelConfig config;
   std::map<std::string, Tensor> tensors;  ///< canonical name -> FP32 tensor
   std::string source;   ///< path it was loaded from (file or directory)
-  std::string format;   ///< "llama2c", "hf-safetensors", "sqm"
+  std::string format;   ///< "llama2c", "hf-safetensors", "gguf", "sqm"
 
   /// The tensor `name`; throws InputError naming `source`, the tensor and the expected shape when it
   /// is missing or its shape differs from `expected_shape`.

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/finite.h"
+#include "formats/gguf_checkpoint.h"
 #include "formats/hf_checkpoint.h"
 #include "formats/llama2c_checkpoint.h"
 #include "formats/sqm_file.h"
@@ -45,11 +46,15 @@ LoadedModel load_model(const std::string& path) {
     ck = load_hf_checkpoint(path);
     const auto tok = std::filesystem::path(path) / "tokenizer.model";
     if (std::filesystem::exists(tok)) out.default_tokenizer = tok.string();
+  } else if (looks_like_gguf(path)) {
+    ck = load_gguf_checkpoint(path);
+    // The tokenizer lives in the GGUF metadata (tokenizer.ggml.*): load_tokenizer reads it from the file.
+    out.default_tokenizer = path;
   } else if (looks_like_llama2c_checkpoint(path)) {
     ck = load_llama2c_checkpoint(path);
   } else {
-    throw InputError(path + ": not a recognized model (expected a llama2.c checkpoint or a Hugging Face checkpoint "
-                            "directory with config.json and *.safetensors)");
+    throw InputError(path + ": not a recognized model (expected a llama2.c checkpoint, a GGUF file, a .sqm file or a "
+                            "Hugging Face checkpoint directory with config.json and *.safetensors)");
   }
   check_checkpoint_finite(ck);
   out.model = std::make_unique<LlamaModel>(LlamaModel::from_checkpoint(ck));

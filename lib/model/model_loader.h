@@ -1,4 +1,5 @@
-// Opens any supported model path (llama2.c .bin, Hugging Face directory) as a runnable LlamaModel.
+// Opens any supported model path (llama2.c .bin, Hugging Face directory, GGUF file, .sqm) as a
+// runnable LlamaModel.
 #pragma once
 
 #include <memory>
@@ -15,10 +16,12 @@ class SqmFile;
 struct LoadedModel {
   std::unique_ptr<LlamaModel> model;
   std::string path;
-  std::string format;              ///< "llama2c", "hf-safetensors", "sqm"
-  std::string default_tokenizer;   ///< tokenizer file found beside the model ("" when none)
-  /// The FP32 checkpoint the model was built from (llama2c / HF; tensors are views of the mapped
-  /// files). Empty for .sqm files.
+  std::string format;              ///< "llama2c", "hf-safetensors", "gguf", "sqm"
+  /// Tokenizer file found beside the model ("" when none); for a GGUF model the .gguf itself
+  /// (its tokenizer.ggml.* metadata).
+  std::string default_tokenizer;
+  /// The FP32 checkpoint the model was built from (llama2c / HF: views of the mapped files, or
+  /// owned widened copies; GGUF: owned dequantized tensors). Empty for .sqm files.
   Checkpoint checkpoint;
   std::shared_ptr<SqmFile> sqm;    ///< the packed file, for format "sqm"
   /// The KV-cache format the file was converted for (`sq-convert --kv`), fp32 otherwise.
@@ -27,7 +30,10 @@ struct LoadedModel {
 
 /// Detects the format of `path` and loads it: a directory is a Hugging Face checkpoint
 /// (config.json + safetensors); a file starting with "SQKITMDL" is a packed .sqm model (checksums
-/// verified); a file with a llama2.c header is a llama2.c checkpoint.
+/// verified); a file starting with "GGUF" is a GGUF model (load_gguf_checkpoint,
+/// formats/gguf_checkpoint.h: dequantized to owned FP32 tensor by tensor; architecture `llama`
+/// only, others are refused with UnsupportedError naming them); a file with a llama2.c header is a
+/// llama2.c checkpoint.
 /// Every stored floating-point value is checked once here (check_checkpoint_finite: the FP32
 /// tensors, F16/BF16 ones after widening; check_sqm_finite: a .sqm's F32/F16/BF16 tensors, scales
 /// included), so nothing downstream runs on NaN/Inf weights.
