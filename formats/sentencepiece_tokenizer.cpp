@@ -45,7 +45,11 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& path)
     : SentencePieceTokenizer(read_file_to_string(path), path) {}  // InputError "cannot open PATH: ..."
 
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& bytes, const std::string& path)
-    : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
+    : SentencePieceTokenizer(bytes, path, SentencePieceOptions{}) {}
+
+SentencePieceTokenizer::SentencePieceTokenizer(const std::string& bytes, const std::string& path,
+                                               const SentencePieceOptions& options)
+    : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()), opt_(options) {
   if (bytes.empty()) throw InputError(path + ": empty file, expected a SentencePiece tokenizer.model");
   const auto status = sp_->LoadFromSerializedProto(bytes);
   if (!status.ok()) {
@@ -57,6 +61,12 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& bytes, const s
   if (n <= 0) throw InputError(path + ": SentencePiece model has no pieces");
   bos_ = sp_->bos_id() >= 0 ? sp_->bos_id() : 1;
   eos_ = sp_->eos_id() >= 0 ? sp_->eos_id() : 2;
+  if (opt_.bos >= 0) bos_ = opt_.bos;
+  if (opt_.eos >= 0) eos_ = opt_.eos;
+  if (bos_ >= n || eos_ >= n) {
+    throw InputError(path + ": BOS id " + std::to_string(bos_) + " / EOS id " + std::to_string(eos_) +
+                     " outside the vocabulary of " + std::to_string(n) + " pieces");
+  }
   text_.resize(n);
   for (int id = 0; id < n; ++id) {
     if (sp_->IsControl(id) || sp_->IsUnknown(id)) continue;
@@ -89,7 +99,7 @@ void SentencePieceTokenizer::check(int token) const {
 std::string SentencePieceTokenizer::decode_token(int prev_token, int token) const {
   check(token);
   const std::string& t = text_[token];
-  if (prev_token == bos_ && !sp_->IsByte(token) && !t.empty() && t[0] == ' ') return t.substr(1);
+  if (opt_.strip_space_after_bos && prev_token == bos_ && !sp_->IsByte(token) && !t.empty() && t[0] == ' ') return t.substr(1);
   return t;
 }
 
