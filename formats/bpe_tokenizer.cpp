@@ -330,7 +330,7 @@ std::vector<int> BpeTokenizer::encode(std::string_view text, bool add_bos, bool 
         if (rc < 0) {
           PCRE2_UCHAR msg[256];
           pcre2_get_error_message(rc, msg, sizeof msg);
-          throw Error(source_ + ": pre-tokenizer regex failed: " + reinterpret_cast<const char*>(msg));
+          throw InputError(source_ + ": pre-tokenizer regex failed on the text: " + reinterpret_cast<const char*>(msg));
         }
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
         const size_t b = ov[0], e = ov[1];

@@ -79,7 +79,9 @@ class BpeTokenizer : public Tokenizer {
   ~BpeTokenizer() override;
 
   /// Pre-tokenize, byte-map and merge `text` (any bytes; invalid UTF-8 is kept as single bytes),
-  /// with BOS first / EOS last on request (throws InputError if the vocabulary has no BOS/EOS).
+  /// with BOS first / EOS last on request (throws InputError if the vocabulary has no BOS/EOS, or
+  /// naming the source when a pre-tokenizer regex hits PCRE2's match limit, e.g. a backtracking
+  /// pattern from a tokenizer.json).
   std::vector<int> encode(std::string_view text, bool add_bos, bool add_eos) const override;
   /// The bytes of `token` (byte-level characters mapped back; user-defined tokens as stored;
   /// control and unused tokens ""). `prev_token` is ignored (no dummy prefix to drop).
