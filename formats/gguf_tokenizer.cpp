@@ -128,7 +128,7 @@ BpeVocabulary bpe_vocabulary_from_gguf(const GgufFile& file) {
   return v;
 }
 
-std::string sentencepiece_proto_from_gguf(const GgufFile& file) {
+std::string sentencepiece_proto_from_gguf(const GgufFile& file, bool* newline_split_ok) {
   const std::vector<std::string> tokens = read_tokens(file);
   const size_t n = tokens.size();
   std::vector<TokenType> types = read_types(file, n);
@@ -151,6 +151,15 @@ std::string sentencepiece_proto_from_gguf(const GgufFile& file) {
   }
   if (unk < 0) throw InputError(file.path() + ": the vocabulary has no unknown token (tokenizer.ggml.unknown_token_id absent, no token of type 2)");
   types[unk] = TokenType::Unknown;
+  if (newline_split_ok) {
+    bool newline_piece = false, only_newlines = true;
+    for (size_t i = 0; i < n; ++i) {
+      if (types[i] != TokenType::UserDefined || tokens[i].find('\n') == std::string::npos) continue;
+      if (tokens[i] == "\n") newline_piece = true;
+      if (tokens[i].find_first_not_of('\n') != std::string::npos) only_newlines = false;
+    }
+    *newline_split_ok = newline_piece && only_newlines && !read_bool(file, "tokenizer.ggml.add_space_prefix", true);
+  }
   bool has_bytes = false;
   std::string proto;
   proto.reserve(n * 24);
@@ -184,9 +193,11 @@ std::unique_ptr<Tokenizer> load_gguf_tokenizer(const GgufFile& file) {
   const std::string model = file.get_string("tokenizer.ggml.model");  // InputError naming the key
   if (model == "gpt2") return std::make_unique<BpeTokenizer>(bpe_vocabulary_from_gguf(file), file.path());
   if (model == "llama") {
-    const std::string proto = sentencepiece_proto_from_gguf(file);
+    bool split_ok = false;
+    const std::string proto = sentencepiece_proto_from_gguf(file, &split_ok);
     const size_t n = file.get_array_size(kTokens);
     SentencePieceOptions o;
+    o.split_at_newlines = split_ok;
     o.bos = read_id(file, "tokenizer.ggml.bos_token_id", n > 1 ? 1 : -1, n);
     o.eos = read_id(file, "tokenizer.ggml.eos_token_id", n > 2 ? 2 : -1, n);
     o.add_bos = read_bool(file, "tokenizer.ggml.add_bos_token", true);

@@ -41,8 +41,9 @@ BpeVocabulary bpe_vocabulary_from_gguf(const GgufFile& file);
 /// typed UNKNOWN; spaces of user-defined pieces written as U+2581 so that SentencePiece matches
 /// them in its whitespace-escaped text), byte_fallback when there are byte pieces, normalizer
 /// "identity" without a charsmap, add_dummy_prefix = add_space_prefix, no extra-whitespace
-/// removal. Throws like load_gguf_tokenizer.
-std::string sentencepiece_proto_from_gguf(const GgufFile& file);
+/// removal. `newline_split_ok`, when given, is set to whether SentencePieceOptions::
+/// split_at_newlines gives the same ids for this vocabulary. Throws like load_gguf_tokenizer.
+std::string sentencepiece_proto_from_gguf(const GgufFile& file, bool* newline_split_ok = nullptr);
 
 /// A metadata-only GGUF file (formats/gguf_writer.h) holding `file`'s `tokenizer.*` keys: what
 /// sq-convert embeds in a .sqm; load_tokenizer_from_bytes recognizes it by its "GGUF" magic.

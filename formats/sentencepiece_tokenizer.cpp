@@ -80,9 +80,23 @@ SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
 std::vector<int> SentencePieceTokenizer::encode(std::string_view text, bool add_bos, bool add_eos) const {
   std::vector<int> ids;
-  if (!text.empty()) {
-    const auto status = sp_->Encode(text, &ids);
+  auto run = [&](std::string_view part) {
+    if (part.empty()) return;
+    std::vector<int> out;
+    const auto status = sp_->Encode(part, &out);
     if (!status.ok()) throw Error("SentencePiece failed to encode text: " + status.ToString());
+    ids.insert(ids.end(), out.begin(), out.end());
+  };
+  if (!opt_.split_at_newlines) {
+    run(text);
+  } else {
+    size_t start = 0;
+    for (size_t i = 1; i <= text.size(); ++i) {
+      if (i == text.size() || ((text[i] == '\n') != (text[i - 1] == '\n'))) {
+        run(text.substr(start, i - start));
+        start = i;
+      }
+    }
   }
   if (add_bos) ids.insert(ids.begin(), bos_);
   if (add_eos) ids.push_back(eos_);

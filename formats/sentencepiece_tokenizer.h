@@ -25,6 +25,13 @@ struct SentencePieceOptions {
   /// decode_token drops the leading ' ' of a piece after BOS (true when the model adds a dummy
   /// prefix, as Llama-2's does; false for Gemma 3).
   bool strip_space_after_bos = true;
+  /// encode() runs SentencePiece on the segments of the text split between '\n' and other
+  /// characters (each newline run a segment of its own) instead of on the whole text. The ids are
+  /// the same when "\n" is a user-defined piece, every user-defined piece holding '\n' holds
+  /// nothing else and there is no dummy prefix (SentencePiece never merges a user-defined symbol
+  /// with its neighbours); load_gguf_tokenizer turns it on only then (Gemma 3). Its BPE over one
+  /// long sequence is slow, so this makes long texts several times faster.
+  bool split_at_newlines = false;
 };
 
 /// A SentencePiece model file (`tokenizer.model`, a serialized `sentencepiece.ModelProto`, as

@@ -19,6 +19,7 @@
 #include "formats/gguf_file.h"
 #include "formats/gguf_tokenizer.h"
 #include "formats/mapped_file.h"
+#include "formats/sentencepiece_tokenizer.h"
 #include "formats/tokenizer.h"
 #include "tests/support/test_data.h"
 
@@ -143,6 +144,30 @@ TEST(GgufTokenizerGemma3, GreedyPromptIds) {
 TEST(GgufTokenizerGemma3, RoundTripSharedTexts) {
   REQUIRE_MODEL(path, kGemma);
   expect_round_trips(*sq::load_tokenizer(path), "gemma3");
+}
+
+/// Gemma 3's vocabulary qualifies for SentencePieceOptions::split_at_newlines, and the split
+/// encoding gives exactly the ids of SentencePiece over the whole text.
+TEST(GgufTokenizerGemma3, NewlineSplitEncodingEqualsWholeTextEncoding) {
+  REQUIRE_MODEL(path, kGemma);
+  sq::GgufFile file(path);
+  bool split_ok = false;
+  const std::string proto = sq::sentencepiece_proto_from_gguf(file, &split_ok);
+  EXPECT_TRUE(split_ok);
+  sq::SentencePieceOptions o;
+  o.strip_space_after_bos = false;
+  sq::SentencePieceTokenizer whole(proto, path, o);
+  o.split_at_newlines = true;
+  sq::SentencePieceTokenizer split(proto, path, o);
+  const json ref = reference("gemma3-270m", "tokens.json");
+  std::string text = ref["texts"]["mixed"].get<std::string>() + "\n\n\n\n" + ref["texts"]["wikitext2_head"].get<std::string>();
+  for (const char* rel : {"wikitext2/wiki.test.raw", "c4/c4-sample-1480.txt", "longtext/war-and-peace.txt"}) {
+    text += sq::read_file_to_string(sq::test::shared_data(rel)).substr(0, 300000);
+  }
+  const auto a = whole.encode(text, false, false);
+  const auto b = split.encode(text, false, false);
+  EXPECT_EQ(a.size(), b.size());
+  EXPECT_TRUE(a == b);
 }
 
 /// The metadata-only GGUF that sq-convert embeds gives the same tokenizer.
