@@ -168,7 +168,10 @@ BpeTokenizer::BpeTokenizer(BpeVocabulary vocab, const std::string& source) : voc
   for (size_t id = 0; id < n; ++id) {
     const TokenType t = vocab_.types[id];
     const std::string& s = vocab_.tokens[id];
-    if (t == TokenType::Control) continue;
+    if (t == TokenType::Control || t == TokenType::Unknown) {
+      if (t == TokenType::Unknown && !s.empty()) ids_.emplace(s, static_cast<int>(id));
+      continue;
+    }
     if (t == TokenType::UserDefined) {
       text_[id] = s;
       continue;

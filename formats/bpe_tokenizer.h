@@ -84,7 +84,7 @@ class BpeTokenizer : public Tokenizer {
   /// pattern from a tokenizer.json).
   std::vector<int> encode(std::string_view text, bool add_bos, bool add_eos) const override;
   /// The bytes of `token` (byte-level characters mapped back; user-defined tokens as stored;
-  /// control and unused tokens ""). `prev_token` is ignored (no dummy prefix to drop).
+  /// control and unknown tokens ""). `prev_token` is ignored (no dummy prefix to drop).
   /// Throws std::out_of_range.
   std::string decode_token(int prev_token, int token) const override;
   int vocab_size() const override { return static_cast<int>(vocab_.tokens.size()); }

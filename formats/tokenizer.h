@@ -1,5 +1,6 @@
-// Tokenizer interface shared by the llama2.c `tokenizer.bin` reader and the SentencePiece
-// `tokenizer.model` wrapper.
+// Tokenizer interface shared by the llama2.c `tokenizer.bin` reader, the SentencePiece
+// `tokenizer.model` wrapper (also used for GGUF "llama" vocabularies) and the byte-level BPE
+// tokenizer (GGUF "gpt2" vocabularies, Hugging Face tokenizer.json).
 #pragma once
 
 #include <cstddef>
@@ -11,9 +12,11 @@
 
 namespace sq {
 
-/// Text <-> token ids for LLaMA-family SentencePiece vocabularies.
-/// Encoding follows SentencePiece/llama.cpp conventions: a dummy-prefix space before the text,
-/// byte fallback (`<0xXX>` pieces) for characters not in the vocabulary.
+/// Text <-> token ids for LLaMA-family vocabularies. SentencePiece-style implementations follow
+/// SentencePiece/llama.cpp conventions (a dummy-prefix space before the text when the model asks
+/// for it, byte fallback (`<0xXX>` pieces) for characters not in the vocabulary); the byte-level
+/// BPE one follows GPT-2 (formats/bpe_tokenizer.h). Special-token strings in the text are never
+/// parsed into special ids.
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -38,7 +41,7 @@ class Tokenizer {
   /// Whether the model expects EOS after the text (GGUF `tokenizer.ggml.add_eos_token`; false by default).
   virtual bool default_add_eos() const { return false; }
   /// The vocabulary piece of `token` as its format stores it (llama2.c: " the"; SentencePiece:
-  /// "▁the"; byte pieces "<0x0A>"); throws std::out_of_range.
+  /// "▁the"; byte pieces "<0x0A>"; byte-level BPE: "Ġthe"); throws std::out_of_range.
   virtual std::string piece(int token) const = 0;
 };
 

@@ -21,6 +21,7 @@
 #include "formats/mapped_file.h"
 #include "formats/sentencepiece_tokenizer.h"
 #include "formats/tokenizer.h"
+#include "tests/support/process.h"
 #include "tests/support/test_data.h"
 
 namespace {
@@ -189,6 +190,28 @@ TEST(GgufTokenizerEmbedding, MetadataOnlyGgufGivesSameIds) {
     EXPECT_EQ(a->default_add_bos(), b->default_add_bos());
     EXPECT_EQ(a->bos_id(), b->bos_id());
   }
+}
+
+/// sq-convert --tokenizer MODEL.gguf embeds the metadata-only GGUF ("tokenizer.gguf", format
+/// "gguf"); sq-tokenize reads it back from the .sqm and gives the reference prompt ids.
+TEST(GgufTokenizerEmbedding, SqConvertEmbedsItAndSqTokenizeReadsIt) {
+  REQUIRE_MODEL(path, kSmol);
+  sq::test::ScratchDir dir;
+  const std::string out = dir.file("model.sqm");
+  const auto conv = sq::test::run_process({sq::test::tool("sq-convert"), "-m", sq::test::stories_model(), "--tokenizer", path,
+                                           "--scheme", "f32", "-o", out, "-q"});
+  ASSERT_EQ(conv.exit_status, 0) << conv.err;
+  const auto insp = sq::test::run_process({sq::test::tool("sq-inspect"), "--json", "-", out});
+  ASSERT_EQ(insp.exit_status, 0) << insp.err;
+  const json header = json::parse(insp.out);
+  EXPECT_EQ(header["header"]["tokenizer"]["format"], "gguf");
+  EXPECT_EQ(header["header"]["tokenizer"]["tensor"], "tokenizer.gguf");
+  EXPECT_EQ(header["bytes_by_dtype"]["U8"]["raw_bytes"], 1768598);  // the metadata-only GGUF
+  const json ref = reference("smollm2-135m", "greedy.json");
+  const auto tok = sq::test::run_process({sq::test::tool("sq-tokenize"), "-m", out, "-p", ref["prompt"].get<std::string>(), "--ids"});
+  ASSERT_EQ(tok.exit_status, 0) << tok.err;
+  EXPECT_EQ(tok.out, "[6403, 1980, 253, 655, 28, 665, 436]\n");
+  EXPECT_EQ(ref["prompt_ids"].get<std::vector<int>>(), (std::vector<int>{6403, 1980, 253, 655, 28, 665, 436}));
 }
 
 /// A tokenizer.json written from SmolLM2's GGUF vocabulary and merges (the Hugging Face layout:
