@@ -70,7 +70,9 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
 std::unique_ptr<Tokenizer> load_tokenizer_from_bytes(const uint8_t* data, size_t size, const std::string& path) {
   if (size == 0) throw InputError(path + ": empty file, expected a tokenizer (tokenizer.model, tokenizer.json, tokenizer.bin or GGUF)");
   if (size >= 4 && std::memcmp(data, "GGUF", 4) == 0) return load_gguf_tokenizer(GgufFile(MappedFile::from_bytes(data, size, path)));
-  {
+  int32_t lead = 0;
+  if (size >= 4) std::memcpy(&lead, data, 4);
+  if (!(size >= 4 && lead >= 1 && lead <= kMaxPlausibleTokenLength)) {  // "{\n  \"" etc. read as a huge int32
     size_t i = 0;
     while (i < size && (data[i] == ' ' || data[i] == '\n' || data[i] == '\r' || data[i] == '\t')) ++i;
     if (i < size && data[i] == '{') {
