@@ -16,6 +16,7 @@
 #include "formats/fingerprint.h"
 #include "formats/mapped_file.h"
 #include "formats/safetensors.h"
+#include "formats/gguf_tokenizer.h"
 #include "formats/tokenizer.h"
 #include "model/sqm_model.h"
 #include "model/w4a16_linear.h"
@@ -438,11 +439,16 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
   header["model_config"] = model_config_to_json(c);
   header["source"] = {{"format", src.format}, {"fingerprint", model_fingerprint(base)}};
   if (!o.tokenizer_path.empty()) {
-    const std::string bytes = read_file_to_string(o.tokenizer_path);
-    const bool spm = !bytes.empty() && bytes[0] == 0x0A;
-    const std::string tname = spm ? "tokenizer.model" : "tokenizer.bin";
+    // The tokenizer's own file verbatim, or for a GGUF model a metadata-only GGUF of its
+    // tokenizer.* keys (formats/gguf_tokenizer.h); load_tokenizer_from_bytes reads any of them back.
+    std::string format;
+    const std::string bytes = tokenizer_bytes_for_embedding(o.tokenizer_path, &format);
+    const std::string tname = format == "sentencepiece" ? "tokenizer.model"
+                              : format == "llama2c"     ? "tokenizer.bin"
+                              : format == "hf-json"     ? "tokenizer.json"
+                                                        : "tokenizer.gguf";
     out.add_tensor(tname, SqmDType::U8, {int64_t(bytes.size())}, bytes.data(), bytes.size());
-    header["tokenizer"] = {{"format", spm ? "sentencepiece" : "llama2c"}, {"tensor", tname}};
+    header["tokenizer"] = {{"format", format}, {"tensor", tname}};
   }
   nlohmann::json q = {{"scheme", scheme_name(o.scheme)}};
   if (w8a8) {

@@ -45,7 +45,11 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& path)
     : SentencePieceTokenizer(read_file_to_string(path), path) {}  // InputError "cannot open PATH: ..."
 
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& bytes, const std::string& path)
-    : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
+    : SentencePieceTokenizer(bytes, path, SentencePieceOptions{}) {}
+
+SentencePieceTokenizer::SentencePieceTokenizer(const std::string& bytes, const std::string& path,
+                                               const SentencePieceOptions& options)
+    : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()), opt_(options) {
   if (bytes.empty()) throw InputError(path + ": empty file, expected a SentencePiece tokenizer.model");
   const auto status = sp_->LoadFromSerializedProto(bytes);
   if (!status.ok()) {
@@ -57,6 +61,12 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& bytes, const s
   if (n <= 0) throw InputError(path + ": SentencePiece model has no pieces");
   bos_ = sp_->bos_id() >= 0 ? sp_->bos_id() : 1;
   eos_ = sp_->eos_id() >= 0 ? sp_->eos_id() : 2;
+  if (opt_.bos >= 0) bos_ = opt_.bos;
+  if (opt_.eos >= 0) eos_ = opt_.eos;
+  if (bos_ >= n || eos_ >= n) {
+    throw InputError(path + ": BOS id " + std::to_string(bos_) + " / EOS id " + std::to_string(eos_) +
+                     " outside the vocabulary of " + std::to_string(n) + " pieces");
+  }
   text_.resize(n);
   for (int id = 0; id < n; ++id) {
     if (sp_->IsControl(id) || sp_->IsUnknown(id)) continue;
@@ -70,9 +80,23 @@ SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
 std::vector<int> SentencePieceTokenizer::encode(std::string_view text, bool add_bos, bool add_eos) const {
   std::vector<int> ids;
-  if (!text.empty()) {
-    const auto status = sp_->Encode(text, &ids);
+  auto run = [&](std::string_view part) {
+    if (part.empty()) return;
+    std::vector<int> out;
+    const auto status = sp_->Encode(part, &out);
     if (!status.ok()) throw Error("SentencePiece failed to encode text: " + status.ToString());
+    ids.insert(ids.end(), out.begin(), out.end());
+  };
+  if (!opt_.split_at_newlines) {
+    run(text);
+  } else {
+    size_t start = 0;
+    for (size_t i = 1; i <= text.size(); ++i) {
+      if (i == text.size() || ((text[i] == '\n') != (text[i - 1] == '\n'))) {
+        run(text.substr(start, i - start));
+        start = i;
+      }
+    }
   }
   if (add_bos) ids.insert(ids.begin(), bos_);
   if (add_eos) ids.push_back(eos_);
@@ -89,7 +113,7 @@ void SentencePieceTokenizer::check(int token) const {
 std::string SentencePieceTokenizer::decode_token(int prev_token, int token) const {
   check(token);
   const std::string& t = text_[token];
-  if (prev_token == bos_ && !sp_->IsByte(token) && !t.empty() && t[0] == ' ') return t.substr(1);
+  if (opt_.strip_space_after_bos && prev_token == bos_ && !sp_->IsByte(token) && !t.empty() && t[0] == ' ') return t.substr(1);
   return t;
 }
 

@@ -15,6 +15,25 @@ class SentencePieceProcessor;
 
 namespace sq {
 
+/// Overrides for a SentencePiece model built from GGUF metadata (formats/gguf_tokenizer.h), whose
+/// BOS/EOS ids and dummy-prefix rule come from GGUF keys rather than from the model proto.
+struct SentencePieceOptions {
+  int bos = -1;  ///< BOS id (-1: the model's, else 1)
+  int eos = -1;  ///< EOS id (-1: the model's, else 2)
+  bool add_bos = true;   ///< default_add_bos()
+  bool add_eos = false;  ///< default_add_eos()
+  /// decode_token drops the leading ' ' of a piece after BOS (true when the model adds a dummy
+  /// prefix, as Llama-2's does; false for Gemma 3).
+  bool strip_space_after_bos = true;
+  /// encode() runs SentencePiece on the segments of the text split between '\n' and other
+  /// characters (each newline run a segment of its own) instead of on the whole text. The ids are
+  /// the same when "\n" is a user-defined piece, every user-defined piece holding '\n' holds
+  /// nothing else and there is no dummy prefix (SentencePiece never merges a user-defined symbol
+  /// with its neighbours); load_gguf_tokenizer turns it on only then (Gemma 3). Its BPE over one
+  /// long sequence is slow, so this makes long texts several times faster.
+  bool split_at_newlines = false;
+};
+
 /// A SentencePiece model file (`tokenizer.model`, a serialized `sentencepiece.ModelProto`, as
 /// shipped with LLaMA / Llama-2) used through `sentencepiece::SentencePieceProcessor`. Encoding is
 /// SentencePiece's own (normalization, dummy prefix and byte fallback as the model specifies).
@@ -26,6 +45,9 @@ class SentencePieceTokenizer : public Tokenizer {
   explicit SentencePieceTokenizer(const std::string& path);
   /// From the serialized model proto `bytes`; `path` only names the source in error messages.
   SentencePieceTokenizer(const std::string& bytes, const std::string& path);
+  /// Same, with `options` overriding BOS/EOS and the after-BOS space rule. Throws InputError when
+  /// an id in `options` is outside the vocabulary.
+  SentencePieceTokenizer(const std::string& bytes, const std::string& path, const SentencePieceOptions& options);
   ~SentencePieceTokenizer() override;
 
   /// SentencePiece `Encode` of `text`, with bos_id() first when `add_bos` and eos_id() last when
@@ -44,6 +66,8 @@ class SentencePieceTokenizer : public Tokenizer {
   int bos_id() const override { return bos_; }
   /// The model's EOS id, or 2 when the model defines none.
   int eos_id() const override { return eos_; }
+  bool default_add_bos() const override { return opt_.add_bos; }
+  bool default_add_eos() const override { return opt_.add_eos; }
   /// The piece exactly as stored in the model, with '▁' for spaces (e.g. "▁the", "<0x0A>", "<s>").
   /// Throws std::out_of_range.
   std::string piece(int token) const override;
@@ -56,6 +80,7 @@ class SentencePieceTokenizer : public Tokenizer {
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   int bos_ = 1;
   int eos_ = 2;
+  SentencePieceOptions opt_;
   std::vector<std::string> text_;  ///< decoded text of each id (without the after-BOS rule)
 };
 

@@ -50,11 +50,14 @@
 // a byte-identical file. Conventional keys (what sqkit writes and sq-inspect displays):
 //   "producer"      string, e.g. "sqkit 0.1.0 sq-convert"
 //   "model_config"  object: the model's hyper-parameters (ModelConfig fields)
-//   "tokenizer"     object: {"format": "sentencepiece" | "llama2c", "tensor": TENSOR_NAME, ...}
+//   "tokenizer"     object: {"format": "sentencepiece" | "llama2c" | "hf-json" | "gguf",
+//                   "tensor": TENSOR_NAME, ...}
 //   "quantization"  object: the full quantization recipe
 //   "calibration"   object: calibration provenance (data set, samples, sequence length, hashes)
 // The tokenizer file is stored verbatim as a 1-D U8 tensor whose name starts with "tokenizer"
-// (sqkit uses "tokenizer.model" for SentencePiece, "tokenizer.bin" for llama2.c), so it is
+// (sqkit uses "tokenizer.model" for SentencePiece, "tokenizer.bin" for llama2.c, "tokenizer.json"
+// for a Hugging Face tokenizer.json, "tokenizer.gguf" for a metadata-only GGUF holding a GGUF
+// model's tokenizer.* keys, formats/gguf_tokenizer.h), so it is
 // checksummed and optionally compressed like any tensor; header "tokenizer"."tensor" names it.
 #pragma once
 

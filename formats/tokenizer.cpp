@@ -4,8 +4,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "core/error.h"
+#include "formats/bpe_tokenizer.h"
+#include "formats/gguf_file.h"
+#include "formats/gguf_tokenizer.h"
 #include "formats/llama2c_tokenizer.h"
 #include "formats/mapped_file.h"
 #include "formats/sentencepiece_tokenizer.h"
@@ -47,13 +51,35 @@ std::string hex_prefix(const uint8_t* data, size_t size) {
 //    degenerate messages.
 // The two overlap only when max_token_length is 10 (first byte 0x0A); then both parsers are tried,
 // llama2.c first (it checks the exact end of the file, so a protobuf practically never passes).
+//  * a GGUF file (model or sq-convert's metadata-only tokenizer GGUF) starts with "GGUF";
+//  * a Hugging Face tokenizer.json starts with '{' (after optional whitespace).
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    const auto dir = std::filesystem::path(path);
+    for (const char* name : {"tokenizer.model", "tokenizer.json"}) {
+      if (std::filesystem::exists(dir / name, ec)) return load_tokenizer((dir / name).string());
+    }
+    throw InputError(path + ": directory has neither tokenizer.model nor tokenizer.json");
+  }
   auto file = MappedFile::open(path);  // InputError "cannot open PATH: reason"
+  if (file->size() >= 4 && std::memcmp(file->data(), "GGUF", 4) == 0) return load_gguf_tokenizer(GgufFile(file));
   return load_tokenizer_from_bytes(file->data(), file->size(), path);
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer_from_bytes(const uint8_t* data, size_t size, const std::string& path) {
-  if (size == 0) throw InputError(path + ": empty file, expected a tokenizer (tokenizer.model or tokenizer.bin)");
+  if (size == 0) throw InputError(path + ": empty file, expected a tokenizer (tokenizer.model, tokenizer.json, tokenizer.bin or GGUF)");
+  if (size >= 4 && std::memcmp(data, "GGUF", 4) == 0) return load_gguf_tokenizer(GgufFile(MappedFile::from_bytes(data, size, path)));
+  int32_t lead = 0;
+  if (size >= 4) std::memcpy(&lead, data, 4);
+  if (!(size >= 4 && lead >= 1 && lead <= kMaxPlausibleTokenLength)) {  // "{\n  \"" etc. read as a huge int32
+    size_t i = 0;
+    while (i < size && (data[i] == ' ' || data[i] == '\n' || data[i] == '\r' || data[i] == '\t')) ++i;
+    if (i < size && data[i] == '{') {
+      const std::string_view text(reinterpret_cast<const char*>(data), size);
+      return std::make_unique<BpeTokenizer>(bpe_vocabulary_from_hf_json(text, path), path);
+    }
+  }
 
   int32_t first = 0;
   if (size >= 4) std::memcpy(&first, data, 4);
@@ -77,8 +103,9 @@ std::unique_ptr<Tokenizer> load_tokenizer_from_bytes(const uint8_t* data, size_t
     }
   }
   throw InputError(path + ": not a tokenizer: it starts with bytes " + hex_prefix(data, size) +
-                   ", but a SentencePiece tokenizer.model starts with 0A (protobuf field 1) and a llama2.c "
-                   "tokenizer.bin with a small positive int32 max_token_length");
+                   ", but a SentencePiece tokenizer.model starts with 0A (protobuf field 1), a llama2.c "
+                   "tokenizer.bin with a small positive int32 max_token_length, a GGUF file with \"GGUF\" and a "
+                   "tokenizer.json with '{'");
 }
 
 }  // namespace sq

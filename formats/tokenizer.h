@@ -1,5 +1,6 @@
-// Tokenizer interface shared by the llama2.c `tokenizer.bin` reader and the SentencePiece
-// `tokenizer.model` wrapper.
+// Tokenizer interface shared by the llama2.c `tokenizer.bin` reader, the SentencePiece
+// `tokenizer.model` wrapper (also used for GGUF "llama" vocabularies) and the byte-level BPE
+// tokenizer (GGUF "gpt2" vocabularies, Hugging Face tokenizer.json).
 #pragma once
 
 #include <cstddef>
@@ -11,9 +12,11 @@
 
 namespace sq {
 
-/// Text <-> token ids for LLaMA-family SentencePiece vocabularies.
-/// Encoding follows SentencePiece/llama.cpp conventions: a dummy-prefix space before the text,
-/// byte fallback (`<0xXX>` pieces) for characters not in the vocabulary.
+/// Text <-> token ids for LLaMA-family vocabularies. SentencePiece-style implementations follow
+/// SentencePiece/llama.cpp conventions (a dummy-prefix space before the text when the model asks
+/// for it, byte fallback (`<0xXX>` pieces) for characters not in the vocabulary); the byte-level
+/// BPE one follows GPT-2 (formats/bpe_tokenizer.h). Special-token strings in the text are never
+/// parsed into special ids.
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -32,13 +35,21 @@ class Tokenizer {
   virtual int vocab_size() const = 0;
   virtual int bos_id() const = 0;
   virtual int eos_id() const = 0;
+  /// Whether the model expects BOS before a prompt (GGUF `tokenizer.ggml.add_bos_token`; true for
+  /// llama2.c and SentencePiece tokenizer.model files, false e.g. for SmolLM2).
+  virtual bool default_add_bos() const { return true; }
+  /// Whether the model expects EOS after the text (GGUF `tokenizer.ggml.add_eos_token`; false by default).
+  virtual bool default_add_eos() const { return false; }
   /// The vocabulary piece of `token` as its format stores it (llama2.c: " the"; SentencePiece:
-  /// "▁the"; byte pieces "<0x0A>"); throws std::out_of_range.
+  /// "▁the"; byte pieces "<0x0A>"; byte-level BPE: "Ġthe"); throws std::out_of_range.
   virtual std::string piece(int token) const = 0;
 };
 
-/// Loads a tokenizer by file content: SentencePiece `tokenizer.model` (protobuf) or llama2.c
-/// `tokenizer.bin`. Throws InputError naming `path` when it is neither or is malformed.
+/// Loads a tokenizer by file content: SentencePiece `tokenizer.model` (protobuf), llama2.c
+/// `tokenizer.bin`, a GGUF file (its tokenizer.* metadata only, formats/gguf_tokenizer.h) or a
+/// Hugging Face `tokenizer.json` (byte-level BPE, formats/bpe_tokenizer.h). A directory is looked
+/// into for tokenizer.model, then tokenizer.json. Throws InputError naming `path` when it is none
+/// of these or is malformed, UnsupportedError for a recognized but unsupported tokenizer.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
 
 /// Same, from the tokenizer file's bytes (e.g. embedded in a .sqm); `path` names the source in

@@ -9,7 +9,8 @@
 #
 # usage: scripts/fuzz.sh [-r RUNS] [-t SECONDS] [-j BUILD_JOBS] [TARGET...]
 #   defaults: RUNS=1000000, SECONDS=600, all targets (safetensors hf_config safetensors_index
-#   llama2c_checkpoint llama2c_tokenizer sqm_file calibration convert_spec gguf)
+#   llama2c_checkpoint llama2c_tokenizer sqm_file calibration convert_spec gguf bpe_text spm_text
+#   tokenizer_json gguf_tokenizer)
 # Needs clang and libclang-rt (Debian: apt-get install clang libclang-rt-14-dev libomp-14-dev).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +29,8 @@ done
 shift $((OPTIND - 1))
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(safetensors hf_config safetensors_index llama2c_checkpoint llama2c_tokenizer
-                                    sqm_file calibration convert_spec gguf)
+                                    sqm_file calibration convert_spec gguf bpe_text spm_text tokenizer_json
+                                    gguf_tokenizer)
 
 # Longest input per target: enough for every structure of the format with small tensors, small
 # enough to keep executions fast (the real stories260K.bin seed is read truncated to its header).

@@ -9,6 +9,7 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev
   libzstd-dev libhdf5-dev libxxhash-dev libssl-dev   # libssl-dev: SHA-256 (libcrypto) for provenance hashes
   libsentencepiece-dev          # tokenizer.model
+  libpcre2-dev                  # Unicode regexes of the byte-level BPE pre-tokenizers (GGUF gpt2 / tokenizer.json)
   libdnnl-dev                   # oneDNN INT8 matmul (AMX/VNNI)
   libgtest-dev libgmock-dev libbenchmark-dev
 )

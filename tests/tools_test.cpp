@@ -176,5 +176,26 @@ TEST(SqBench, StreamingSuiteDecodesTheSameTokensAsSqEval) {
                         "must be smaller than window", dir);
 }
 
+// sq-tokenize: llama-tokenize's output format, the id list, BOS overrides, bad inputs.
+TEST(SqTokenize, PrintsIdsAndPiecesLikeLlamaTokenize) {
+  const auto r = run_process({tool("sq-tokenize"), "-m", llama2_tokenizer(), "-p", "Hello world"});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_EQ(r.out, "     1 -> '<s>'\n 15043 -> ' Hello'\n  3186 -> ' world'\n");
+  const auto ids = run_process({tool("sq-tokenize"), "-m", stories_tokenizer(), "-p", "Once upon a time", "--ids"});
+  ASSERT_EQ(ids.exit_status, 0) << ids.err;
+  EXPECT_EQ(ids.out, "[1, 403, 407, 261, 378]\n");
+  const auto no_bos = run_process({tool("sq-tokenize"), "-m", stories_tokenizer(), "-p", "Once upon a time", "--ids", "--no-bos"});
+  EXPECT_EQ(no_bos.out, "[403, 407, 261, 378]\n");
+}
+
+TEST(SqTokenize, BadInputsGiveOneLineAndExit2) {
+  ScratchDir dir;
+  expect_one_line_error("sq-tokenize", {"-m", dir.file("missing"), "-p", "Hi"}, "cannot open", dir);
+  expect_one_line_error("sq-tokenize", {"-m", stories_tokenizer()}, "give the text with -p TEXT or -f FILE", dir);
+  expect_one_line_error("sq-tokenize", {"-m", stories_tokenizer(), "-p", "a", "-f", "b"}, "excludes", dir);
+  expect_one_line_error("sq-tokenize", {"-m", tinystories_valid(), "-p", "Hi"}, "not a tokenizer", dir);
+  expect_one_line_error("sq-tokenize", {"-m", stories_tokenizer(), "-f", dir.file("missing.txt")}, "cannot open", dir);
+}
+
 }  // namespace
 }  // namespace sq::test

@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   int threads = 0;
   bool force = false, quiet = false;
   app.add_option("-m,--model", model_path, "Model: llama2.c .bin, GGUF file or Hugging Face checkpoint directory")->required();
-  app.add_option("--tokenizer", tokenizer_path, "Tokenizer (tokenizer.bin or tokenizer.model); default: the model's own");
+  app.add_option("--tokenizer", tokenizer_path, "Tokenizer (tokenizer.bin, tokenizer.model, tokenizer.json, GGUF model or directory); default: the model's own");
   app.add_option("-f,--file", opt.text_path, "Calibration text: plain text or JSON Lines with a 'text' field, optionally .zst")
       ->required();
   app.add_option("--samples", opt.samples, "Number of random windows (N)")->capture_default_str();

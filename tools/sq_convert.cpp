@@ -155,9 +155,9 @@ int main(int argc, char** argv) {
     std::unique_ptr<sq::PeakRssAnonSampler> mem;
     if (report_memory) mem = std::make_unique<sq::PeakRssAnonSampler>();
     sq::LoadedModel src = sq::load_model(model_path);
-    // A GGUF model's tokenizer is its metadata: the .sqm tokenizer slot holds a tokenizer.model /
-    // tokenizer.bin file, not a whole GGUF, so convert without one (warned below) unless given.
-    if (o.tokenizer_path.empty() && src.format != "gguf") o.tokenizer_path = src.default_tokenizer;
+    // A GGUF model's tokenizer is its metadata (default_tokenizer = the .gguf): the converter embeds a
+    // metadata-only GGUF of its tokenizer.* keys (formats/gguf_tokenizer.h), never the weights.
+    if (o.tokenizer_path.empty()) o.tokenizer_path = src.default_tokenizer;
     sq::check_kv_spec(kv_spec, src.model->config());
     if (kv_weighting != "fisher" && kv_weighting != "uniform")
       throw sq::UsageError("--kv-weighting '" + kv_weighting + "': expected fisher or uniform");

@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   std::string kv, kv_keys;
   int kv_group = -1, kv_sink = -1;
   app.add_option("-m,--model", model_path, "Model: llama2.c .bin, GGUF file or Hugging Face checkpoint directory")->required();
-  app.add_option("--tokenizer", tokenizer_path, "Tokenizer (tokenizer.bin or tokenizer.model); default: the model's own");
+  app.add_option("--tokenizer", tokenizer_path, "Tokenizer (tokenizer.bin, tokenizer.model, tokenizer.json, GGUF model or directory); default: the model's own");
   app.add_option("-f,--file", text_path, "Text file to evaluate (UTF-8)")->required();
   app.add_option("--protocol", protocol,
                  "windows | llamacpp | streaming (token-by-token decoding under --kv-policy, every token scored)")

@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   so.temperature = 1.0f;
   so.top_p = 0.9f;
   app.add_option("-m,--model", model_path, "Model: llama2.c .bin, GGUF file or Hugging Face checkpoint directory")->required();
-  app.add_option("--tokenizer", tokenizer_path, "Tokenizer (tokenizer.bin or tokenizer.model); default: the model's own");
+  app.add_option("--tokenizer", tokenizer_path, "Tokenizer (tokenizer.bin, tokenizer.model, tokenizer.json, GGUF model or directory); default: the model's own");
   auto* prompt_opt = app.add_option("-p,--prompt", prompt, "Prompt text");
   auto* file_opt = app.add_option("-f,--file", prompt_file, "Read the prompt from this file (UTF-8; as llama.cpp's -f)");
   prompt_opt->excludes(file_opt);

@@ -44,8 +44,13 @@ LoadedModel load_model(const std::string& path) {
   }
   if (S_ISDIR(st.st_mode)) {
     ck = load_hf_checkpoint(path);
-    const auto tok = std::filesystem::path(path) / "tokenizer.model";
-    if (std::filesystem::exists(tok)) out.default_tokenizer = tok.string();
+    for (const char* name : {"tokenizer.model", "tokenizer.json"}) {  // SentencePiece first, else byte-level BPE
+      const auto tok = std::filesystem::path(path) / name;
+      if (std::filesystem::exists(tok)) {
+        out.default_tokenizer = tok.string();
+        break;
+      }
+    }
   } else if (looks_like_gguf(path)) {
     ck = load_gguf_checkpoint(path);
     // The tokenizer lives in the GGUF metadata (tokenizer.ggml.*): load_tokenizer reads it from the file.
@@ -80,7 +85,7 @@ std::unique_ptr<Tokenizer> open_tokenizer_for(const LoadedModel& loaded, const s
     path = loaded.path + " (embedded tokenizer)";
   }
   if (!tok && path.empty())
-    throw UsageError("no tokenizer for " + loaded.path + ": give --tokenizer (a tokenizer.bin or tokenizer.model)");
+    throw UsageError("no tokenizer for " + loaded.path + ": give --tokenizer (a tokenizer.bin, tokenizer.model, tokenizer.json or GGUF file)");
   if (!tok) tok = load_tokenizer(path);
   const int model_vocab = loaded.model->config().vocab_size;
   if (tok->vocab_size() != model_vocab)

@@ -17,7 +17,10 @@
 #include "core/error.h"
 #include "formats/calibration_h5.h"
 #include "formats/gguf_dequantize.h"
+#include "formats/bpe_tokenizer.h"
 #include "formats/gguf_file.h"
+#include "formats/tokenizer.h"
+#include "formats/utf8.h"
 #include "formats/hf_checkpoint.h"
 #include "formats/hf_config.h"
 #include "formats/llama2c_checkpoint.h"
@@ -548,6 +551,135 @@ void gguf(const uint8_t* data, size_t size) {
   });
 }
 
+namespace {
+
+constexpr const char* kBpeSource = "fuzz-bpe-vocab.gguf";
+constexpr const char* kSpmSource = "fuzz-spm-vocab.gguf";
+constexpr const char* kJsonSource = "fuzz-input/tokenizer.json";
+constexpr const char* kGgufTokSource = "fuzz-input-tokenizer.gguf";
+
+std::string gguf_i32_array(const std::vector<int32_t>& v) {
+  using W = sq::test::GgufWriter;
+  std::string e;
+  for (int32_t x : v) e += W::i32(x);
+  return W::array(W::I32, v.size(), e);
+}
+
+/// The fixed byte-level vocabulary of bpe_text: 256 byte characters, then merges-made tokens, a
+/// control token (id 264) and a user-defined one (id 265).
+std::string bpe_vocab_gguf(const std::string& pre) {
+  using W = sq::test::GgufWriter;
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.push_back(byte_level_char(static_cast<uint8_t>(b)));
+  for (const char* t : {"Ġt", "he", "Ġthe", "in", "ĠĠ", "12", "Ã©", "ĊĊ", "<|endoftext|>", "hello"}) tokens.push_back(t);
+  std::vector<int32_t> types(tokens.size(), 1);
+  types[264] = 3;
+  types[265] = 4;
+  W w;
+  w.kv_string("tokenizer.ggml.model", "gpt2").kv_string("tokenizer.ggml.pre", pre).kv_strings("tokenizer.ggml.tokens", tokens);
+  w.kv("tokenizer.ggml.token_type", W::ARRAY, gguf_i32_array(types));
+  w.kv_strings("tokenizer.ggml.merges", {"Ġ t", "h e", "Ġt he", "i n", "Ġ Ġ", "1 2", "Ã ©", "Ċ Ċ"});
+  w.kv_u32("tokenizer.ggml.bos_token_id", 264).kv_u32("tokenizer.ggml.eos_token_id", 264);
+  return w.bytes();
+}
+
+/// The fixed SentencePiece vocabulary of spm_text: <unk> <s> </s>, 256 byte pieces (3..258), scored
+/// pieces (259..264), a user-defined "  " (id 265) and a control "<ctl>" (id 266).
+std::string spm_vocab_gguf(bool space_prefix) {
+  using W = sq::test::GgufWriter;
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};
+  std::string scores = W::f32(0) + W::f32(0) + W::f32(0);
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    tokens.push_back(buf);
+    types.push_back(6);
+    scores += W::f32(0);
+  }
+  const std::vector<std::pair<const char*, float>> pieces = {{"\xE2\x96\x81", -1}, {"a", -2}, {"b", -2}, {"\xE2\x96\x81" "a", -1.5f},
+                                                              {"ab", -3}, {"\xC3\xA9", -4}, {"  ", 0}, {"<ctl>", 0}};
+  for (auto [p, sc] : pieces) {
+    tokens.push_back(p);
+    types.push_back(1);
+    scores += W::f32(sc);
+  }
+  types[265] = 4;
+  types[266] = 3;
+  W w;
+  w.kv_string("tokenizer.ggml.model", "llama").kv_strings("tokenizer.ggml.tokens", tokens);
+  w.kv("tokenizer.ggml.scores", W::ARRAY, W::array(W::F32, tokens.size(), scores));
+  w.kv("tokenizer.ggml.token_type", W::ARRAY, gguf_i32_array(types));
+  w.kv_u32("tokenizer.ggml.bos_token_id", 1).kv_u32("tokenizer.ggml.eos_token_id", 2).kv_u32("tokenizer.ggml.unknown_token_id", 0);
+  w.kv_bool("tokenizer.ggml.add_space_prefix", space_prefix);
+  return w.bytes();
+}
+
+std::unique_ptr<Tokenizer> tokenizer_from(const std::string& bytes, const char* source) {
+  return load_tokenizer_from_bytes(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), source);
+}
+
+/// Encodes `text`, checks every id is in range and not in `forbidden`, decodes; returns the text.
+std::string encode_decode(const Tokenizer& tok, std::string_view text, std::initializer_list<int> forbidden) {
+  const std::vector<int> ids = tok.encode(text, false, false);
+  for (int id : ids) {
+    if (id < 0 || id >= tok.vocab_size()) throw FuzzFinding("encode produced token " + std::to_string(id));
+    for (int f : forbidden) {
+      if (id == f) throw FuzzFinding("encode produced special token " + std::to_string(id) + " from plain text");
+    }
+  }
+  return tok.decode(ids);
+}
+
+}  // namespace
+
+void bpe_text(const uint8_t* data, size_t size) {
+  static const std::vector<std::unique_ptr<Tokenizer>> toks = [] {
+    std::vector<std::unique_ptr<Tokenizer>> v;
+    for (const char* pre : {"gpt-2", "smollm", "llama-bpe", "qwen2"}) v.push_back(tokenizer_from(bpe_vocab_gguf(pre), kBpeSource));
+    return v;
+  }();
+  if (size == 0) return;
+  const Tokenizer& tok = *toks[data[0] % toks.size()];
+  const std::string_view text = as_text(data + 1, size - 1);
+  if (encode_decode(tok, text, {264, 265}) != text) throw FuzzFinding("byte-level BPE: decode(encode(text)) != text");
+}
+
+void spm_text(const uint8_t* data, size_t size) {
+  static const std::unique_ptr<Tokenizer> toks[2] = {tokenizer_from(spm_vocab_gguf(false), kSpmSource),
+                                                     tokenizer_from(spm_vocab_gguf(true), kSpmSource)};
+  if (size == 0) return;
+  const Tokenizer& tok = *toks[data[0] & 1];
+  const std::string_view text = as_text(data + 1, size - 1);
+  const std::string back = encode_decode(tok, text, {266});
+  // SentencePiece replaces invalid UTF-8 with U+FFFD and stops at NUL, and a '▁' (U+2581) in the
+  // text decodes as ' ': the round trip holds for valid UTF-8 without NUL or U+2581.
+  const bool exact = find_invalid_utf8(text) < 0 && text.find('\0') == std::string_view::npos &&
+                     text.find("\xE2\x96\x81") == std::string_view::npos;
+  if (exact && back != text) throw FuzzFinding("SentencePiece: decode(encode(text)) != text for valid UTF-8");
+}
+
+void tokenizer_json(const uint8_t* data, size_t size) {
+  expect_input_error_or_success(kJsonSource, [&] {
+    const auto tok = load_tokenizer_from_bytes(data, size, kJsonSource);
+    const std::string_view tail = as_text(data, size).substr(size > 64 ? size - 64 : 0);
+    for (std::string_view text : {std::string_view("Once upon a time, there was a caf\xC3\xA9 12345.\n\n\xff\xc3"), tail}) {
+      (void)encode_decode(*tok, text, {});
+    }
+    for (int id = 0; id < tok->vocab_size() && id < 300; ++id) (void)tok->piece(id);
+  });
+}
+
+void gguf_tokenizer(const uint8_t* data, size_t size) {
+  expect_input_error_or_success(kGgufTokSource, [&] {
+    if (size < 4 || std::memcmp(data, "GGUF", 4) != 0) return;  // other formats have their own targets
+    const auto tok = load_tokenizer_from_bytes(data, size, kGgufTokSource);
+    (void)encode_decode(*tok, "Once upon a time, there was a caf\xC3\xA9 12345.\n\n\xff\xc3", {});
+    for (int id = 0; id < tok->vocab_size() && id < 300; ++id) (void)tok->piece(id);
+  });
+}
+
+
 // ---- seeds ----------------------------------------------------------------------------------------
 
 namespace {
@@ -716,6 +848,33 @@ std::vector<std::string> gguf_seeds() {
   return out;
 }
 
+std::vector<std::string> bpe_text_seeds() {
+  const std::string mixed =
+      "In 1990, the price was $12,345.67 (about 3.5%).\n\xD0\x9F\xD1\x80\xD0\xB8, \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x99\x82\n"
+      "\tdef f(x):  return x**2   # done\n\n\n  end <|endoftext|>hello she's";
+  return {std::string(1, '\0') + mixed, std::string(1, '\1') + mixed, std::string(1, '\2') + mixed,
+          std::string(1, '\3') + mixed, std::string("\0\xff\xfe\xc3 the\x80", 8)};
+}
+
+std::vector<std::string> spm_text_seeds() {
+  return {std::string("\0ab a  b caf\xC3\xA9\n<ctl>\xE6\x97\xA5"), std::string("\1 a ab  \xC3\xA9"),
+          std::string("\0\xff\xc3 a", 5)};
+}
+
+std::vector<std::string> tokenizer_json_seeds() {
+  return {R"({"version": "1.0", "normalizer": null,
+ "added_tokens": [{"id": 6, "content": "<|endoftext|>", "special": true}],
+ "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": true},
+   {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}]},
+ "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}]},
+ "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2, "ab": 3, "\u0120": 4, "\u0120a": 5, "<|endoftext|>": 6},
+           "merges": ["a b", ["\u0120", "a"]]}})",
+          R"({"model": {"type": "BPE", "vocab": {"x": 0, "y": 1, "xy": 2}, "merges": [["x", "y"]]},
+ "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\s+|\\p{L}+"}, "behavior": "Isolated", "invert": false}})"};
+}
+
+std::vector<std::string> gguf_tokenizer_seeds() { return {bpe_vocab_gguf("smollm"), spm_vocab_gguf(false)}; }
+
 std::vector<std::string> convert_spec_seeds() {
   return {std::string("\0w8a8\n0.5\n\n\n", 12), std::string("\1w8a8\nauto\nO1\n\n", 15),
           std::string("\0w8a8\n0.85\nO3\nper-channel\nper-token", 35), std::string("\2f16\n\n\n\n", 8),
@@ -735,6 +894,10 @@ const std::vector<FuzzTarget>& fuzz_targets() {
       {"calibration", calibration, calibration_seeds, {}},
       {"convert_spec", convert_spec, convert_spec_seeds, {}},
       {"gguf", gguf, gguf_seeds, {}},
+      {"bpe_text", bpe_text, bpe_text_seeds, {}},
+      {"spm_text", spm_text, spm_text_seeds, {}},
+      {"tokenizer_json", tokenizer_json, tokenizer_json_seeds, {}},
+      {"gguf_tokenizer", gguf_tokenizer, gguf_tokenizer_seeds, {}},
   };
   return targets;
 }

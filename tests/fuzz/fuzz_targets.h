@@ -61,6 +61,24 @@ void convert_spec(const uint8_t* data, size_t size);
 /// alone, which must agree bit for bit.
 void gguf(const uint8_t* data, size_t size);
 
+/// Byte-level BPE encode: byte 0 picks the pre-tokenizer (gpt-2, smollm, llama-bpe, qwen2) of a
+/// small fixed vocabulary read from GGUF metadata (all 256 byte-level characters, a few merges, a
+/// control (id 264) and a user-defined token (id 265)); the rest is the text (any bytes, invalid UTF-8 included).
+/// Every id must be in range and neither the control nor the user-defined one, and
+/// decode(encode(text)) must equal the text.
+void bpe_text(const uint8_t* data, size_t size);
+/// SentencePiece-from-GGUF encode: a small fixed "llama" vocabulary (byte pieces, scored pieces, a
+/// user-defined and a control piece; add_space_prefix from bit 0 of byte 0); the rest is the text.
+/// Every id must be in range and not the control piece; for valid UTF-8 text without NUL bytes,
+/// decode(encode(text)) must equal the text.
+void spm_text(const uint8_t* data, size_t size);
+/// Hugging Face tokenizer.json bytes: load_tokenizer_from_bytes (bpe_vocabulary_from_hf_json +
+/// BpeTokenizer), then encode / decode of a fixed text and of the input's tail.
+void tokenizer_json(const uint8_t* data, size_t size);
+/// GGUF tokenizer metadata: load_tokenizer_from_bytes of the bytes as a GGUF file (gpt2 or llama
+/// vocabularies built from tokenizer.ggml.*), then encode / decode of a fixed text.
+void gguf_tokenizer(const uint8_t* data, size_t size);
+
 /// One fuzz target: its name (= tests/fuzz/<name>_fuzz.cpp, tests/fuzz/regressions/<name>/), entry
 /// point, generated seeds and real seed files (paths relative to the shared data directory).
 struct FuzzTarget {
