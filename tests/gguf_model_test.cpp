@@ -281,7 +281,7 @@ TEST_F(GgufModel, SmolLM2GreedyMatchesTransformers) {
   EXPECT_EQ(out, expected);
 }
 
-// sq-convert from the GGUF (no tokenizer to embed: warned): the .sqm records half-split RoPE and
+// sq-convert from the GGUF (its tokenizer metadata embedded): the .sqm records half-split RoPE and
 // runs the same model — bit-identical for f32, within quantization noise for W8A8 / W4A16.
 TEST_F(GgufModel, SqConvertFromGguf) {
   ScratchDir dir;
@@ -304,8 +304,9 @@ TEST_F(GgufModel, SqConvertFromGguf) {
     argv.insert(argv.end(), k.flags.begin(), k.flags.end());
     const ProcessResult r = run_process(argv, 600);
     ASSERT_EQ(r.exit_status, 0) << r.err;
-    EXPECT_NE(r.err.find("has no embedded tokenizer"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("has no embedded tokenizer"), std::string::npos) << r.err;  // the GGUF's tokenizer is embedded
     const LoadedModel m = load_model(out);
+    EXPECT_EQ(open_tokenizer_for(m, "")->vocab_size(), 49152) << k.flags[1];
     EXPECT_EQ(m.format, "sqm");
     EXPECT_EQ(m.model->config().rope_layout, RopeLayout::HalfSplit) << k.flags[1];
     EXPECT_EQ(m.model->config().vocab_size, 49152);

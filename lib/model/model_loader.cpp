@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/finite.h"
 #include "formats/gguf_checkpoint.h"
+#include "formats/gguf_file.h"
 #include "formats/hf_checkpoint.h"
 #include "formats/llama2c_checkpoint.h"
 #include "formats/sqm_file.h"
@@ -53,8 +54,9 @@ LoadedModel load_model(const std::string& path) {
     }
   } else if (looks_like_gguf(path)) {
     ck = load_gguf_checkpoint(path);
-    // The tokenizer lives in the GGUF metadata (tokenizer.ggml.*): load_tokenizer reads it from the file.
-    out.default_tokenizer = path;
+    // The tokenizer lives in the GGUF metadata (tokenizer.ggml.*): load_tokenizer reads it from the
+    // file. A GGUF without tokenizer metadata has none (tools then ask for --tokenizer).
+    if (GgufFile(path).has("tokenizer.ggml.model")) out.default_tokenizer = path;
   } else if (looks_like_llama2c_checkpoint(path)) {
     ck = load_llama2c_checkpoint(path);
   } else {
