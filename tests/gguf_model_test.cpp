@@ -21,6 +21,7 @@
 
 #include "core/error.h"
 #include "formats/gguf_checkpoint.h"
+#include "formats/tokenizer.h"
 #include "formats/gguf_dequantize.h"
 #include "formats/gguf_file.h"
 #include "formats/hf_checkpoint.h"
