@@ -43,7 +43,7 @@ std::vector<std::vector<int32_t>> sample_calibration_windows(const std::string& 
     auto docs = TextDocuments::open(path);
     std::string doc;
     while (docs->next(doc)) {
-      total += static_cast<int64_t>(tok.encode(doc, /*add_bos=*/true, /*add_eos=*/false).size());
+      total += static_cast<int64_t>(tok.encode(doc, tok.default_add_bos(), /*add_eos=*/false).size());
       if (progress) progress(docs->bytes_read());
     }
     pass1_bytes = docs->bytes_read();
@@ -67,7 +67,7 @@ std::vector<std::vector<int32_t>> sample_calibration_windows(const std::string& 
     int64_t pos = 0;        // stream offset of the current document's first token
     size_t first = 0;       // first unfinished window in `order`
     while (first < order.size() && docs->next(doc)) {
-      const std::vector<int> toks = tok.encode(doc, /*add_bos=*/true, /*add_eos=*/false);
+      const std::vector<int> toks = tok.encode(doc, tok.default_add_bos(), /*add_eos=*/false);
       const int64_t end = pos + static_cast<int64_t>(toks.size());
       for (size_t k = first; k < order.size(); ++k) {
         const int64_t s = starts[order[k]];

@@ -2,7 +2,7 @@
 //
 // Procedure (docs/formats.md, "Calibration file (HDF5)", "Calibration windows"):
 //  1. The file is read as a stream of documents (TextDocuments: plain text, JSON Lines, zstd).
-//  2. Each document is tokenized with BOS prepended and no EOS; the token streams are conceptually
+//  2. Each document is tokenized with BOS prepended when the tokenizer adds one (Tokenizer::default_add_bos(); SmolLM2: no) and no EOS; the token streams are conceptually
 //     concatenated in file order into one stream of T tokens.
 //  3. N start offsets are drawn by draw_window_starts(T, N, L, seed) from [0, T − L].
 //  4. Window i is tokens [start_i, start_i + L) of the stream (it may span documents, and windows

@@ -6,6 +6,8 @@
 // them are skipped when absent. Bad-input cases use tiny synthetic GGUF files (tests/support/gguf_writer.h).
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -280,6 +282,18 @@ TEST_F(GgufModel, SmolLM2GreedyMatchesTransformers) {
               (long long)st.prompt_tokens, st.prefill_seconds, (long long)st.generated_tokens, st.decode_seconds,
               double(st.generated_tokens) / st.decode_seconds);
   EXPECT_EQ(out, expected);
+}
+
+// The tools end to end on the GGUF (tokenizer from its metadata, no BOS as SmolLM2's tokenizer adds
+// none): sq-run's greedy text is transformers' greedy text.
+TEST_F(GgufModel, SqRunGreedyTextMatchesTransformers) {
+  std::ifstream in(shared_data("reference/smollm2-135m/greedy.json"));
+  const nlohmann::json g = nlohmann::json::parse(in);
+  const std::string prompt = g["prompt"].get<std::string>();
+  const ProcessResult r =
+      run_process({tool("sq-run"), "-m", smol_->path, "-p", prompt, "-n", "32", "--temp", "0", "--ignore-eos", "-q"}, 600);
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_EQ(r.out, prompt + g["text"].get<std::string>() + "\n");
 }
 
 // sq-convert from the GGUF (its tokenizer metadata embedded): the .sqm records half-split RoPE and

@@ -106,7 +106,10 @@ int main(int argc, char** argv) {
     if (text.empty()) throw sq::InputError(text_path + ": the text file is empty");
     if (const std::string w = sq::text_encoding_warning(text, text_path); !w.empty())
       std::fprintf(stderr, "sq-eval: warning: %s\n", w.c_str());
-    const std::vector<int> ids = tokenizer->encode(text, /*add_bos=*/true, /*add_eos=*/false);
+    // BOS as the model's tokenizer adds it (SmolLM2: none), as llama.cpp does; the llamacpp protocol
+    // then replaces each chunk's first token by BOS only for models that add one.
+    const std::vector<int> ids = tokenizer->encode(text, tokenizer->default_add_bos(), /*add_eos=*/false);
+    opt.replace_first_with_bos = tokenizer->default_add_bos();
     const std::vector<int32_t> tokens(ids.begin(), ids.end());
     if (streaming && on_cuda)
       throw sq::UnsupportedError("--device cuda: --protocol streaming (KV eviction) runs on the CPU only; use --device cpu");

@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
     sq::Sampler sampler(so);
     sq::LoadedModel loaded = sq::load_model(model_path);
     auto tokenizer = sq::open_tokenizer_for(loaded, tokenizer_path);
-    const std::vector<int> ids = tokenizer->encode(prompt, /*add_bos=*/true, /*add_eos=*/false);
+    const std::vector<int> ids = tokenizer->encode(prompt, tokenizer->default_add_bos(), /*add_eos=*/false);
     const std::vector<int32_t> prompt_tokens(ids.begin(), ids.end());
 
     std::fputs(prompt.c_str(), stdout);

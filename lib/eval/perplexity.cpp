@@ -62,7 +62,7 @@ void chunk_input(const std::vector<int32_t>& tokens, int64_t chunk, const Perple
                  std::vector<int32_t>& input) {
   const int64_t start = chunk * o.ctx;
   input.assign(tokens.begin() + start, tokens.begin() + start + o.ctx);
-  if (o.protocol == PplProtocol::LlamaCpp) input[0] = bos;
+  if (o.protocol == PplProtocol::LlamaCpp && o.replace_first_with_bos) input[0] = bos;
 }
 
 /// NLL sums over the scored predictions of chunk `chunk` from its logits [ctx, vocab]; only

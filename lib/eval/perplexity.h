@@ -31,6 +31,9 @@ struct PerplexityOptions {
   PplProtocol protocol = PplProtocol::Windows;
   int ctx = 256;        ///< window / chunk length in tokens
   int64_t max_chunks = 0;  ///< 0 = all chunks the text holds
+  /// llamacpp protocol: replace each chunk's first token by BOS. llama.cpp does so only when the
+  /// model's tokenizer adds BOS (`add_bos_token`); sq-eval sets it from Tokenizer::default_add_bos().
+  bool replace_first_with_bos = true;
   KVSpec kv;               ///< KV-cache format every chunk's cache uses (default FP32)
   /// Offline nuq parameters [n_layers] (from the .sqm file); required for nuq formats, else ignored.
   const std::vector<NuqLayerParams>* kv_params = nullptr;
