@@ -37,6 +37,7 @@
 #include "tests/support/expect_error.h"
 #include "tests/support/gguf_writer.h"
 #include "tests/support/process.h"
+#include "tests/support/real_models.h"
 #include "tests/support/test_data.h"
 
 namespace sq::test {
@@ -47,15 +48,6 @@ namespace fs = std::filesystem;
 constexpr const char* kSmolLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf";
 constexpr const char* kGemma3 = "gemma-3-270m-q4_k_m.gguf";
 
-/// The model file `name`: $SQKIT_MODELS/name, else <source root>/models/name; "" when absent.
-std::string model_path(const std::string& name) {
-  if (const char* env = std::getenv("SQKIT_MODELS"); env && *env) {
-    const fs::path p = fs::path(env) / name;
-    return fs::is_regular_file(p) ? p.string() : "";
-  }
-  const fs::path p = fs::path(SQ_SOURCE_DIR) / "models" / name;
-  return fs::is_regular_file(p) ? p.string() : "";
-}
 
 /// transformers' FP32 reference for SmolLM2 (README of ../shared/data/reference).
 struct Reference {

@@ -19,21 +19,14 @@
 #include "formats/gguf_dequantize.h"
 #include "formats/gguf_file.h"
 #include "formats/mapped_file.h"
+#include "tests/support/real_models.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
-/// The model file `name`: $SQKIT_MODELS/name, else <source root>/models/name; "" when absent.
-std::string model_path(const std::string& name) {
-  if (const char* env = std::getenv("SQKIT_MODELS"); env && *env) {
-    const fs::path p = fs::path(env) / name;
-    return fs::is_regular_file(p) ? p.string() : "";
-  }
-  const fs::path p = fs::path(SQ_SOURCE_DIR) / "models" / name;
-  return fs::is_regular_file(p) ? p.string() : "";
-}
+using sq::test::model_path;
 
 json reference(const std::string& file) {
   return json::parse(sq::read_file_to_string(std::string(SQ_SOURCE_DIR) + "/tests/data/" + file));

@@ -22,6 +22,7 @@
 #include "formats/sentencepiece_tokenizer.h"
 #include "formats/tokenizer.h"
 #include "tests/support/process.h"
+#include "tests/support/real_models.h"
 #include "tests/support/test_data.h"
 
 namespace {
@@ -32,14 +33,7 @@ using json = nlohmann::json;
 constexpr const char* kSmol = "SmolLM2-135M-Instruct.Q4_1.gguf";
 constexpr const char* kGemma = "gemma-3-270m-q4_k_m.gguf";
 
-std::string model_path(const std::string& name) {
-  if (const char* env = std::getenv("SQKIT_MODELS"); env && *env) {
-    const fs::path p = fs::path(env) / name;
-    return fs::is_regular_file(p) ? p.string() : "";
-  }
-  const fs::path p = fs::path(SQ_SOURCE_DIR) / "models" / name;
-  return fs::is_regular_file(p) ? p.string() : "";
-}
+using sq::test::model_path;
 
 json reference(const std::string& model, const std::string& file) {
   return json::parse(sq::read_file_to_string(sq::test::shared_data("reference/" + model + "/" + file)));
