@@ -541,5 +541,34 @@ TEST(GgufModelTiny, RopeScalingKeys) {
                            {"llama.rope.scaling.factor"});
 }
 
+TEST(GgufModelTiny, SqInspectSummarizesIt) {
+  // TinyLlama: 2 layers x 9 tensors + embedding + final norm = 20 F32 tensors, all named *.weight,
+  // so bits per weight is exactly 32; the element count is the sum of the shapes written above.
+  ScratchDir dir;
+  const std::string path = dir.file("tiny.gguf");
+  write_file(path, TinyLlama{}.bytes());
+  const ProcessResult r = run_process({tool("sq-inspect"), path, "--json", "-", "--tensors"});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const int64_t per_layer = 8 + 8 * 8 + 4 * 8 + 4 * 8 + 8 * 8 + 8 + 16 * 8 * 3;
+  const int64_t elements = 16 * 8 + 2 * per_layer + 8;
+  EXPECT_EQ(j["format"], "gguf");
+  EXPECT_EQ(j["architecture"], "llama");
+  EXPECT_EQ(j["tensor_count"], 20);
+  EXPECT_EQ(j["weight_elements"], elements);
+  EXPECT_EQ(j["bytes_by_type"]["F32"]["bytes"], 4 * elements);
+  EXPECT_DOUBLE_EQ(j["bits_per_weight"].get<double>(), 32.0);
+  EXPECT_EQ(j["metadata"]["llama.block_count"], 2);
+  EXPECT_TRUE(j["tokenizer"].is_null());
+  ASSERT_EQ(j["tensors"].size(), 20u);
+  EXPECT_EQ(j["tensors"][1]["name"], "blk.0.attn_norm.weight");
+  EXPECT_EQ(j["tensors"][2]["shape"], (std::vector<int64_t>{8, 8}));  // attn_q: [q rows, dim]
+  // The text form names the format and the bits per weight.
+  const ProcessResult t = run_process({tool("sq-inspect"), path});
+  ASSERT_EQ(t.exit_status, 0) << t.err;
+  EXPECT_NE(t.out.find("GGUF version 3"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("bits/weight:    32.0000"), std::string::npos) << t.out;
+}
+
 }  // namespace
 }  // namespace sq::test

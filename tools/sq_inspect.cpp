@@ -1,5 +1,7 @@
 // sq-inspect: summary of a packed model file (.sqm): producer, model config, tokenizer, quantization
-// recipe, calibration provenance, tensor bytes by dtype and bits per weight (docs/formats.md).
+// recipe, calibration provenance, tensor bytes by dtype and bits per weight (docs/formats.md); or of
+// a GGUF file: version, metadata, tokenizer, bytes by ggml type and bits per weight
+// (formats/gguf_summary.h).
 //
 // Bits per weight = 8 x (raw bytes of every tensor whose name does not start with "tokenizer")
 //                     / (logical elements of every tensor whose name ends with ".weight" or ".weight_outlier").
@@ -20,6 +22,8 @@
 
 #include "core/error.h"
 #include "core/tool_main.h"
+#include "formats/gguf_file.h"
+#include "formats/gguf_summary.h"
 #include "formats/sqm_file.h"
 #include "tool_cli.h"
 
@@ -61,11 +65,57 @@ struct DtypeTotals {
   uint64_t stored_bytes = 0;
 };
 
+/// True when `path` starts with the GGUF magic or is named *.gguf (then the GGUF reader names what
+/// is wrong with it).
+bool is_gguf(const std::string& path) {
+  if (ends_with(path, ".gguf")) return true;
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, sizeof magic);
+  return in.gcount() == 4 && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+/// Prints a GGUF summary (formats/gguf_summary.h) as text.
+void print_gguf(const std::string& path, const nlohmann::json& j, bool list_tensors) {
+  std::printf("%-15s %s\n", "file:", path.c_str());
+  std::printf("%-15s GGUF version %s, %s bytes, alignment %s\n", "format:", show(j["gguf_version"]).c_str(),
+              show(j["file_bytes"]).c_str(), show(j["alignment"]).c_str());
+  std::printf("%-15s %s\n", "architecture:", j["architecture"].is_null() ? "(not recorded)" : show(j["architecture"]).c_str());
+  if (!j["name"].is_null()) std::printf("%-15s %s\n", "name:", show(j["name"]).c_str());
+  if (j["tokenizer"].is_null()) std::printf("%-15s %s\n", "tokenizer:", "(none: no tokenizer.ggml.model)");
+  else print_section("tokenizer", j["tokenizer"]);
+  nlohmann::json meta = nlohmann::json::object();
+  for (const auto& [k, v] : j["metadata"].items())
+    if (!starts_with(k, "tokenizer.")) meta[k] = v;
+  print_section("metadata", meta);
+  std::printf("%-15s %s\n", "tensors:", show(j["tensor_count"]).c_str());
+  std::printf("bytes by type:\n");
+  for (const auto& [name, d] : j["bytes_by_type"].items())
+    std::printf("  %-5s %s bytes in %s tensor%s (%s elements)\n", name.c_str(), show(d["bytes"]).c_str(),
+                show(d["tensors"]).c_str(), d["tensors"].get<int64_t>() == 1 ? "" : "s", show(d["elements"]).c_str());
+  if (j["bits_per_weight"].is_null())
+    std::printf("%-15s n/a (no tensor named *.weight)\n", "bits/weight:");
+  else
+    std::printf("%-15s %.4f (8 x %s tensor bytes / %s elements of *.weight tensors)\n", "bits/weight:",
+                j["bits_per_weight"].get<double>(), show(j["tensor_bytes"]).c_str(), show(j["weight_elements"]).c_str());
+  if (!list_tensors) return;
+  size_t wn = 4, ws = 5;
+  for (const auto& t : j["tensors"]) {
+    wn = std::max(wn, t["name"].get<std::string>().size());
+    ws = std::max(ws, shape_str(t["shape"].get<std::vector<int64_t>>()).size());
+  }
+  std::printf("\n%-*s  %-5s  %-*s  %12s\n", static_cast<int>(wn), "NAME", "TYPE", static_cast<int>(ws), "SHAPE", "BYTES");
+  for (const auto& t : j["tensors"])
+    std::printf("%-*s  %-5s  %-*s  %12s\n", static_cast<int>(wn), t["name"].get<std::string>().c_str(),
+                t["type"].get<std::string>().c_str(), static_cast<int>(ws),
+                shape_str(t["shape"].get<std::vector<int64_t>>()).c_str(), show(t["bytes"]).c_str());
+}
+
 /// Refuses, before parsing, an input that is not a .sqm file with a line saying what sq-inspect
-/// accepts: a Hugging Face checkpoint directory, a GGUF file, anything else without the .sqm magic.
+/// accepts: a Hugging Face checkpoint directory, anything else without the .sqm magic.
 void check_inspectable(const std::string& path) {
   namespace fs = std::filesystem;
-  const std::string accepts = "sq-inspect reads packed .sqm files written by sq-convert";
+  const std::string accepts = "sq-inspect reads packed .sqm files written by sq-convert and GGUF files";
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     const bool hf = fs::exists(fs::path(path) / "config.json", ec);
@@ -77,9 +127,6 @@ void check_inspectable(const std::string& path) {
   char magic[8] = {};
   in.read(magic, sizeof magic);
   const std::streamsize got = in.gcount();
-  if (got >= 4 && std::memcmp(magic, "GGUF", 4) == 0)
-    throw sq::UsageError(path + " is a GGUF file; " + accepts + " (convert it first: sq-convert -m " + path +
-                         " --scheme f32 -o model.sqm)");
   if (got < 8 || std::memcmp(magic, "SQKITMDL", 8) != 0)
     throw sq::UsageError(path + " is not an sqkit .sqm file; " + accepts +
                          " (llama2.c .bin files and Hugging Face directories are converted with sq-convert)");
@@ -89,20 +136,27 @@ void check_inspectable(const std::string& path) {
 
 int main(int argc, char** argv) {
   CLI::App app{"sq-inspect: summarize a packed model file (.sqm): producer, model config, quantization recipe, "
-               "calibration provenance, bytes by dtype and bits per weight (docs/formats.md)."};
+               "calibration provenance, bytes by dtype and bits per weight (docs/formats.md); or a GGUF file: version, "
+               "metadata, tokenizer, bytes by ggml type and bits per weight."};
   std::string path, json_path;
   bool list_tensors = false, no_verify = false, force = false;
-  app.add_option("file", path, "The .sqm file")->required();
+  app.add_option("file", path, "The .sqm or .gguf file")->required();
   sq::add_json_option(app, json_path, "The summary (instead of the text)");
   app.add_flag("--force", force, "Replace an existing --json file");
   app.add_flag("--tensors", list_tensors, "List every tensor (name, dtype, shape, bytes, compression)");
-  app.add_flag("--no-verify", no_verify, "Skip the per-tensor checksum verification (faster on big files)");
+  app.add_flag("--no-verify", no_verify, "Skip the per-tensor checksum verification of a .sqm file (faster on big files; GGUF has no checksums)");
   sq::add_version_flag(app, "sq-inspect");
   if (const int status = sq::parse_tool_args(app, "sq-inspect", argc, argv); status >= 0) return status;
 
   return sq::run_tool("sq-inspect", [&]() {
     const bool json = !json_path.empty();
     if (json) sq::check_output_path("--json", json_path, force, {path}, true);
+    if (is_gguf(path)) {
+      const nlohmann::json j = sq::gguf_summary(sq::GgufFile(path), list_tensors);
+      if (json) sq::write_json_report(json_path, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+      else print_gguf(path, j, list_tensors);
+      return sq::kExitOk;
+    }
     check_inspectable(path);
     const auto file = sq::SqmFile::open(path, !no_verify);
     const nlohmann::json& header = file->header();

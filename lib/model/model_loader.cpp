@@ -52,7 +52,7 @@ LoadedModel load_model(const std::string& path) {
         break;
       }
     }
-  } else if (looks_like_gguf(path)) {
+  } else if (looks_like_gguf(path) || path.ends_with(".gguf")) {  // a .gguf with a wrong magic: the reader says so
     ck = load_gguf_checkpoint(path);
     // The tokenizer lives in the GGUF metadata (tokenizer.ggml.*): load_tokenizer reads it from the
     // file. A GGUF without tokenizer metadata has none (tools then ask for --tokenizer).
