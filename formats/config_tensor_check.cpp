@@ -8,11 +8,7 @@
 
 namespace sq {
 
-namespace {
-
-/// The layer index i of a name "model.layers.{i}.…" (digits only, at most 9 of them), or -1.
-int64_t layer_index(const std::string& name) {
-  static const std::string prefix = "model.layers.";
+int64_t numbered_name_index(const std::string& name, const std::string& prefix, std::string* rest) {
   if (name.compare(0, prefix.size(), prefix) != 0) return -1;
   size_t k = prefix.size();
   int64_t v = 0;
@@ -23,16 +19,15 @@ int64_t layer_index(const std::string& name) {
     ++digits;
   }
   if (digits == 0 || digits > 9 || k >= name.size() || name[k] != '.') return -1;
+  if (rest) *rest = name.substr(k + 1);
   return v;
 }
-
-}  // namespace
 
 void check_layer_count(int n_layers, const std::vector<std::string>& tensor_names, const std::string& config_source,
                        const char* key) {
   std::set<int64_t> layers;
   for (const auto& n : tensor_names) {
-    const int64_t i = layer_index(n);
+    const int64_t i = numbered_name_index(n, "model.layers.");
     if (i >= 0) layers.insert(i);
   }
   if (int64_t(n_layers) <= int64_t(layers.size())) return;

@@ -16,6 +16,11 @@
 
 namespace sq {
 
+/// The index N of a tensor name "PREFIX{N}.REST" (N: 1 to 9 decimal digits), e.g. 3 for
+/// ("model.layers.3.mlp.up_proj.weight", "model.layers.") or ("blk.3.ffn_up.weight", "blk."); -1
+/// when the name is not of that form. When `rest` is given it receives REST ("ffn_up.weight").
+int64_t numbered_name_index(const std::string& name, const std::string& prefix, std::string* rest = nullptr);
+
 /// Names of the config keys checked, in the vocabulary of the file being read (HF config.json
 /// keys, or .sqm model_config fields).
 struct ConfigKeyNames {

@@ -76,23 +76,6 @@ struct Planned {
   const GgufTensorRule* rule = nullptr;
 };
 
-/// The block index N of "blk.N.REST" (digits only, at most 9) and REST; -1 when not of that form.
-int64_t block_index(const std::string& name, std::string& rest) {
-  static const std::string prefix = "blk.";
-  if (name.compare(0, prefix.size(), prefix) != 0) return -1;
-  size_t k = prefix.size();
-  int64_t v = 0;
-  int digits = 0;
-  while (k < name.size() && name[k] >= '0' && name[k] <= '9' && digits < 10) {
-    v = v * 10 + (name[k] - '0');
-    ++k;
-    ++digits;
-  }
-  if (digits == 0 || digits > 9 || k >= name.size() || name[k] != '.') return -1;
-  rest = name.substr(k + 1);
-  return v;
-}
-
 /// Dequantizes `p` into a new owned tensor; q/k rows go from llama.cpp's interleaved order back to
 /// the HF half-split order (GGUF row h*d + 2i + j -> row h*d + j*d/2 + i), see the header.
 Tensor dequantize_planned(const GgufFile& file, const Planned& p, const ModelConfig& c) {
@@ -212,7 +195,7 @@ Checkpoint load_gguf_checkpoint(const GgufFile& file) {
         p.canonical = r.canonical;
       }
     std::string rest;
-    const int64_t block = p.rule ? -1 : block_index(info.name, rest);
+    const int64_t block = p.rule ? -1 : numbered_name_index(info.name, "blk.", &rest);
     if (block >= 0) {
       for (const GgufTensorRule& r : a.layer_tensors)
         if (rest == r.gguf) {

@@ -121,28 +121,12 @@ inline void scale_min_k4(int s, const uint8_t* q, int& sc, int& m) {
   }
 }
 
-void q4_k(const uint8_t* b, float* y) {
+/// The shared part of Q4_K and Q5_K (their block layouts above): 8 sub-blocks of 32 with 6-bit
+/// scales/mins from `scales`, low 4 bits from `qs` (chunk c holds sub-blocks 2c in its low nibbles
+/// and 2c+1 in its high nibbles); Q5_K (kHighBit) adds bit 4 from qh[l], bit 2c / 2c+1.
+template <bool kHighBit>
+void k_quant_scale_min(const uint8_t* b, const uint8_t* scales, const uint8_t* qh, const uint8_t* qs, float* y) {
   const float d = f16_at(b), dmin = f16_at(b + 2);
-  const uint8_t* scales = b + 4;
-  const uint8_t* qs = b + 16;
-  for (int c = 0; c < 4; ++c) {
-    int sc0, m0, sc1, m1;
-    scale_min_k4(2 * c, scales, sc0, m0);
-    scale_min_k4(2 * c + 1, scales, sc1, m1);
-    const float d0 = d * static_cast<float>(sc0), dm0 = dmin * static_cast<float>(m0);
-    const float d1 = d * static_cast<float>(sc1), dm1 = dmin * static_cast<float>(m1);
-    const uint8_t* q = qs + 32 * c;
-    float* yc = y + 64 * c;
-    for (int l = 0; l < 32; ++l) yc[l] = d0 * static_cast<float>(q[l] & 15) - dm0;
-    for (int l = 0; l < 32; ++l) yc[32 + l] = d1 * static_cast<float>(q[l] >> 4) - dm1;
-  }
-}
-
-void q5_k(const uint8_t* b, float* y) {
-  const float d = f16_at(b), dmin = f16_at(b + 2);
-  const uint8_t* scales = b + 4;
-  const uint8_t* qh = b + 16;
-  const uint8_t* qs = b + 48;
   for (int c = 0; c < 4; ++c) {
     int sc0, m0, sc1, m1;
     scale_min_k4(2 * c, scales, sc0, m0);
@@ -153,11 +137,15 @@ void q5_k(const uint8_t* b, float* y) {
     float* yc = y + 64 * c;
     const int b0 = 2 * c, b1 = 2 * c + 1;
     for (int l = 0; l < 32; ++l)
-      yc[l] = d0 * static_cast<float>((q[l] & 15) | (((qh[l] >> b0) & 1) << 4)) - dm0;
+      yc[l] = d0 * static_cast<float>((q[l] & 15) | (kHighBit ? ((qh[l] >> b0) & 1) << 4 : 0)) - dm0;
     for (int l = 0; l < 32; ++l)
-      yc[32 + l] = d1 * static_cast<float>((q[l] >> 4) | (((qh[l] >> b1) & 1) << 4)) - dm1;
+      yc[32 + l] = d1 * static_cast<float>((q[l] >> 4) | (kHighBit ? ((qh[l] >> b1) & 1) << 4 : 0)) - dm1;
   }
 }
+
+void q4_k(const uint8_t* b, float* y) { k_quant_scale_min<false>(b, b + 4, nullptr, b + 16, y); }
+
+void q5_k(const uint8_t* b, float* y) { k_quant_scale_min<true>(b, b + 4, b + 16, b + 48, y); }
 
 void q6_k(const uint8_t* b, float* y) {
   const uint8_t* ql = b;
