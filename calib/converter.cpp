@@ -466,7 +466,7 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
     q["symmetric"] = !o.int4.asym;
     q["method"] = o.int4.gptq ? "gptq" : "rtn";
     if (o.int4.gptq) {
-      q["gptq"] = {{"act_order", o.int4.act_order}, {"damp", o.int4.damp}, {"static_groups", true}, {"hessians", summary.hessian_source}};
+      q["gptq"] = {{"act_order", o.int4.act_order}, {"damp", o.int4.damp}, {"static_groups", o.int4.act_order}, {"hessians", summary.hessian_source}};
     }
   }
   if (atom) {

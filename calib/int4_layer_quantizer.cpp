@@ -21,7 +21,10 @@ std::vector<Int4Projection> quantize_layer_int4(const Checkpoint& ck, int layer,
     g.symmetric = !o.asym;
     g.damp = o.damp;
     g.act_order = o.act_order;
-    g.static_groups = true;  // contiguous groups (needed with act_order; identical without)
+    // With act_order, groups must be fixed before the permutation (static); without it, each group's
+    // scale comes from the error-updated weights when GPTQ reaches it (the reference default):
+    // static scales from the original weights clip the updated ones.
+    g.static_groups = o.act_order;
     g.fp16_scales = true;
     g.name = name;
     const std::vector<double>* H = hessians[static_cast<size_t>(projection_input_site(proj))];
