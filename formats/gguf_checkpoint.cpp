@@ -1,13 +1,13 @@
 #include "formats/gguf_checkpoint.h"
 
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <map>
 #include <vector>
 
 #include "core/error.h"
 #include "formats/config_tensor_check.h"
+#include "formats/file_magic.h"
 #include "formats/gguf_architecture.h"
 #include "formats/gguf_dequantize.h"
 
@@ -99,14 +99,7 @@ Tensor dequantize_planned(const GgufFile& file, const Planned& p, const ModelCon
 
 }  // namespace
 
-bool looks_like_gguf(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return false;
-  char magic[4] = {};
-  const size_t n = std::fread(magic, 1, 4, f);
-  std::fclose(f);
-  return n == 4 && std::memcmp(magic, "GGUF", 4) == 0;
-}
+bool looks_like_gguf(const std::string& path) { return path.ends_with(".gguf") || file_starts_with(path, "GGUF"); }
 
 ModelConfig gguf_model_config(const GgufFile& f) {
   const GgufArchitecture& a = architecture_of(f);

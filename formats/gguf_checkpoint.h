@@ -30,7 +30,8 @@
 
 namespace sq {
 
-/// True when `path` is a regular file starting with the GGUF magic "GGUF" (bytes 47 47 55 46).
+/// True when `path` starts with the GGUF magic "GGUF" (bytes 47 47 55 46) or is named *.gguf (a
+/// .gguf file with a wrong magic then gets the GGUF reader's message rather than "not a model").
 bool looks_like_gguf(const std::string& path);
 
 /// The ModelConfig of GGUF file `file` from its metadata (keys of formats/gguf_architecture.h,

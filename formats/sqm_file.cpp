@@ -1,6 +1,7 @@
 #include "formats/sqm_file.h"
 
 #include "formats/atomic_file.h"
+#include "formats/file_magic.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -670,5 +671,7 @@ SqmBytes SqmFile::raw(const std::string& name) const {
   const auto& slot = cache_.emplace(name, std::move(buf)).first->second;  // keeps an earlier racer's buffer
   return {slot->data(), slot->size()};
 }
+
+bool looks_like_sqm(const std::string& path) { return file_starts_with(path, std::string_view(kMagic, 8)); }
 
 }  // namespace sq

@@ -214,6 +214,9 @@ struct SqmBytes {
   size_t size = 0;
 };
 
+/// True when `path` starts with the .sqm magic "SQKITMDL" (a cheap sniff; SqmFile::open validates).
+bool looks_like_sqm(const std::string& path);
+
 /// A memory-mapped, validated .sqm file.
 ///
 /// open() checks, each failure an InputError whose message starts with the path:

@@ -12,7 +12,6 @@
 // depend on --compress. "n/a" when no tensor is named *.weight.
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <cstdio>
@@ -22,6 +21,7 @@
 
 #include "core/error.h"
 #include "core/tool_main.h"
+#include "formats/gguf_checkpoint.h"
 #include "formats/gguf_file.h"
 #include "formats/gguf_summary.h"
 #include "formats/sqm_file.h"
@@ -64,16 +64,6 @@ struct DtypeTotals {
   uint64_t raw_bytes = 0;
   uint64_t stored_bytes = 0;
 };
-
-/// True when `path` starts with the GGUF magic or is named *.gguf (then the GGUF reader names what
-/// is wrong with it).
-bool is_gguf(const std::string& path) {
-  if (ends_with(path, ".gguf")) return true;
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  in.read(magic, sizeof magic);
-  return in.gcount() == 4 && std::memcmp(magic, "GGUF", 4) == 0;
-}
 
 /// Prints a GGUF summary (formats/gguf_summary.h) as text.
 void print_gguf(const std::string& path, const nlohmann::json& j, bool list_tensors) {
@@ -122,12 +112,8 @@ void check_inspectable(const std::string& path) {
     throw sq::UsageError(path + " is a directory" + (hf ? " (a Hugging Face checkpoint)" : "") + "; " + accepts +
                          " (convert it first: sq-convert -m " + path + " --scheme f32 -o model.sqm)");
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return;  // SqmFile::open names the file and the system error
-  char magic[8] = {};
-  in.read(magic, sizeof magic);
-  const std::streamsize got = in.gcount();
-  if (got < 8 || std::memcmp(magic, "SQKITMDL", 8) != 0)
+  if (!std::ifstream(path, std::ios::binary)) return;  // SqmFile::open names the file and the system error
+  if (!sq::looks_like_sqm(path))
     throw sq::UsageError(path + " is not an sqkit .sqm file; " + accepts +
                          " (llama2.c .bin files and Hugging Face directories are converted with sq-convert)");
 }
@@ -151,7 +137,7 @@ int main(int argc, char** argv) {
   return sq::run_tool("sq-inspect", [&]() {
     const bool json = !json_path.empty();
     if (json) sq::check_output_path("--json", json_path, force, {path}, true);
-    if (is_gguf(path)) {
+    if (sq::looks_like_gguf(path)) {  // the GGUF magic, or *.gguf (the reader then names what is wrong)
       const nlohmann::json j = sq::gguf_summary(sq::GgufFile(path), list_tensors);
       if (json) sq::write_json_report(json_path, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
       else print_gguf(path, j, list_tensors);

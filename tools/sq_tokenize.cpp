@@ -7,8 +7,6 @@
 // Special-token strings in the text are not parsed (encoded as plain text).
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <string>
 
 #include "core/error.h"
@@ -24,10 +22,7 @@ namespace {
 /// The tokenizer of `path`: a .sqm's embedded one, else load_tokenizer (GGUF, tokenizer files,
 /// directories). Throws InputError naming the file.
 std::unique_ptr<sq::Tokenizer> open_tokenizer(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char magic[8] = {};
-  if (in) in.read(magic, sizeof magic);
-  if (in && in.gcount() == 8 && std::memcmp(magic, "SQKITMDL", 8) == 0) {
+  if (sq::looks_like_sqm(path)) {
     const auto file = sq::SqmFile::open(path, false);
     auto tok = sq::tokenizer_from_sqm(*file);
     if (!tok) throw sq::InputError(path + " has no embedded tokenizer (converted without one)");

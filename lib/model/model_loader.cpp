@@ -3,7 +3,6 @@
 #include <sys/stat.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -17,17 +16,6 @@
 #include "model/sqm_model.h"
 
 namespace sq {
-
-namespace {
-bool looks_like_sqm(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return false;
-  char magic[8] = {};
-  const size_t n = std::fread(magic, 1, 8, f);
-  std::fclose(f);
-  return n == 8 && std::memcmp(magic, "SQKITMDL", 8) == 0;
-}
-}  // namespace
 
 LoadedModel load_model(const std::string& path) {
   struct stat st {};
@@ -52,11 +40,12 @@ LoadedModel load_model(const std::string& path) {
         break;
       }
     }
-  } else if (looks_like_gguf(path) || path.ends_with(".gguf")) {  // a .gguf with a wrong magic: the reader says so
-    ck = load_gguf_checkpoint(path);
+  } else if (looks_like_gguf(path)) {
+    const GgufFile file(path);
+    ck = load_gguf_checkpoint(file);
     // The tokenizer lives in the GGUF metadata (tokenizer.ggml.*): load_tokenizer reads it from the
     // file. A GGUF without tokenizer metadata has none (tools then ask for --tokenizer).
-    if (GgufFile(path).has("tokenizer.ggml.model")) out.default_tokenizer = path;
+    if (file.has("tokenizer.ggml.model")) out.default_tokenizer = path;
   } else if (looks_like_llama2c_checkpoint(path)) {
     ck = load_llama2c_checkpoint(path);
   } else {
