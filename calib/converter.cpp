@@ -340,7 +340,7 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
     if (atom) {
       std::array<const std::vector<double>*, kActivationSites> H{};
       std::unique_ptr<LayerHessians> layer_h;
-      const LlamaLayer& f = src.model->layers()[size_t(l)];
+      const DecoderLayer& f = src.model->layers()[size_t(l)];
       if (sequential_h) {
         layer_h = std::make_unique<LayerHessians>(sequential->hessians(l, f));
         for (int s = 0; s < kActivationSites; ++s) {
@@ -370,7 +370,7 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
         summary.atom.push_back({al.linears[k].first, al.n_outlier[size_t(site)], al.clips[k], al.hessian_errors[k]});
       }
       if (sequential) {  // the converted layer produces the next layer's inputs
-        LlamaLayer q;
+        DecoderLayer q;
         q.attn_norm = f.attn_norm;
         q.ffn_norm = f.ffn_norm;
         std::unique_ptr<Linear>* slots[kProjections] = {&q.q_proj, &q.k_proj, &q.v_proj, &q.o_proj, &q.gate_proj, &q.up_proj, &q.down_proj};
@@ -396,8 +396,8 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
       auto projections = quantize_layer_int4(layer, l, o.int4, H);
       for (const auto& proj : projections) write_int4_linear(out, proj);
       if (sequential) {  // the quantized layer produces the next layer's inputs
-        const LlamaLayer& f = src.model->layers()[size_t(l)];
-        LlamaLayer q;
+        const DecoderLayer& f = src.model->layers()[size_t(l)];
+        DecoderLayer q;
         q.attn_norm = f.attn_norm;
         q.ffn_norm = f.ffn_norm;
         std::unique_ptr<Linear>* slots[kProjections] = {&q.q_proj, &q.k_proj, &q.v_proj, &q.o_proj, &q.gate_proj, &q.up_proj, &q.down_proj};

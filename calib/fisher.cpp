@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "model/llama_backward.h"
+#include "model/decoder_backward.h"
 
 namespace sq {
 
@@ -35,7 +35,7 @@ std::vector<FisherToken> select_fisher_tokens(int64_t windows, int64_t seq_len, 
   return out;
 }
 
-KVFisherResult collect_kv_fisher(const LlamaModel& model, const std::vector<std::vector<int32_t>>& windows,
+KVFisherResult collect_kv_fisher(const Decoder& model, const std::vector<std::vector<int32_t>>& windows,
                                  int64_t max_tokens, uint64_t seed, const std::function<void(int64_t, int64_t)>& progress) {
   if (windows.empty()) throw std::invalid_argument("collect_kv_fisher: no windows");
   const int64_t L = static_cast<int64_t>(windows[0].size());
@@ -67,7 +67,7 @@ KVFisherResult collect_kv_fisher(const LlamaModel& model, const std::vector<std:
   for (int64_t r = T - 1; r >= 0; --r) first[static_cast<size_t>(kept[static_cast<size_t>(r)].window)] = r;
   for (int64_t w = n - 1; w >= 0; --w) first[static_cast<size_t>(w)] = std::min(first[static_cast<size_t>(w)], first[static_cast<size_t>(w + 1)]);
 
-  const LlamaKVBackward<float> backward(model);
+  const DecoderKVBackward<float> backward(model);
   std::vector<double> losses(static_cast<size_t>(n));
   const int threads = c.dim < 1024 ? omp_get_max_threads() : 1;
   for (int64_t g0 = 0; g0 < n; g0 += threads) {

@@ -5,7 +5,7 @@
 // codebooks on the stored (activation, weight) pairs.
 //
 // Definition used here. Every calibration window w (N windows of L tokens) gives one loss
-// L_w = mean next-token NLL of the window (lib/model/llama_backward.h). The K (before RoPE) and V
+// L_w = mean next-token NLL of the window (lib/model/decoder_backward.h). The K (before RoPE) and V
 // element a = A[w, t, c] at layer l exists in window w only, so the expectation over calibration
 // samples that defines the empirical Fisher, F = E_w[(∂L_w/∂a)²], has a single non-zero term for
 // it. We store that term, F(a) = (∂L_w/∂a)², per element, and do not divide by N: the factor 1/N
@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "calib/kv_fisher_samples.h"
-#include "model/llama_model.h"
+#include "model/decoder.h"
 
 namespace sq {
 
@@ -59,7 +59,7 @@ struct KVFisherResult {
   double mean_loss = 0.0;               ///< mean over windows of each window's mean NLL (nats)
 };
 
-/// Runs the forward and backward pass (LlamaKVBackward<float>) over every window and keeps, for
+/// Runs the forward and backward pass (DecoderKVBackward<float>) over every window and keeps, for
 /// the tokens select_fisher_tokens(windows.size(), L, max_tokens, seed) picks, their K (pre-RoPE)
 /// and V rows and the squared gradients (see the file comment). All windows must have the same
 /// length L ≥ 2. Small models (dim < 1024) run windows in parallel, one per thread; each window
@@ -67,8 +67,8 @@ struct KVFisherResult {
 /// rows plus one window's activations and gradients per thread. `progress(done, total)` is called
 /// after each group of windows.
 /// Throws std::invalid_argument for no windows or windows of different lengths, UnsupportedError
-/// for a model that is not FP32 (LlamaKVBackward), and what LlamaKVBackward::gradients throws.
-KVFisherResult collect_kv_fisher(const LlamaModel& model, const std::vector<std::vector<int32_t>>& windows,
+/// for a model that is not FP32 (DecoderKVBackward), and what DecoderKVBackward::gradients throws.
+KVFisherResult collect_kv_fisher(const Decoder& model, const std::vector<std::vector<int32_t>>& windows,
                                  int64_t max_tokens, uint64_t seed,
                                  const std::function<void(int64_t, int64_t)>& progress = {});
 

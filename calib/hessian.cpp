@@ -90,7 +90,7 @@ HessianAccumulator& HessianCollector::at(int layer, ActivationSite site) {
   return const_cast<HessianAccumulator&>(static_cast<const HessianCollector&>(*this).at(layer, site));
 }
 
-HessianCollector collect_hessians(const LlamaModel& model, const std::vector<std::vector<int32_t>>& windows,
+HessianCollector collect_hessians(const Decoder& model, const std::vector<std::vector<int32_t>>& windows,
                                   const std::function<void(int64_t, int64_t)>& progress) {
   return observe_windows<HessianCollector>(model, windows, progress);
 }

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/model_config.h"
-#include "model/llama_model.h"
+#include "model/decoder.h"
 #include "model/observer.h"
 
 namespace sq {
@@ -73,7 +73,7 @@ class HessianCollector final : public ActivationObserver {
 /// parallel groups and merge them in window order, so the result does not depend on the thread
 /// count. `progress(done, total)` is called after each group. Throws std::length_error for a
 /// window longer than the model's context.
-HessianCollector collect_hessians(const LlamaModel& model, const std::vector<std::vector<int32_t>>& windows,
+HessianCollector collect_hessians(const Decoder& model, const std::vector<std::vector<int32_t>>& windows,
                                   const std::function<void(int64_t, int64_t)>& progress = {});
 
 }  // namespace sq

@@ -10,7 +10,7 @@ namespace sq {
 
 /// T sampled calibration tokens of one layer, each a full row of K (before RoPE) and V:
 ///   keys_fisher[r, c] = (∂L/∂K[r, c])², values_fisher[r, c] = (∂L/∂V[r, c])²,
-/// L the mean next-token NLL of the token's window (lib/model/llama_backward.h). This is the
+/// L the mean next-token NLL of the token's window (lib/model/decoder_backward.h). This is the
 /// one-sample estimate of the diagonal Fisher information F_ii of KVQuant §3.3 (Eq. 2) for that
 /// activation element; see calib/fisher.h for why no further averaging over windows is applied.
 /// Rows are ordered by (window, position). Empty (tokens == 0) when Fisher data was not recorded.

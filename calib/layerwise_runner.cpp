@@ -27,7 +27,7 @@ void LayerHessians::merge(const LayerHessians& other) {
   for (size_t s = 0; s < sites_.size(); ++s) sites_[s].merge(other.sites_[s]);
 }
 
-LayerwiseRunner::LayerwiseRunner(const LlamaModel& model, const std::vector<std::vector<int32_t>>& windows) : model_(model) {
+LayerwiseRunner::LayerwiseRunner(const Decoder& model, const std::vector<std::vector<int32_t>>& windows) : model_(model) {
   const ModelConfig& c = model.config();
   hidden_.reserve(windows.size());
   for (const auto& w : windows) {
@@ -43,7 +43,7 @@ LayerwiseRunner::LayerwiseRunner(const LlamaModel& model, const std::vector<std:
 
 int LayerwiseRunner::window_threads() const { return model_.config().dim < 1024 ? omp_get_max_threads() : 1; }
 
-void LayerwiseRunner::run_window(int l, const LlamaLayer& L, std::vector<float>& x, ActivationObserver* obs) const {
+void LayerwiseRunner::run_window(int l, const DecoderLayer& L, std::vector<float>& x, ActivationObserver* obs) const {
   const ModelConfig& c = model_.config();
   const int64_t n = static_cast<int64_t>(x.size()) / c.dim;
   KVCache cache(c, std::max<int64_t>(1, n));
@@ -51,14 +51,14 @@ void LayerwiseRunner::run_window(int l, const LlamaLayer& L, std::vector<float>&
   model_.forward_layer(l, L, x.data(), n, cache, ws, obs);
 }
 
-void LayerwiseRunner::advance(int l, const LlamaLayer& L) {
+void LayerwiseRunner::advance(int l, const DecoderLayer& L) {
   const int64_t n = static_cast<int64_t>(hidden_.size());
   const int threads = window_threads();
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1 && n > 1)
   for (int64_t w = 0; w < n; ++w) run_window(l, L, hidden_[static_cast<size_t>(w)], nullptr);
 }
 
-LayerHessians LayerwiseRunner::hessians(int l, const LlamaLayer& L) const {
+LayerHessians LayerwiseRunner::hessians(int l, const DecoderLayer& L) const {
   const int threads = window_threads();
   LayerHessians total(model_.config(), l);
   const int64_t n = static_cast<int64_t>(hidden_.size());
@@ -77,7 +77,7 @@ LayerHessians LayerwiseRunner::hessians(int l, const LlamaLayer& L) const {
   return total;
 }
 
-void LayerwiseRunner::observe(int l, const LlamaLayer& L, ActivationObserver& observer) const {
+void LayerwiseRunner::observe(int l, const DecoderLayer& L, ActivationObserver& observer) const {
   for (const auto& h : hidden_) {
     std::vector<float> x = h;  // the layer's output is discarded
     run_window(l, L, x, &observer);

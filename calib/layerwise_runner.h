@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "calib/hessian.h"
-#include "model/llama_model.h"
+#include "model/decoder.h"
 
 namespace sq {
 
@@ -40,31 +40,31 @@ class LayerwiseRunner {
  public:
   /// Embeds every window with `model` (which must outlive the runner). Throws std::length_error
   /// when a window is longer than the model's context, std::out_of_range for a bad token id.
-  LayerwiseRunner(const LlamaModel& model, const std::vector<std::vector<int32_t>>& windows);
+  LayerwiseRunner(const Decoder& model, const std::vector<std::vector<int32_t>>& windows);
 
   /// Runs decoder layer `l` with weights `L` over every window (fresh KV cache per window, causal,
   /// positions 0 …) and replaces the stored hidden states by the layer's outputs (call it for
   /// l = 0, 1, … in order).
-  void advance(int l, const LlamaLayer& L);
+  void advance(int l, const DecoderLayer& L);
 
   /// Hessians of layer `l` (weights `L`) on the current hidden states, which are left unchanged.
   /// Deterministic for any thread count: per-window accumulators merged in window order.
-  LayerHessians hessians(int l, const LlamaLayer& L) const;
+  LayerHessians hessians(int l, const DecoderLayer& L) const;
 
   /// Runs layer `l` (weights `L`) over every window, one window at a time in window order, with
   /// `observer` seeing its activations (e.g. to capture calibration rows); the stored hidden states
   /// are left unchanged.
-  void observe(int l, const LlamaLayer& L, ActivationObserver& observer) const;
+  void observe(int l, const DecoderLayer& L, ActivationObserver& observer) const;
 
   /// Total tokens over all windows.
   int64_t tokens() const;
 
  private:
   /// Runs layer l on window w's hidden states in `x` (in place), observed by `obs` (may be null).
-  void run_window(int l, const LlamaLayer& L, std::vector<float>& x, ActivationObserver* obs) const;
+  void run_window(int l, const DecoderLayer& L, std::vector<float>& x, ActivationObserver* obs) const;
   int window_threads() const;
 
-  const LlamaModel& model_;
+  const Decoder& model_;
   std::vector<std::vector<float>> hidden_;  ///< per window: [tokens, dim]
 };
 

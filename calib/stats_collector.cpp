@@ -51,7 +51,7 @@ void StatsCollector::merge(const StatsCollector& o) {
   }
 }
 
-std::vector<LayerStats> collect_activation_stats(const LlamaModel& model, const std::vector<std::vector<int32_t>>& windows,
+std::vector<LayerStats> collect_activation_stats(const Decoder& model, const std::vector<std::vector<int32_t>>& windows,
                                                  const std::function<void(int64_t, int64_t)>& progress) {
   return std::move(observe_windows<StatsCollector>(model, windows, progress).layers());
 }

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "calib/activation_stats.h"
-#include "model/llama_model.h"
+#include "model/decoder.h"
 #include "model/observer.h"
 
 namespace sq {
@@ -33,7 +33,7 @@ class StatsCollector final : public ActivationObserver {
 /// thread count, and memory is O(threads), independent of the number of windows.
 /// `progress(done, total)` is called after each group. Throws std::length_error for a window
 /// longer than the model's context.
-std::vector<LayerStats> collect_activation_stats(const LlamaModel& model, const std::vector<std::vector<int32_t>>& windows,
+std::vector<LayerStats> collect_activation_stats(const Decoder& model, const std::vector<std::vector<int32_t>>& windows,
                                                  const std::function<void(int64_t, int64_t)>& progress = {});
 
 }  // namespace sq

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/finite.h"
-#include "model/llama_model.h"
+#include "model/decoder.h"
 #include "model/nonfinite.h"
 
 namespace sq {
@@ -29,7 +29,7 @@ namespace sq {
 /// Collector: constructible from `const ModelConfig&`, derived from ActivationObserver, with
 /// `void merge(const Collector&)`.
 template <typename Collector>
-Collector observe_windows(const LlamaModel& model, const std::vector<std::vector<int32_t>>& windows,
+Collector observe_windows(const Decoder& model, const std::vector<std::vector<int32_t>>& windows,
                           const std::function<void(int64_t, int64_t)>& progress = {}) {
   const ModelConfig& c = model.config();
   const int threads = c.dim < 1024 ? omp_get_max_threads() : 1;

@@ -6,7 +6,7 @@ namespace {
 
 using D = GgufDim;
 
-/// `llama` (llama.cpp LLM_ARCH_LLAMA; written by convert_hf_to_gguf.py's LlamaModel for
+/// `llama` (llama.cpp LLM_ARCH_LLAMA; written by convert_hf_to_gguf.py's Decoder for
 /// LlamaForCausalLM checkpoints such as SmolLM2). Key and tensor names: llama.cpp
 /// src/llama-arch.cpp (LLM_KV_*, LLM_TENSOR_* for LLM_ARCH_LLAMA) and the GGUF spec.
 const GgufArchitecture kLlama{

@@ -5,7 +5,7 @@
 // canonical names, shapes) is the data in formats/gguf_architecture.h; this file interprets it.
 // Supported: `llama` (SmolLM2, Llama 1/2/3 without rope_freqs, Mistral-style llama files).
 //
-// Q/K row order. llama.cpp's convert_hf_to_gguf.py (LlamaModel.permute) reorders the rows of every
+// Q/K row order. llama.cpp's convert_hf_to_gguf.py (Decoder.permute) reorders the rows of every
 // HF q_proj / k_proj from transformers' half-split RoPE layout (pairs (i, i + d/2), `rotate_half`)
 // to the interleaved layout of its RoPE "normal" mode (pairs (2i, 2i+1)), per head (n_heads heads
 // for q, n_kv_heads for k): GGUF row h*d + 2i + j = HF row h*d + j*d/2 + i. Running the GGUF rows

@@ -59,7 +59,7 @@ std::vector<int32_t> random_order(int64_t in, int64_t n_outlier, uint32_t seed) 
   return outlier_channel_order(energy, n_outlier);
 }
 
-std::vector<float> logits_of(const LlamaModel& m, const std::vector<int32_t>& tokens) {
+std::vector<float> logits_of(const Decoder& m, const std::vector<int32_t>& tokens) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   KVCache cache(m.config(), n);
   Workspace ws;
@@ -86,9 +86,9 @@ TEST(AtomReorder, FoldAndGatherLeaveFp32LogitsUnchanged) {
     ASSERT_EQ(atom_outlier_count(c.hidden_dim, -1), 10);
     fold_ffn_hidden_order(ck, l, o[3]);
   }
-  LlamaModel reordered = LlamaModel::from_checkpoint(ck);
+  Decoder reordered = Decoder::from_checkpoint(ck);
   for (int l = 0; l < c.n_layers; ++l) {
-    LlamaLayer& L = reordered.mutable_layers()[size_t(l)];
+    DecoderLayer& L = reordered.mutable_layers()[size_t(l)];
     const auto& o = orders[size_t(l)];
     const std::string p = names::layer(l);
     auto gathered = [&](const std::string& name, const std::vector<int32_t>& ord) {

@@ -116,7 +116,7 @@ TEST(ConfigBoundsAccepts, FewerLayersThanTheFile) {
 }
 
 // The same bound on a packed .sqm file: its header's model_config.n_layers is checked against the
-// tensor table before the per-layer vector is allocated (1e9 LlamaLayer objects would be hundreds
+// tensor table before the per-layer vector is allocated (1e9 DecoderLayer objects would be hundreds
 // of GB).
 TEST(ConfigBoundsSqm, HugeLayerCountRefusedQuickly) {
   ScratchDir dir;

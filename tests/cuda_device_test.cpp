@@ -49,7 +49,7 @@ TEST(CudaDevice, SelectDeviceParsesAndRefusesMissingCuda) {
 TEST(CudaDevice, RunnerRefusesToStartWithoutCuda) {
   if (cuda_available()) GTEST_SKIP() << "a CUDA device is present (covered by CudaModel tests)";
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
-  const LlamaModel model = LlamaModel::from_checkpoint(ck);
+  const Decoder model = Decoder::from_checkpoint(ck);
   EXPECT_THROW(CudaLlamaModel{model}, UnsupportedError);
   EXPECT_THROW(DeviceArray<float>(16), UnsupportedError);
 }

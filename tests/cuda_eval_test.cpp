@@ -40,7 +40,7 @@ TEST(CudaEval, PerplexityMatchesCpuWithinATenthOfAPercent) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   Stories s;
   for (const bool w8a8 : {false, true}) {
-    LlamaModel model = LlamaModel::from_checkpoint(s.ck);
+    Decoder model = Decoder::from_checkpoint(s.ck);
     if (w8a8) quantize_linears_w8a8(model, WeightGranularity::PerChannel, ActQuant::PerToken, false);
     CudaLlamaModel gpu(model);
     for (const char* kv : {"fp32", "int8", "int4"}) {
@@ -66,7 +66,7 @@ TEST(CudaEval, PerplexityMatchesCpuWithinATenthOfAPercent) {
 TEST(CudaEval, GreedyGenerationMatchesCpu) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   Stories s;
-  const LlamaModel model = LlamaModel::from_checkpoint(s.ck);
+  const Decoder model = Decoder::from_checkpoint(s.ck);
   CudaLlamaModel gpu(model);
   const std::vector<int32_t> prompt(s.tokens.begin(), s.tokens.begin() + 8);
   SamplerOptions so;

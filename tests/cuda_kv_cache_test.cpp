@@ -28,7 +28,7 @@
 #include "formats/llama2c_checkpoint.h"
 #include "formats/safetensors.h"
 #include "formats/tokenizer.h"
-#include "model/llama_model.h"
+#include "model/decoder.h"
 #include "ops/ops.h"
 #include "quant/codebook_quantize.h"
 #include "quant/kv_codec.h"
@@ -57,7 +57,7 @@ const RealKV& real_kv() {
   static const RealKV kv = [] {
     RealKV r;
     const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
-    const LlamaModel model = LlamaModel::from_checkpoint(ck);
+    const Decoder model = Decoder::from_checkpoint(ck);
     auto tok = load_tokenizer(test::stories_tokenizer());
     const std::vector<int> ids =
         tok->encode("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends. "
@@ -606,7 +606,7 @@ TEST(CudaKVCache, EveryFormatOnStories260KRowsMatchesCpuBytesAttentionAndAccount
   const RealKV& kv = real_kv();
   // Real calibration: Fisher samples of 4 windows × 64 tokens, codebooks fitted per spec.
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
-  const LlamaModel model = LlamaModel::from_checkpoint(ck);
+  const Decoder model = Decoder::from_checkpoint(ck);
   auto tok = load_tokenizer(test::stories_tokenizer());
   const KVFisherResult fisher = collect_kv_fisher(
       model, sample_calibration_windows(test::shared_data("tinystories/tinystories-train-2MiB.txt"), *tok, 4, 64, 9), 200, 9);

@@ -1,4 +1,4 @@
-// The CUDA runner (lib/cuda/cuda_llama_model.h) against LlamaModel::forward on the real
+// The CUDA runner (lib/cuda/cuda_llama_model.h) against Decoder::forward on the real
 // stories260K model, FP32, W8A8 and W4A16: logits of a prefill (every token) and of decode steps.
 // Skips without a device.
 #include <gtest/gtest.h>
@@ -39,7 +39,7 @@ double nmse(const float* a, const float* b, size_t n) {
 TEST(CudaModel, Stories260KFp32LogitsMatchCpuPrefillAndDecode) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
-  const LlamaModel model = LlamaModel::from_checkpoint(ck);
+  const Decoder model = Decoder::from_checkpoint(ck);
   auto tok = load_tokenizer(test::stories_tokenizer());
   const std::vector<int> ids = tok->encode("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends.",
                                            true, false);
@@ -81,11 +81,11 @@ TEST(CudaModel, Stories260KFp32LogitsMatchCpuPrefillAndDecode) {
 }
 
 /// Replaces every projection and the LM head of `model` by W4A16 RTN weights (group g, sym/asym).
-void quantize_linears_w4a16(LlamaModel& model, int64_t group, bool asym) {
+void quantize_linears_w4a16(Decoder& model, int64_t group, bool asym) {
   auto w4 = [&](std::unique_ptr<Linear>& lin) {
     lin = std::make_unique<W4A16Linear>(dynamic_cast<const DenseLinear&>(*lin).weight(), group, asym);
   };
-  for (LlamaLayer& L : model.mutable_layers())
+  for (DecoderLayer& L : model.mutable_layers())
     for (auto* lin : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) w4(*lin);
   std::unique_ptr<Linear> head = model.release_lm_head();
   w4(head);
@@ -100,7 +100,7 @@ struct Comparison {
   int argmax_mismatches = 0;
 };
 
-Comparison compare_cpu_cuda(const LlamaModel& model, int64_t steps) {
+Comparison compare_cpu_cuda(const Decoder& model, int64_t steps) {
   auto tok = load_tokenizer(test::stories_tokenizer());
   const std::vector<int> ids = tok->encode("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends.",
                                            true, false);
@@ -133,7 +133,7 @@ TEST(CudaModel, Stories260KW8A8LogitsMatchCpuPrefillAndDecode) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
   // Per-channel weights × per-token activations (SmoothQuant-O1 granularity), every linear and the head.
-  LlamaModel model = LlamaModel::from_checkpoint(ck);
+  Decoder model = Decoder::from_checkpoint(ck);
   quantize_linears_w8a8(model, WeightGranularity::PerChannel, ActQuant::PerToken, /*include_head=*/true);
   const Comparison r = compare_cpu_cuda(model, 6);
   // Each W8A8 linear is bit-identical to the CPU's for identical inputs (CudaLinear.W8A8*); the FP32
@@ -154,7 +154,7 @@ TEST(CudaModel, Stories260KW4A16LogitsMatchCpuPrefillAndDecode) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
   for (auto [g, asym] : {std::pair<int64_t, bool>{32, true}, {128, false}}) {  // 128: ragged groups for in = 64 and 172
-    LlamaModel model = LlamaModel::from_checkpoint(ck);
+    Decoder model = Decoder::from_checkpoint(ck);
     quantize_linears_w4a16(model, g, asym);
     const Comparison r = compare_cpu_cuda(model, 6);
     // W4A16 is continuous in its input: every linear differs from the CPU's by FP32 rounding only
@@ -171,7 +171,7 @@ TEST(CudaModel, Stories260KW4A16LogitsMatchCpuPrefillAndDecode) {
 TEST(CudaModel, Stories260KNuq4KVCacheLogitsMatchCpuPrefillAndDecode) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
-  const LlamaModel model = LlamaModel::from_checkpoint(ck);
+  const Decoder model = Decoder::from_checkpoint(ck);
   auto tok = load_tokenizer(test::stories_tokenizer());
   // KVQuant parameters from a real calibration: Fisher samples of 4 windows x 64 tokens of the
   // training text (what sq-calibrate --fisher records), codebooks fitted per layer.
@@ -218,7 +218,7 @@ TEST(CudaModel, Stories260KNuq4KVCacheLogitsMatchCpuPrefillAndDecode) {
 TEST(CudaModel, AtomW4A4LayerIsRefusedByName) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
-  LlamaModel model = LlamaModel::from_checkpoint(ck);
+  Decoder model = Decoder::from_checkpoint(ck);
   const auto& q = dynamic_cast<const DenseLinear&>(*model.layers()[1].q_proj);
   model.mutable_layers()[1].q_proj = std::make_unique<W4A4Linear>(q.weight(), 0, 32);
   try {

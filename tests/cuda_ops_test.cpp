@@ -178,7 +178,7 @@ TEST(CudaOps, LinearF32MatchesCpuWithinTheSummationBound) {
   }
 }
 
-/// Double-precision causal GQA attention from its definition (LlamaModel::attention's contract).
+/// Double-precision causal GQA attention from its definition (Decoder::attention's contract).
 std::vector<double> attention_reference(const std::vector<float>& q, const std::vector<float>& K, const std::vector<float>& V,
                                         int64_t n, int64_t p0, int heads, int kv_heads, int hd) {
   const int64_t qw = int64_t(heads) * hd, kvw = int64_t(kv_heads) * hd;

@@ -17,7 +17,7 @@ class StoriesPerplexity : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     checkpoint_ = new Checkpoint(load_llama2c_checkpoint(test::stories_model()));
-    model_ = new LlamaModel(LlamaModel::from_checkpoint(*checkpoint_));
+    model_ = new Decoder(Decoder::from_checkpoint(*checkpoint_));
     auto tok = load_tokenizer(test::stories_tokenizer());
     const auto ids = tok->encode(read_file_to_string(test::tinystories_valid()), true, false);
     tokens_ = new std::vector<int32_t>(ids.begin(), ids.end());
@@ -28,11 +28,11 @@ class StoriesPerplexity : public ::testing::Test {
     delete checkpoint_;
   }
   static Checkpoint* checkpoint_;
-  static LlamaModel* model_;
+  static Decoder* model_;
   static std::vector<int32_t>* tokens_;
 };
 Checkpoint* StoriesPerplexity::checkpoint_ = nullptr;
-LlamaModel* StoriesPerplexity::model_ = nullptr;
+Decoder* StoriesPerplexity::model_ = nullptr;
 std::vector<int32_t>* StoriesPerplexity::tokens_ = nullptr;
 
 TEST_F(StoriesPerplexity, LlamaCppProtocolMatchesLlamaCpp) {

@@ -1,6 +1,6 @@
 // K/V Fisher information (calib/fisher.h, sq-calibrate --fisher): the token selection is uniform,
 // capped, sorted and deterministic; the stored K/V rows are what an ActivationObserver sees and the
-// stored weights are the squared gradients of lib/model/llama_backward.h; the result does not depend
+// stored weights are the squared gradients of lib/model/decoder_backward.h; the result does not depend
 // on the thread count; and the CLI writes a file whose Fisher data reads back equal to an
 // in-process run.
 #include <gtest/gtest.h>
@@ -20,8 +20,8 @@
 #include "formats/calibration_h5.h"
 #include "formats/llama2c_checkpoint.h"
 #include "formats/tokenizer.h"
-#include "model/llama_backward.h"
-#include "model/llama_model.h"
+#include "model/decoder_backward.h"
+#include "model/decoder.h"
 #include "tests/support/process.h"
 #include "tests/support/test_data.h"
 
@@ -77,7 +77,7 @@ TEST(FisherTokens, SelectionIsUniform) {
   }
 }
 
-/// Records the pre-RoPE keys and values LlamaModel::forward shows an observer: [layer] → [n, kvw].
+/// Records the pre-RoPE keys and values Decoder::forward shows an observer: [layer] → [n, kvw].
 class KVRecorder final : public ActivationObserver {
  public:
   explicit KVRecorder(int layers) : k(static_cast<size_t>(layers)), v(static_cast<size_t>(layers)) {}
@@ -92,7 +92,7 @@ class KVFisher : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     ck_ = new Checkpoint(load_llama2c_checkpoint(test::stories_model()));
-    model_ = new LlamaModel(LlamaModel::from_checkpoint(*ck_));
+    model_ = new Decoder(Decoder::from_checkpoint(*ck_));
     auto tok = load_tokenizer(test::stories_tokenizer());
     windows_ = new std::vector<std::vector<int32_t>>(sample_calibration_windows(train_text(), *tok, 6, 64, 11));
   }
@@ -102,11 +102,11 @@ class KVFisher : public ::testing::Test {
     delete windows_;
   }
   static Checkpoint* ck_;
-  static LlamaModel* model_;
+  static Decoder* model_;
   static std::vector<std::vector<int32_t>>* windows_;
 };
 Checkpoint* KVFisher::ck_ = nullptr;
-LlamaModel* KVFisher::model_ = nullptr;
+Decoder* KVFisher::model_ = nullptr;
 std::vector<std::vector<int32_t>>* KVFisher::windows_ = nullptr;
 
 TEST_F(KVFisher, StoredRowsAreObserverKVAndSquaredGradients) {
@@ -131,7 +131,7 @@ TEST_F(KVFisher, StoredRowsAreObserverKVAndSquaredGradients) {
       ASSERT_EQ(s.width, kvw);
       ASSERT_EQ(s.keys.size(), size_t(100 * kvw));
       const auto& a = g.layers[size_t(l)];
-      // Observer K/V: a forward with fast_exp vs this module's std::exp (llama_backward_test bounds
+      // Observer K/V: a forward with fast_exp vs this module's std::exp (decoder_backward_test bounds
       // the difference at 1e−5 of the tensor's largest value; layer 0 is identical).
       double kmax = 0, vmax = 0;
       for (float x : rec.k[size_t(l)]) kmax = std::max(kmax, double(std::fabs(x)));
@@ -220,7 +220,7 @@ TEST(SqCalibrateFisher, WritesFisherDataThatReadsBack) {
 
   // The file holds exactly what an in-process run over the same windows gives.
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
-  const LlamaModel model = LlamaModel::from_checkpoint(ck);
+  const Decoder model = Decoder::from_checkpoint(ck);
   auto tok = load_tokenizer(test::stories_tokenizer());
   const KVFisherResult ref = collect_kv_fisher(model, sample_calibration_windows(train_text(), *tok, 4, 64, 9), 100, 9);
   EXPECT_EQ(d.fisher_mean_loss, ref.mean_loss);

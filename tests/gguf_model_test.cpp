@@ -76,7 +76,7 @@ Reference load_reference() {
 }
 
 /// Logits [n, vocab] of `model` over `ids` in one prefill block.
-std::vector<float> all_logits(const LlamaModel& model, const std::vector<int32_t>& ids) {
+std::vector<float> all_logits(const Decoder& model, const std::vector<int32_t>& ids) {
   const int64_t n = static_cast<int64_t>(ids.size()), vocab = model.config().vocab_size;
   KVCache cache(model.config(), n);
   Workspace ws;
@@ -103,7 +103,7 @@ struct Agreement {
   int argmax_equal = 0;      ///< of the 16 stored positions
 };
 
-Agreement compare_with_reference(const LlamaModel& model, const Reference& ref) {
+Agreement compare_with_reference(const Decoder& model, const Reference& ref) {
   const int64_t vocab = model.config().vocab_size;
   const std::vector<float> logits = all_logits(model, ref.ids);
   Agreement a;
@@ -244,7 +244,7 @@ TEST_F(GgufModel, InterleavedRawRowsAreTheSameFunctionUpToRounding) {
     raw.tensors[a + "k_proj.weight"] = permute_qk_rows_for_interleaved(raw.tensors.at(a + "k_proj.weight"), c.n_kv_heads, c.head_dim);
   }
   raw.config.rope_layout = RopeLayout::Interleaved;
-  const LlamaModel interleaved = LlamaModel::from_checkpoint(raw);
+  const Decoder interleaved = Decoder::from_checkpoint(raw);
   const Agreement a = compare_with_reference(interleaved, load_reference());
   std::printf("[ measured ] raw GGUF q/k rows + interleaved RoPE vs transformers: max |dlogit| = %.3g, mean |dNLL| = %.3g\n",
               a.max_dlogit, a.mean_dnll);
@@ -252,7 +252,7 @@ TEST_F(GgufModel, InterleavedRawRowsAreTheSameFunctionUpToRounding) {
   EXPECT_LT(a.max_dlogit, kMaxLogitDiff);
   // And the raw rows under the wrong layout are a different model (what the restoration prevents).
   raw.config.rope_layout = RopeLayout::HalfSplit;
-  const Agreement wrong = compare_with_reference(LlamaModel::from_checkpoint(raw), load_reference());
+  const Agreement wrong = compare_with_reference(Decoder::from_checkpoint(raw), load_reference());
   std::printf("[ measured ] raw GGUF q/k rows + half-split RoPE (wrong): max |dlogit| = %.3g\n", wrong.max_dlogit);
   EXPECT_GT(wrong.max_dlogit, 0.1);
 }

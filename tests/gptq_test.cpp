@@ -19,7 +19,7 @@
 #include "core/error.h"
 #include "formats/llama2c_checkpoint.h"
 #include "formats/tokenizer.h"
-#include "model/llama_model.h"
+#include "model/decoder.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/test_data.h"
 
@@ -370,7 +370,7 @@ TEST(Gptq, BeatsRtnOnHeldOutActivationsForEveryLinearOfStories260K) {
   // 172 = 4·43, so g = 32/64/128 are impossible; it is tested per channel (g = 0) and with g = 43).
   // Every combination of {symmetric, asymmetric} × {act_order off, on} at 4 bits, damp 0.01.
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
-  const LlamaModel model = LlamaModel::from_checkpoint(ck);
+  const Decoder model = Decoder::from_checkpoint(ck);
   const ModelConfig& c = ck.config;
   auto tok = load_tokenizer(test::stories_tokenizer());
   const auto windows = sample_calibration_windows(test::shared_data("tinystories/tinystories-train-2MiB.txt"), *tok, 24, 256, 2024);

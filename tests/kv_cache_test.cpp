@@ -16,7 +16,7 @@
 #include "formats/safetensors.h"
 #include "formats/sqm_file.h"
 #include "formats/tokenizer.h"
-#include "model/llama_model.h"
+#include "model/decoder.h"
 #include "model/sqm_kv_cache.h"
 #include "ops/ops.h"
 #include "quant/kv_codec.h"
@@ -276,7 +276,7 @@ TEST(KVCache, SqmCodebookWithTheWrongSizeIsAnInputError) {
 // scales and zero points (the check kept them in FP32) and its 3 significant digits.
 TEST(KVEval, UniformBaselinesMatchTheIndependentNumpyCheck) {
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
-  const LlamaModel model = LlamaModel::from_checkpoint(ck);
+  const Decoder model = Decoder::from_checkpoint(ck);
   auto tok = load_tokenizer(test::stories_tokenizer());
   const auto ids = tok->encode(read_file_to_string(test::tinystories_valid()), true, false);
   const std::vector<int32_t> tokens(ids.begin(), ids.end());

@@ -1,6 +1,6 @@
 // Fused decode attention over nuq KV caches (runtime/kv_decode_attention.h) against the generic
 // path: KVCache::read (dequantize + RoPE) followed by a double-precision attention, on random data
-// for every supported variant, and whole-model token-by-token decoding against LlamaModel's sgemm
+// for every supported variant, and whole-model token-by-token decoding against Decoder's sgemm
 // attention path (stories260K: scalar kernel, head_dim 8; a synthetic model: the SIMD kernel).
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <string>
 
 #include "formats/llama2c_checkpoint.h"
-#include "model/llama_model.h"
+#include "model/decoder.h"
 #include "model/synthetic.h"
 #include "ops/ops.h"
 #include "quant/kv_codec.h"
@@ -211,7 +211,7 @@ TEST(KVDecodeAttention, DeclinesNonNuqCaches) {
 
 /// Decodes `steps` tokens one at a time with the fused kernel and with the generic path (each on
 /// its own nuq cache) and returns the largest |Δ logit| relative to the largest |logit|.
-double decode_difference(const LlamaModel& model, const std::vector<NuqLayerParams>& params, const KVSpec& spec,
+double decode_difference(const Decoder& model, const std::vector<NuqLayerParams>& params, const KVSpec& spec,
                          const std::vector<int32_t>& tokens, bool& fused_ran) {
   const ModelConfig& c = model.config();
   const int64_t steps = static_cast<int64_t>(tokens.size());
@@ -242,7 +242,7 @@ double decode_difference(const LlamaModel& model, const std::vector<NuqLayerPara
 // an FP16 outlier value one ulp apart after 4 steps), after which the two decodes diverge for
 // reasons unrelated to the kernel.
 TEST(KVDecodeAttention, Stories260KTokenByTokenMatchesGenericPath) {
-  const LlamaModel model = LlamaModel::from_checkpoint(load_llama2c_checkpoint(test::stories_model()));
+  const Decoder model = Decoder::from_checkpoint(load_llama2c_checkpoint(test::stories_model()));
   const ModelConfig& c = model.config();
   std::mt19937 rng(3);
   std::vector<int32_t> tokens(100);
@@ -270,7 +270,7 @@ TEST(KVDecodeAttention, SyntheticModelTokenByTokenMatchesGenericPath) {
   c.vocab_size = 64;
   c.hidden_dim = 256;
   c.n_layers = 2;
-  const LlamaModel model = LlamaModel::from_checkpoint(make_synthetic_checkpoint(c, 9));
+  const Decoder model = Decoder::from_checkpoint(make_synthetic_checkpoint(c, 9));
   std::vector<int32_t> tokens(80);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7 + 1) % 64);
   const std::vector<NuqLayerParams> params = random_nuq(c, 3, 8);

@@ -11,7 +11,7 @@
 #include "formats/llama2c_checkpoint.h"
 #include "formats/mapped_file.h"
 #include "formats/tokenizer.h"
-#include "model/llama_model.h"
+#include "model/decoder.h"
 #include "runtime/generator.h"
 #include "tests/support/process.h"
 #include "tests/support/test_data.h"
@@ -116,7 +116,7 @@ float max_abs_diff(const float* a, const float* b, size_t n) {
   return m;
 }
 
-TEST(LlamaModel, LoadsStories260KConfig) {
+TEST(Decoder, LoadsStories260KConfig) {
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
   const ModelConfig& c = ck.config;
   EXPECT_EQ(c.dim, 64);
@@ -131,9 +131,9 @@ TEST(LlamaModel, LoadsStories260KConfig) {
   EXPECT_EQ(c.parameter_count(), 260032);  // the README's known parameter count
 }
 
-TEST(LlamaModel, PrefillMatchesScalarReference) {
+TEST(Decoder, PrefillMatchesScalarReference) {
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
-  const LlamaModel model = LlamaModel::from_checkpoint(ck);
+  const Decoder model = Decoder::from_checkpoint(ck);
   auto tok = load_tokenizer(test::stories_tokenizer());
   const auto tokens = first_tokens(*tok, 96);
   const int64_t n = static_cast<int64_t>(tokens.size());
@@ -154,9 +154,9 @@ TEST(LlamaModel, PrefillMatchesScalarReference) {
   EXPECT_LT(worst, 1e-4f);
 }
 
-TEST(LlamaModel, TokenByTokenDecodeMatchesPrefill) {
+TEST(Decoder, TokenByTokenDecodeMatchesPrefill) {
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
-  const LlamaModel model = LlamaModel::from_checkpoint(ck);
+  const Decoder model = Decoder::from_checkpoint(ck);
   auto tok = load_tokenizer(test::stories_tokenizer());
   const auto tokens = first_tokens(*tok, 200);  // > one 64-row attention query block
   const int64_t n = static_cast<int64_t>(tokens.size());
@@ -175,9 +175,9 @@ TEST(LlamaModel, TokenByTokenDecodeMatchesPrefill) {
   EXPECT_EQ(c2.length(), n);
 }
 
-TEST(LlamaModel, GreedyGenerationIsTheKnownStory) {
+TEST(Decoder, GreedyGenerationIsTheKnownStory) {
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
-  const LlamaModel model = LlamaModel::from_checkpoint(ck);
+  const Decoder model = Decoder::from_checkpoint(ck);
   auto tok = load_tokenizer(test::stories_tokenizer());
   const auto ids = tok->encode("Once upon a time", true, false);
   Sampler greedy(SamplerOptions{0.0f, 0, 1.0f, 1});
@@ -191,9 +191,9 @@ TEST(LlamaModel, GreedyGenerationIsTheKnownStory) {
   EXPECT_EQ(text.substr(0, known.size()), known);
 }
 
-TEST(LlamaModel, ForwardRejectsOutOfRangeTokenAndFullCache) {
+TEST(Decoder, ForwardRejectsOutOfRangeTokenAndFullCache) {
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
-  const LlamaModel model = LlamaModel::from_checkpoint(ck);
+  const Decoder model = Decoder::from_checkpoint(ck);
   KVCache cache(ck.config, 2);
   Workspace ws;
   std::vector<float> logits(512 * 3);
@@ -288,7 +288,7 @@ TEST(Llama2cCheckpoint, RejectsTruncatedTrailingAndUnknownVersion) {
 namespace sq {
 namespace {
 
-std::vector<float> logits_for(const LlamaModel& m, const std::vector<int32_t>& tokens) {
+std::vector<float> logits_for(const Decoder& m, const std::vector<int32_t>& tokens) {
   KVCache cache(m.config(), static_cast<int64_t>(tokens.size()));
   Workspace ws;
   std::vector<float> out(tokens.size() * static_cast<size_t>(m.config().vocab_size));
@@ -300,7 +300,7 @@ TEST(HfCheckpointModel, SameLogitsAsLlama2cPathInF32AndBf16) {
   // Issue #2 acceptance 2: stories260K written as a genuine HF checkpoint (q/k rows permuted for
   // rotate_half RoPE) runs with the half-split RoPE convention and gives the llama2.c logits.
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
-  const LlamaModel ref_model = LlamaModel::from_checkpoint(ck);
+  const Decoder ref_model = Decoder::from_checkpoint(ck);
   auto tok = load_tokenizer(test::stories_tokenizer());
   const auto tokens = first_tokens(*tok, 256);
   const auto ref = logits_for(ref_model, tokens);

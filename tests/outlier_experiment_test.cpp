@@ -51,7 +51,7 @@ class OutlierExperiment : public ::testing::Test {
   static std::string convert(const Checkpoint& ck, ConvertOptions options, const test::ScratchDir& dir, const std::string& name) {
     LoadedModel src;
     src.checkpoint = ck;
-    src.model = std::make_unique<LlamaModel>(LlamaModel::from_checkpoint(ck));
+    src.model = std::make_unique<Decoder>(Decoder::from_checkpoint(ck));
     src.path = ck.source;
     src.format = "llama2c";
     CalibrationData calib;

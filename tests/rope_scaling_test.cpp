@@ -19,7 +19,7 @@
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
 #include "formats/sqm_file.h"
-#include "model/llama_backward.h"
+#include "model/decoder_backward.h"
 #include "model/model_loader.h"
 #include "model/sqm_model.h"
 #include "runtime/kv_cache.h"
@@ -54,7 +54,7 @@ Reference load_reference(const std::string& name) {
 
 /// Logits [T, vocab] of `model` over `ids`: one prefill block of the first `prefill` tokens (all
 /// when 0), then one decode step per remaining token, through a KV cache of format `spec`.
-std::vector<float> run(const LlamaModel& model, const std::vector<int32_t>& ids, int64_t prefill = 0, KVSpec spec = {}) {
+std::vector<float> run(const Decoder& model, const std::vector<int32_t>& ids, int64_t prefill = 0, KVSpec spec = {}) {
   const int64_t n = static_cast<int64_t>(ids.size()), vocab = model.config().vocab_size;
   if (prefill <= 0) prefill = n;
   KVCache cache(model.config(), n, spec);
@@ -82,7 +82,7 @@ LogitDiff compare(const A* a, const B* b, int64_t n, int64_t vocab) {
   return d;
 }
 
-LogitDiff compare_with_reference(const LlamaModel& model, const std::string& name, int64_t prefill = 0, KVSpec spec = {}) {
+LogitDiff compare_with_reference(const Decoder& model, const std::string& name, int64_t prefill = 0, KVSpec spec = {}) {
   const Reference ref = load_reference(name);
   const int64_t n = static_cast<int64_t>(ref.ids.size()), vocab = model.config().vocab_size;
   EXPECT_EQ(ref.logits.shape(), (std::vector<int64_t>{n, vocab}));
@@ -120,13 +120,13 @@ TEST_P(HfTinyRope, DecodeThroughPreRopeCacheMatchesTransformers) {
   EXPECT_EQ(d.argmax_mismatch, 0);
 }
 
-// The Fisher backward pass (llama_backward.cpp) has its own RoPE, in double for T = double.
+// The Fisher backward pass (decoder_backward.cpp) has its own RoPE, in double for T = double.
 TEST_P(HfTinyRope, BackwardPassForwardMatchesTransformers) {
   const LoadedModel m = load_model(tiny(GetParam()));
   const Reference ref = load_reference(GetParam());
   const int64_t n = static_cast<int64_t>(ref.ids.size());
   std::vector<double> logits;
-  LlamaKVBackward<double>(*m.model).loss(ref.ids.data(), n, nullptr, &logits);
+  DecoderKVBackward<double>(*m.model).loss(ref.ids.data(), n, nullptr, &logits);
   ASSERT_EQ(static_cast<int64_t>(logits.size()), ref.logits.numel());
   const LogitDiff d = compare(logits.data(), ref.logits.data(), n, m.model->config().vocab_size);
   EXPECT_LT(d.max_abs, kLogitTol);  // FP64 here, FP32 in transformers: the same rounding budget
@@ -147,7 +147,7 @@ TEST(HfTinyRopeControl, ScaledModelsRunAsPlainRopeMissTheReference) {
     Checkpoint ck = load_hf_checkpoint(tiny(name));
     ASSERT_FALSE(ck.config.rope_scaling.is_default()) << name;
     ck.config.rope_scaling = RopeScaling{};
-    const LogitDiff d = compare_with_reference(LlamaModel::from_checkpoint(ck), name);
+    const LogitDiff d = compare_with_reference(Decoder::from_checkpoint(ck), name);
     std::printf("[ measured ] %s as plain RoPE: max |dlogit| = %.3g, %d argmax mismatches\n", name, d.max_abs, d.argmax_mismatch);
     EXPECT_GT(d.max_abs, 0.5) << name;
     EXPECT_GT(d.argmax_mismatch, 10) << name;
@@ -259,7 +259,7 @@ TEST(HfRopeConfig, RopeParametersThetaIsUsed) {
   Checkpoint ck = load_hf_checkpoint(tiny("llama-gqa"));
   ck.config.rope_theta = 500000.0f;
   const Reference ref = load_reference("llama-gqa");
-  EXPECT_EQ(run(*m.model, ref.ids), run(LlamaModel::from_checkpoint(ck), ref.ids));
+  EXPECT_EQ(run(*m.model, ref.ids), run(Decoder::from_checkpoint(ck), ref.ids));
 }
 
 // transformers < 5 configs: legacy rope_scaling (rope_type or type) + top-level rope_theta.

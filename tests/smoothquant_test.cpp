@@ -10,7 +10,7 @@
 #include "formats/llama2c_checkpoint.h"
 #include "formats/mapped_file.h"
 #include "formats/tokenizer.h"
-#include "model/llama_model.h"
+#include "model/decoder.h"
 #include "model/synthetic.h"
 #include "tests/support/test_data.h"
 
@@ -40,7 +40,7 @@ std::vector<int32_t> sample_tokens(size_t n) {
 }
 
 std::vector<float> logits_of(const Checkpoint& ck, const std::vector<int32_t>& tokens) {
-  const LlamaModel m = LlamaModel::from_checkpoint(ck);
+  const Decoder m = Decoder::from_checkpoint(ck);
   KVCache cache(ck.config, static_cast<int64_t>(tokens.size()));
   Workspace ws;
   std::vector<float> out(tokens.size() * static_cast<size_t>(ck.config.vocab_size));
@@ -59,7 +59,7 @@ TEST(SmoothQuant, SmoothingPreservesTheFunctionOfStories260K) {
   const auto tokens = sample_tokens(128);
   const auto ref = logits_of(base, tokens);
   const std::vector<std::vector<int32_t>> windows = {tokens};
-  const auto stats = collect_activation_stats(LlamaModel::from_checkpoint(base), windows);
+  const auto stats = collect_activation_stats(Decoder::from_checkpoint(base), windows);
   for (float alpha : {0.3f, 0.5f, 0.85f}) {
     Checkpoint ck = base;
     for (int l = 0; l < ck.config.n_layers; ++l)
@@ -79,13 +79,13 @@ TEST(SmoothQuant, SmoothedAbsmaxIsTheStatisticOfTheSmoothedActivation) {
   // Smoothing divides channel j by s_j, so the smoothed model's calibrated absmax is absmax/s.
   const Checkpoint base = load_llama2c_checkpoint(test::stories_model());
   const std::vector<std::vector<int32_t>> windows = {sample_tokens(128)};
-  const auto stats = collect_activation_stats(LlamaModel::from_checkpoint(base), windows);
+  const auto stats = collect_activation_stats(Decoder::from_checkpoint(base), windows);
   Checkpoint ck = base;
   const auto s_in = compute_group_factors(ck, stats[1], 1, ActivationSite::AttnInput, 0.5f);
   apply_smoothing(ck, 1, ActivationSite::AttnInput, s_in);
   const auto s_vo = compute_group_factors(ck, stats[1], 1, ActivationSite::AttnOutput, 0.5f);
   apply_smoothing(ck, 1, ActivationSite::AttnOutput, s_vo);
-  const auto after = collect_activation_stats(LlamaModel::from_checkpoint(ck), windows);
+  const auto after = collect_activation_stats(Decoder::from_checkpoint(ck), windows);
   for (ActivationSite site : {ActivationSite::AttnInput, ActivationSite::AttnOutput}) {
     const auto& s = site == ActivationSite::AttnInput ? s_in : s_vo;
     const auto predicted = smoothed_absmax(ck.config, site, stats[1].inputs[size_t(site)].absmax, s);
@@ -100,8 +100,8 @@ TEST(SmoothQuant, OutlierVariantPreservesFunctionAndCreatesOutliers) {
   const auto tokens = sample_tokens(128);
   EXPECT_LT(max_abs_diff(logits_of(base, tokens), logits_of(variant, tokens)), 1e-4f);  // issue #3 acceptance 2
   const std::vector<std::vector<int32_t>> windows = {tokens};
-  const auto before = collect_activation_stats(LlamaModel::from_checkpoint(base), windows);
-  const auto after = collect_activation_stats(LlamaModel::from_checkpoint(variant), windows);
+  const auto before = collect_activation_stats(Decoder::from_checkpoint(base), windows);
+  const auto after = collect_activation_stats(Decoder::from_checkpoint(variant), windows);
   for (int c : {3, 17, 29, 50})
     EXPECT_FLOAT_EQ(after[0].inputs[0].absmax[size_t(c)] / before[0].inputs[0].absmax[size_t(c)], 64.0f);
 }

@@ -14,7 +14,7 @@
 #include "formats/llama2c_checkpoint.h"
 #include "formats/mapped_file.h"
 #include "formats/tokenizer.h"
-#include "model/llama_model.h"
+#include "model/decoder.h"
 #include "ops/ops.h"
 #include "quant/kv_codec.h"
 #include "runtime/kv_cache.h"
@@ -35,7 +35,7 @@ std::vector<int32_t> story_tokens(size_t n) {
 }
 
 /// Per-position NLL of the next token (segment = 1 token).
-std::vector<double> stream_nll(const LlamaModel& m, const std::vector<int32_t>& toks, const std::string& policy,
+std::vector<double> stream_nll(const Decoder& m, const std::vector<int32_t>& toks, const std::string& policy,
                                KVSpec kv = {}) {
   StreamingOptions o;
   o.policy = parse_kv_policy(policy);
@@ -71,7 +71,7 @@ TEST(KVPolicy, ParsesTheGrammarAndRejectsBadPolicies) {
 }
 
 TEST(Streaming, SinkWindowEqualsDenseWhileTheTextFits) {
-  const LlamaModel m = LlamaModel::from_checkpoint(load_llama2c_checkpoint(test::stories_model()));
+  const Decoder m = Decoder::from_checkpoint(load_llama2c_checkpoint(test::stories_model()));
   const auto toks = story_tokens(200);
   // 200 tokens < 4 + 252: nothing is evicted, so every prediction is bit-identical.
   EXPECT_EQ(stream_nll(m, toks, "sink:4,window:252"), stream_nll(m, toks, "dense"));
@@ -87,12 +87,12 @@ TEST(Streaming, EvictedCachesUseCachePositions) {
   // at positions 0..7 — that is what "positions are assigned within the cache" means. With text
   // positions the sinks would sit t − 7 positions further away and the logits would differ.
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
-  LlamaModel full = LlamaModel::from_checkpoint(ck);
+  Decoder full = Decoder::from_checkpoint(ck);
   ModelConfig c1 = full.config();
   c1.n_layers = 1;
-  std::vector<LlamaLayer> one;
+  std::vector<DecoderLayer> one;
   one.push_back(std::move(full.mutable_layers()[0]));
-  LlamaModel m(c1, full.embedding(), std::move(one), full.final_norm(), full.release_lm_head());
+  Decoder m(c1, full.embedding(), std::move(one), full.final_norm(), full.release_lm_head());
   const auto toks = story_tokens(40);
   for (const char* keys : {"post-rope", "pre-rope"}) {
     KVSpec kv;
@@ -118,7 +118,7 @@ TEST(Streaming, EvictedCachesUseCachePositions) {
 /// A 1-layer model whose every query attends almost only to token 0 ("attention sink"): token 0's
 /// key and every query share a large component in the slowest RoPE pair (dims 6,7 of the head:
 /// 10000^(−6/8) rad per position, so RoPE barely rotates it), and token 0's value is distinctive.
-LlamaModel sink_model() {
+Decoder sink_model() {
   ModelConfig c = test::small_config(16, 1, 1, 1, 12, 64);
   c.head_dim = 8;  // q/k/v are 8 wide, the residual stream 16
   std::mt19937 rng(1);
@@ -138,8 +138,8 @@ LlamaModel sink_model() {
   wq[size_t(6 * 16 + 15)] = 12.0f;  // q[6] ∝ query feature
   wk[size_t(6 * 16 + 0)] = 12.0f;   // k[6] ∝ sink feature
   wv[size_t(0 * 16 + 0)] = 8.0f;    // v of the sink is distinctive
-  std::vector<LlamaLayer> layers(1);
-  LlamaLayer& L = layers[0];
+  std::vector<DecoderLayer> layers(1);
+  DecoderLayer& L = layers[0];
   L.attn_norm = Tensor::from_vector({16}, std::vector<float>(16, 1.0f));
   L.ffn_norm = Tensor::from_vector({16}, std::vector<float>(16, 1.0f));
   L.q_proj = std::make_unique<DenseLinear>(Tensor::from_vector({8, 16}, wq));
@@ -150,12 +150,12 @@ LlamaModel sink_model() {
   L.up_proj = std::make_unique<DenseLinear>(Tensor::zeros({16, 16}));
   L.down_proj = std::make_unique<DenseLinear>(Tensor::zeros({16, 16}));
   Tensor e = Tensor::from_vector({12, 16}, emb);
-  return LlamaModel(c, e, std::move(layers), Tensor::from_vector({16}, std::vector<float>(16, 1.0f)),
+  return Decoder(c, e, std::move(layers), Tensor::from_vector({16}, std::vector<float>(16, 1.0f)),
                     std::make_unique<DenseLinear>(e));
 }
 
 TEST(Streaming, SinksPreserveASinkDependentPatternThatWindowEvictionDestroys) {
-  const LlamaModel m = sink_model();
+  const Decoder m = sink_model();
   std::vector<int32_t> toks = {0};
   for (int i = 0; i < 40; ++i) toks.push_back(1 + i % 11);
   // The constructed model really is sink-dominated: with the dense cache the first token receives
@@ -249,7 +249,7 @@ TEST(Streaming, QHitterScoreFollowsAlgorithm1) {
 }
 
 TEST(Streaming, KVMemoryStaysConstantAndStreamingIsReported) {
-  const LlamaModel m = LlamaModel::from_checkpoint(load_llama2c_checkpoint(test::stories_model()));
+  const Decoder m = Decoder::from_checkpoint(load_llama2c_checkpoint(test::stories_model()));
   const auto toks = story_tokens(1500);
   StreamingOptions o;
   o.policy = parse_kv_policy("sink:4,window:60");

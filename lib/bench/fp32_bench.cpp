@@ -11,7 +11,7 @@
 #include "eval/perplexity.h"
 #include "formats/mapped_file.h"
 #include "formats/tokenizer.h"
-#include "model/llama_model.h"
+#include "model/decoder.h"
 #include "model/model_loader.h"
 #include "model/synthetic.h"
 
@@ -53,7 +53,7 @@ nlohmann::json run_fp32_bench(const Fp32BenchOptions& o) {
 
   const ModelConfig cfg = synthetic_1b_config(o.layers);
   const Checkpoint ck = make_synthetic_checkpoint(cfg);
-  const LlamaModel model = LlamaModel::from_checkpoint(ck);
+  const Decoder model = Decoder::from_checkpoint(ck);
   std::vector<int32_t> tokens(static_cast<size_t>(o.tokens));
   for (int i = 0; i < o.tokens; ++i) tokens[static_cast<size_t>(i)] = (i * 7919) % cfg.vocab_size;
   KVCache cache(cfg, o.tokens);

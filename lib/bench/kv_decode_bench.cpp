@@ -12,7 +12,7 @@
 #include "bench/timing.h"
 #include "core/error.h"
 #include "core/rope_frequencies.h"
-#include "model/llama_model.h"
+#include "model/decoder.h"
 #include "ops/ops.h"
 #include "runtime/kv_cache.h"
 #include "runtime/kv_decode_attention.h"
@@ -95,7 +95,7 @@ nlohmann::json run_kv_decode_bench(const std::vector<int64_t>& contexts, double 
   const int64_t block = 256;
   const auto kblock = normal_vector(block * width, 31, 1.5f), vblock = normal_vector(block * width, 32, 1.0f);
   const auto q = normal_vector(qw, 33, 1.0f);
-  const LlamaModel model(c, Tensor(), {}, Tensor(), nullptr);
+  const Decoder model(c, Tensor(), {}, Tensor(), nullptr);
   std::printf("%-7s %-13s %7s %10s %12s %10s %10s\n", "tokens", "cache", "layers", "ms/step", "MB read", "GB/s", "x fp32");
   bool first = true;
   for (const int64_t T : contexts) {

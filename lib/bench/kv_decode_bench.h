@@ -1,5 +1,5 @@
 // KV decode attention benchmark (issue #4): one decode step of one layer with LLaMA-7B attention
-// shapes over an FP32 cache (KVCache::read's no-copy view + LlamaModel::attention, the runner's
+// shapes over an FP32 cache (KVCache::read's no-copy view + Decoder::attention, the runner's
 // FP32 path) and over nuqX caches through the fused kernel (runtime/kv_decode_attention.h),
 // measured side by side in one run.
 #pragma once

@@ -9,7 +9,7 @@
 #include "eval/streaming.h"
 #include "formats/mapped_file.h"
 #include "formats/tokenizer.h"
-#include "model/llama_model.h"
+#include "model/decoder.h"
 #include "model/model_loader.h"
 
 namespace sq::bench {

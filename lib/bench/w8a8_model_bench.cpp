@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "bench/timing.h"
-#include "model/llama_model.h"
+#include "model/decoder.h"
 #include "model/quantize_in_memory.h"
 #include "model/synthetic.h"
 
@@ -14,15 +14,15 @@ namespace sq::bench {
 nlohmann::json run_w8a8_prefill_bench(int layers, int tokens, double min_seconds) {
   const ModelConfig cfg = synthetic_1b_config(layers);
   const Checkpoint ck = make_synthetic_checkpoint(cfg);
-  LlamaModel fp32 = LlamaModel::from_checkpoint(ck);
-  LlamaModel w8a8 = LlamaModel::from_checkpoint(ck);
+  Decoder fp32 = Decoder::from_checkpoint(ck);
+  Decoder w8a8 = Decoder::from_checkpoint(ck);
   quantize_linears_w8a8(w8a8, WeightGranularity::PerChannel, ActQuant::PerToken, /*include_head=*/true);
   std::vector<int32_t> ids(static_cast<size_t>(tokens));
   for (int i = 0; i < tokens; ++i) ids[static_cast<size_t>(i)] = (i * 7919) % cfg.vocab_size;
   KVCache cache(cfg, tokens);
   Workspace ws;
   std::vector<float> a(static_cast<size_t>(cfg.vocab_size)), b(a.size());
-  auto prefill = [&](const LlamaModel& m, std::vector<float>& logits) {
+  auto prefill = [&](const Decoder& m, std::vector<float>& logits) {
     cache.clear();
     m.forward(ids.data(), tokens, cache, ws, logits.data(), LogitsFor::LastToken);
   };

@@ -10,10 +10,10 @@
 
 namespace sq {
 
-CudaLlamaModel::CudaLlamaModel(const LlamaModel& model) : config_(model.config()), rope_inv_freq_(rope_inv_freq(config_)) {
+CudaLlamaModel::CudaLlamaModel(const Decoder& model) : config_(model.config()), rope_inv_freq_(rope_inv_freq(config_)) {
   require_cuda("CUDA runner");
   const ModelConfig& c = config_;
-  // The FP32 embedding table, dequantized when stored INT8 (LlamaModel::embed does either).
+  // The FP32 embedding table, dequantized when stored INT8 (Decoder::embed does either).
   std::vector<int32_t> all(size_t(c.vocab_size));
   std::iota(all.begin(), all.end(), 0);
   std::vector<float> table(size_t(c.vocab_size) * size_t(c.dim));
@@ -21,7 +21,7 @@ CudaLlamaModel::CudaLlamaModel(const LlamaModel& model) : config_(model.config()
   embed_ = DeviceArray<float>(table);
   final_norm_ = DeviceArray<float>(model.final_norm().data(), size_t(c.dim));
   for (int l = 0; l < c.n_layers; ++l) {
-    const LlamaLayer& L = model.layers()[size_t(l)];
+    const DecoderLayer& L = model.layers()[size_t(l)];
     const std::string p = "layer " + std::to_string(l) + " ";
     Layer D;
     D.attn_norm = DeviceArray<float>(L.attn_norm.data(), size_t(c.dim));

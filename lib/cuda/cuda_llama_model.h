@@ -1,4 +1,4 @@
-// LLaMA runner on a CUDA device: the decoder of LlamaModel (model/llama_model.h) with its
+// LLaMA runner on a CUDA device: the decoder of Decoder (model/decoder.h) with its
 // weights uploaded once and every op from cuda/cuda_ops.h, over a device KV cache in any KVSpec
 // format (cuda/cuda_kv_cache.h).
 //
@@ -16,7 +16,7 @@
 #include "cuda/cuda_kv_cache.h"
 #include "cuda/cuda_linear.h"
 #include "cuda/cuda_runtime.h"
-#include "model/llama_model.h"
+#include "model/decoder.h"
 
 namespace sq {
 
@@ -29,11 +29,11 @@ class CudaLlamaModel {
   /// projection or the LM head has a format the CUDA backend does not run (naming the layer and
   /// its format, e.g. an Atom W4A4 linear), when sqkit was built without CUDA or no device is
   /// usable; CudaError when the device runs out of memory.
-  explicit CudaLlamaModel(const LlamaModel& model);
+  explicit CudaLlamaModel(const Decoder& model);
 
   const ModelConfig& config() const { return config_; }
 
-  /// As LlamaModel::forward: runs `n` host tokens at positions cache.length() … +n−1, appends
+  /// As Decoder::forward: runs `n` host tokens at positions cache.length() … +n−1, appends
   /// their keys/values to `cache` and writes host `logits`: [n, vocab] for AllTokens, [1, vocab]
   /// for LastToken, nothing for None. Throws std::out_of_range for a token id outside the
   /// vocabulary and std::length_error when the cache has no room, both before touching the device.

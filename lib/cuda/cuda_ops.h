@@ -1,5 +1,5 @@
 // The LLaMA decoder's ops on a CUDA device (FP32 activations), mirroring lib/ops/ops.h and the
-// attention of LlamaModel (model/llama_model.cpp) so each can be tested against the CPU reference.
+// attention of Decoder (model/decoder.cpp) so each can be tested against the CPU reference.
 //
 // One header declares every op; cuda_ops.cu implements them with CUDA kernels and cuBLAS, and
 // cuda_stub.cpp (builds without CUDA) with functions that throw UnsupportedError.
@@ -51,7 +51,7 @@ void add_inplace(float* out, const float* x, int64_t count, Stream stream = {});
 /// Row-wise numerically stable softmax with a causal prefix, in place on x [rows, cols]: row i
 /// normalizes its first v_i = min(cols, visible0 + i) entries (softmax(s)_j = exp(s_j − max) / Σ)
 /// and sets entries [v_i, cols) to 0. visible0 = cols gives a plain row-wise softmax; for n new
-/// queries after p0 cached tokens, visible0 = p0 + 1 gives the causal mask of LlamaModel's attention.
+/// queries after p0 cached tokens, visible0 = p0 + 1 gives the causal mask of Decoder's attention.
 /// Throws std::invalid_argument unless visible0 ≥ 1.
 void softmax_rows(float* x, int64_t rows, int64_t cols, int64_t visible0, Stream stream = {});
 
@@ -69,7 +69,7 @@ void linear_f32(const float* x, int64_t n, int64_t k, const float* W, int64_t m,
                 Stream stream = {});
 
 /// Causal grouped-query attention of n new queries at positions p0 … p0+n−1 over cache rows
-/// 0 … p0+n−1, as LlamaModel::attention (prefill: n > 1; decode: n == 1):
+/// 0 … p0+n−1, as Decoder::attention (prefill: n > 1; decode: n == 1):
 ///   S[i, j] = q_h[i] · k_g[j] / sqrt(head_dim) for j ≤ p0 + i,   out_h[i] = softmax(S[i]) · V_g,
 /// where query head h reads KV head g = h / (n_heads / n_kv_heads). q, out: [n, n_heads·head_dim];
 /// keys, values: [p0 + n, n_kv_heads·head_dim] (FP32, keys already rotated). One thread block per

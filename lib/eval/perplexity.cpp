@@ -89,7 +89,7 @@ ChunkSums score_logits(const std::vector<int32_t>& tokens, int64_t chunk, const 
 }
 
 /// Runs one chunk on the CPU model and scores it.
-ChunkSums score_chunk(const LlamaModel& model, const std::vector<int32_t>& tokens, int64_t chunk,
+ChunkSums score_chunk(const Decoder& model, const std::vector<int32_t>& tokens, int64_t chunk,
                       const PerplexityOptions& o, KVCache& cache, Workspace& ws, std::vector<float>& logits,
                       std::vector<int32_t>& input) {
   const int vocab = model.config().vocab_size;
@@ -151,7 +151,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-PerplexityResult evaluate_perplexity(const LlamaModel& model, const std::vector<int32_t>& tokens,
+PerplexityResult evaluate_perplexity(const Decoder& model, const std::vector<int32_t>& tokens,
                                      const PerplexityOptions& o) {
   const int64_t chunks = checked_chunks(tokens, o);
   std::vector<ChunkSums> sums(static_cast<size_t>(chunks));
@@ -230,7 +230,7 @@ PerplexityResult evaluate_perplexity_with(const ModelConfig& config, const std::
   return combine(sums, o, seconds_since(t0));
 }
 
-std::string locate_nonfinite_chunk(const LlamaModel& model, const int32_t* input, const PerplexityOptions& o) {
+std::string locate_nonfinite_chunk(const Decoder& model, const int32_t* input, const PerplexityOptions& o) {
   KVCache cache(model.config(), o.ctx, o.kv, o.kv_params);
   Workspace ws;
   return locate_nonfinite_activation(model, input, o.ctx, cache, ws);

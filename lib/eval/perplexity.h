@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "model/llama_model.h"
+#include "model/decoder.h"
 #include "quant/kv_codec.h"
 #include "runtime/kv_format.h"
 
@@ -80,7 +80,7 @@ int64_t perplexity_chunks(int64_t n_tokens, const PerplexityOptions& options);
 /// multiply-adds); the first chunk that fails is re-run layer by layer and NonFiniteError
 /// "non-finite activation in layer 3 (attention output, the o_proj input) at chunk 2 (tokens
 /// 512-767) (...)" is thrown (model/nonfinite.h).
-PerplexityResult evaluate_perplexity(const LlamaModel& model, const std::vector<int32_t>& tokens,
+PerplexityResult evaluate_perplexity(const Decoder& model, const std::vector<int32_t>& tokens,
                                      const PerplexityOptions& options);
 
 /// Runs one chunk on some backend with a fresh KV cache in options.kv's format: `input` [ctx] token
@@ -98,6 +98,6 @@ PerplexityResult evaluate_perplexity_with(const ModelConfig& config, const std::
 /// Where the first non-finite activation appears when chunk `input` [options.ctx] runs on `model`
 /// from a fresh KV cache in options.kv's format (locate_nonfinite_activation), "" when every value
 /// is finite. For PerplexityOptions::locate_nonfinite when another backend ran the chunk.
-std::string locate_nonfinite_chunk(const LlamaModel& model, const int32_t* input, const PerplexityOptions& options);
+std::string locate_nonfinite_chunk(const Decoder& model, const int32_t* input, const PerplexityOptions& options);
 
 }  // namespace sq

@@ -28,7 +28,7 @@ struct StreamOut {
 };
 
 /// Token-by-token decoding of tokens[0, len) under a cache policy.
-StreamOut decode_stream(const LlamaModel& model, const int32_t* toks, int64_t len, const KVPolicy& policy,
+StreamOut decode_stream(const Decoder& model, const int32_t* toks, int64_t len, const KVPolicy& policy,
                         const StreamingOptions& o, const std::function<void()>& tick) {
   const int vocab = model.config().vocab_size;
   StreamOut out;
@@ -59,7 +59,7 @@ StreamOut decode_stream(const LlamaModel& model, const int32_t* toks, int64_t le
 }
 
 /// Recompute:W: the logits at t come from a fresh prefill of tokens [max(0, t−W+1), t].
-StreamOut recompute_stream(const LlamaModel& model, const int32_t* toks, int64_t len, const KVPolicy& policy,
+StreamOut recompute_stream(const Decoder& model, const int32_t* toks, int64_t len, const KVPolicy& policy,
                            const StreamingOptions& o, const std::function<void()>& tick) {
   const int vocab = model.config().vocab_size;
   const int64_t w = policy.window;
@@ -102,7 +102,7 @@ StreamOut recompute_stream(const LlamaModel& model, const int32_t* toks, int64_t
 
 }  // namespace
 
-StreamingResult evaluate_streaming(const LlamaModel& model, const std::vector<int32_t>& all, const StreamingOptions& o) {
+StreamingResult evaluate_streaming(const Decoder& model, const std::vector<int32_t>& all, const StreamingOptions& o) {
   int64_t n = static_cast<int64_t>(all.size());
   if (o.max_tokens > 0) n = std::min(n, o.max_tokens);
   if (o.segment <= 0) throw UsageError("--segment must be positive, got " + std::to_string(o.segment));

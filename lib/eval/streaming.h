@@ -7,7 +7,7 @@
 #include <functional>
 #include <vector>
 
-#include "model/llama_model.h"
+#include "model/decoder.h"
 #include "quant/kv_codec.h"
 #include "runtime/kv_format.h"
 #include "runtime/kv_policy.h"
@@ -46,7 +46,7 @@ struct StreamingResult {
 /// or the policy does not fit the stream; NonFiniteError "non-finite activation in layer 3 (...) at
 /// token 17 of stream 0 (text token 17) (...)" when a step's logits hold a NaN or ±Inf (each step's
 /// [vocab] logits are checked; the failing step is re-run layer by layer, model/nonfinite.h).
-StreamingResult evaluate_streaming(const LlamaModel& model, const std::vector<int32_t>& tokens,
+StreamingResult evaluate_streaming(const Decoder& model, const std::vector<int32_t>& tokens,
                                    const StreamingOptions& options);
 
 }  // namespace sq

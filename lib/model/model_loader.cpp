@@ -53,7 +53,7 @@ LoadedModel load_model(const std::string& path) {
                             "Hugging Face checkpoint directory with config.json and *.safetensors)");
   }
   check_checkpoint_finite(ck);
-  out.model = std::make_unique<LlamaModel>(LlamaModel::from_checkpoint(ck));
+  out.model = std::make_unique<Decoder>(Decoder::from_checkpoint(ck));
   out.path = path;
   out.format = ck.format;
   out.checkpoint = std::move(ck);

@@ -1,12 +1,12 @@
 // Opens any supported model path (llama2.c .bin, Hugging Face directory, GGUF file, .sqm) as a
-// runnable LlamaModel.
+// runnable Decoder.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "core/checkpoint.h"
-#include "model/llama_model.h"
+#include "model/decoder.h"
 #include "model/sqm_kv_cache.h"
 
 namespace sq {
@@ -14,7 +14,7 @@ namespace sq {
 class SqmFile;
 
 struct LoadedModel {
-  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Decoder> model;
   std::string path;
   std::string format;              ///< "llama2c", "hf-safetensors", "gguf", "sqm"
   /// Tokenizer file found beside the model ("" when none); for a GGUF model the .gguf itself

@@ -38,7 +38,7 @@ class FirstNonFinite final : public ActivationObserver {
 
 }  // namespace
 
-std::string locate_nonfinite_activation(const LlamaModel& model, const int32_t* tokens, int64_t n, KVCache& cache,
+std::string locate_nonfinite_activation(const Decoder& model, const int32_t* tokens, int64_t n, KVCache& cache,
                                         Workspace& ws) {
   const ModelConfig& c = model.config();
   const int64_t d = c.dim;
@@ -72,7 +72,7 @@ std::string locate_nonfinite_activation(const LlamaModel& model, const int32_t* 
   return "";
 }
 
-std::string locate_nonfinite_last_block(const LlamaModel& model, const int32_t* tokens, int64_t n, KVCache& cache,
+std::string locate_nonfinite_last_block(const Decoder& model, const int32_t* tokens, int64_t n, KVCache& cache,
                                         Workspace& ws) {
   if (n > cache.length())
     throw std::invalid_argument("locate_nonfinite_last_block: the cache holds " + std::to_string(cache.length()) +

@@ -7,21 +7,21 @@
 #include <string>
 
 #include "core/error.h"
-#include "model/llama_model.h"
+#include "model/decoder.h"
 #include "runtime/kv_cache.h"
 
 namespace sq {
 
 /// Where a non-finite value first appears when `model` runs tokens[0, n) at cache positions
-/// cache.length() … cache.length()+n−1: re-runs the block step by step (LlamaModel::embed,
+/// cache.length() … cache.length()+n−1: re-runs the block step by step (Decoder::embed,
 /// forward_layer with an observer on every linear input and output, the residual stream after each
 /// layer, the final norm, the LM head in row blocks) and returns the first non-finite point, e.g.
 /// "layer 3 (attention output, the o_proj input)", "layer 0 (mlp.down_proj output)", "layer 2
 /// (residual stream)", "the final norm", "the LM head (logits)", or "" when every value is finite.
 /// Appends the block's keys/values to `cache` (as forward() does). Costs one forward pass plus a
 /// pass over each activation: call it only after a cheap check failed.
-/// Throws what LlamaModel::forward throws (token out of range, cache full).
-std::string locate_nonfinite_activation(const LlamaModel& model, const int32_t* tokens, int64_t n, KVCache& cache,
+/// Throws what Decoder::forward throws (token out of range, cache full).
+std::string locate_nonfinite_activation(const Decoder& model, const int32_t* tokens, int64_t n, KVCache& cache,
                                         Workspace& ws);
 
 /// locate_nonfinite_activation for the block that the last forward() call on `cache` appended
@@ -29,7 +29,7 @@ std::string locate_nonfinite_activation(const LlamaModel& model, const int32_t* 
 /// re-runs the block on the cache state it saw. (The re-run rows' text positions are n later,
 /// which matters only for FP16 attention-sink rows.) Throws std::invalid_argument when the cache
 /// holds fewer than `n` rows.
-std::string locate_nonfinite_last_block(const LlamaModel& model, const int32_t* tokens, int64_t n, KVCache& cache,
+std::string locate_nonfinite_last_block(const Decoder& model, const int32_t* tokens, int64_t n, KVCache& cache,
                                         Workspace& ws);
 
 /// The NonFiniteError of a non-finite activation, one line: with a `location`, "non-finite

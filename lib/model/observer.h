@@ -36,7 +36,7 @@ inline ActivationSite projection_input_site(Projection p) {
   return sites[static_cast<int>(p)];
 }
 
-/// Receives activations during LlamaModel::forward (called on the forwarding thread, in layer
+/// Receives activations during Decoder::forward (called on the forwarding thread, in layer
 /// order; pointers are valid only during the call). All tensors are row-major [n, width].
 class ActivationObserver {
  public:

@@ -12,10 +12,10 @@ void replace(std::unique_ptr<Linear>& lin, WeightGranularity w, ActQuant a) {
 }
 }  // namespace
 
-void quantize_linears_w8a8(LlamaModel& model, WeightGranularity weight, ActQuant act, bool include_head) {
+void quantize_linears_w8a8(Decoder& model, WeightGranularity weight, ActQuant act, bool include_head) {
   if (act == ActQuant::PerTensorStatic)
     throw UsageError("in-memory W8A8 supports dynamic activations only (static scales need calibration: use sq-convert)");
-  for (LlamaLayer& L : model.mutable_layers())
+  for (DecoderLayer& L : model.mutable_layers())
     for (auto* lin : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) replace(*lin, weight, act);
   if (include_head) {
     std::unique_ptr<Linear> head = model.release_lm_head();

@@ -290,16 +290,16 @@ std::unique_ptr<Linear> load_linear(const std::shared_ptr<SqmFile>& f, const std
 
 }  // namespace
 
-std::unique_ptr<LlamaModel> build_model_from_sqm(const std::shared_ptr<SqmFile>& f) {
+std::unique_ptr<Decoder> build_model_from_sqm(const std::shared_ptr<SqmFile>& f) {
   const nlohmann::json& h = f->header();
   const ModelConfig c = model_config_from_json(h.contains("model_config") ? h.at("model_config") : nlohmann::json(), f->path());
   const nlohmann::json quant = h.value("quantization", nlohmann::json::object());
   const int64_t d = c.dim, q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim, hid = c.hidden_dim;
   check_layer_count(c.n_layers, f->names(), f->path() + ": model_config", "n_layers");  // before allocating per layer
-  std::vector<LlamaLayer> layers(static_cast<size_t>(c.n_layers));
+  std::vector<DecoderLayer> layers(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = names::layer(l);
-    LlamaLayer& L = layers[static_cast<size_t>(l)];
+    DecoderLayer& L = layers[static_cast<size_t>(l)];
     L.attn_norm = load_float(f, p + "input_layernorm.weight", {d});
     L.q_proj = load_linear(f, p + "self_attn.q_proj", q, d, c.qkv_bias, quant);
     L.k_proj = load_linear(f, p + "self_attn.k_proj", kv, d, c.qkv_bias, quant);
@@ -319,7 +319,7 @@ std::unique_ptr<LlamaModel> build_model_from_sqm(const std::shared_ptr<SqmFile>&
     head = embed_q ? load_linear(f, "model.embed_tokens", c.vocab_size, d, false, quant) : std::make_unique<DenseLinear>(embed);
   else
     head = load_linear(f, "lm_head", c.vocab_size, d, false, quant);
-  auto model = std::make_unique<LlamaModel>(c, embed, std::move(layers), load_float(f, names::kFinalNorm, {d}), std::move(head));
+  auto model = std::make_unique<Decoder>(c, embed, std::move(layers), load_float(f, names::kFinalNorm, {d}), std::move(head));
   if (embed_q) {
     const SqmBytes q = f->raw(names::kEmbed);
     const std::string sname = "model.embed_tokens.weight_scale";

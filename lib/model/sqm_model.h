@@ -1,11 +1,11 @@
-// Builds a runnable LlamaModel from a packed .sqm file (formats/sqm_file.h, docs/formats.md).
+// Builds a runnable Decoder from a packed .sqm file (formats/sqm_file.h, docs/formats.md).
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "formats/sqm_file.h"
-#include "model/llama_model.h"
+#include "model/decoder.h"
 
 namespace sq {
 
@@ -32,7 +32,7 @@ nlohmann::json model_config_to_json(const ModelConfig& c);
 /// model_config.n_layers is checked against the layers the tensor index holds
 /// (check_layer_count) before anything is allocated per layer.
 /// Throws InputError naming the file and tensor for anything missing or inconsistent.
-std::unique_ptr<LlamaModel> build_model_from_sqm(const std::shared_ptr<SqmFile>& file);
+std::unique_ptr<Decoder> build_model_from_sqm(const std::shared_ptr<SqmFile>& file);
 
 /// Throws NonFiniteError "PATH: tensor 'NAME' (F16) holds a non-finite value (inf) at index 3
 /// (element [0, 3] of shape [64, 2])" when a floating-point tensor of `file` (F32, F16 or BF16:

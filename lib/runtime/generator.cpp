@@ -12,10 +12,10 @@ namespace sq {
 
 namespace {
 
-/// The CPU runner: LlamaModel over a KVCache, with the eviction policy applied before each step.
+/// The CPU runner: Decoder over a KVCache, with the eviction policy applied before each step.
 class CpuGeneration final : public GenerationBackend {
  public:
-  CpuGeneration(const LlamaModel& model, const KVPolicy& policy, int64_t capacity, const GenerationOptions& o)
+  CpuGeneration(const Decoder& model, const KVPolicy& policy, int64_t capacity, const GenerationOptions& o)
       : model_(model), policy_(policy), cache_(model.config(), capacity, o.kv, o.kv_params) {
     cache_.set_track_quantization_error(policy.kind == KVPolicyKind::QHitter);
     if (policy.needs_attention()) ws_.attention_mass = &scores_.attention;
@@ -33,7 +33,7 @@ class CpuGeneration final : public GenerationBackend {
   int64_t cache_bytes() const override { return cache_.bytes().total(); }
 
  private:
-  const LlamaModel& model_;
+  const Decoder& model_;
   KVPolicy policy_;
   KVCache cache_;
   KVRowScores scores_;
@@ -96,7 +96,7 @@ GenerationStats generate_with(GenerationBackend& backend, int vocab, int32_t eos
   return st;
 }
 
-GenerationStats generate(const LlamaModel& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
+GenerationStats generate(const Decoder& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
                          int64_t context_limit, Sampler& sampler, const std::function<void(int32_t, int32_t)>& on_token,
                          const GenerationOptions& o) {
   const ModelConfig& c = model.config();

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "model/llama_model.h"
+#include "model/decoder.h"
 #include "quant/kv_codec.h"
 #include "runtime/kv_format.h"
 #include "runtime/kv_policy.h"
@@ -45,7 +45,7 @@ struct GenerationOptions {
 /// tokens) (...)" / "... at generated token 7 (...)" when the logits of the prefill or of a decode
 /// step hold a NaN or ±Inf (checked every step, before sampling; tokens already passed to
 /// `on_token` stay emitted).
-GenerationStats generate(const LlamaModel& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
+GenerationStats generate(const Decoder& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
                          int64_t context_limit, Sampler& sampler, const std::function<void(int32_t, int32_t)>& on_token,
                          const GenerationOptions& options = {});
 

@@ -616,7 +616,7 @@ bool nuq_decode_attention(const KVCache& cache, int layer, int64_t rows, const f
     }
     sc.value_acc.assign(static_cast<size_t>(qw), 0.0f);
   }
-  // Threads only when there is enough work to pay for waking them (as LlamaModel's attention).
+  // Threads only when there is enough work to pay for waking them (as Decoder's attention).
   const double work = double(rows) * double(P.hd) * n_heads;
   const int threads = (omp_in_parallel() || work < double(1 << 20)) ? 1 : omp_get_max_threads();
 

@@ -60,7 +60,7 @@ enum class KVDecodeIsa {
 /// q [n_heads·head_dim] FP32, head-major, already rotated at its own position (rows − 1 for a
 /// decode step); out [n_heads·head_dim] FP32 receives softmax(q·Kᵀ/√d)·V per head (every row is
 /// visible: the query is the last row). When `attention_mass` is given, Σ_h p_hj is added to
-/// (*attention_mass)[j] (resized to `rows` if shorter), as LlamaModel's attention does for H2O.
+/// (*attention_mass)[j] (resized to `rows` if shorter), as Decoder's attention does for H2O.
 /// Runs on all OpenMP threads when not already inside a parallel region and the work is large.
 /// Returns false, touching nothing, when the cache is not a nuq cache or n_heads is not a multiple
 /// of its KV heads (the caller then runs the generic KVCache::read + attention path); otherwise

@@ -5,7 +5,7 @@
 #include "formats/llama2c_checkpoint.h"
 #include "formats/tokenizer.h"
 #include "model/linear.h"
-#include "model/llama_model.h"
+#include "model/decoder.h"
 #include "ops/ops.h"
 #include "tests/support/test_data.h"
 
@@ -14,7 +14,7 @@ namespace sq::test {
 StoriesLinearInputs stories_linear_inputs(int64_t n) {
   if (n < 1) throw std::invalid_argument("stories_linear_inputs: n must be >= 1");
   const Checkpoint ck = load_llama2c_checkpoint(stories_model());
-  const LlamaModel model = LlamaModel::from_checkpoint(ck);
+  const Decoder model = Decoder::from_checkpoint(ck);
   auto tok = load_tokenizer(stories_tokenizer());
   const std::vector<int> ids =
       tok->encode("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends. "
@@ -23,7 +23,7 @@ StoriesLinearInputs stories_linear_inputs(int64_t n) {
   std::vector<int32_t> tokens(static_cast<size_t>(n));
   for (int64_t t = 0; t < n; ++t) tokens[size_t(t)] = ids[size_t(t) % ids.size()];
   const ModelConfig& c = model.config();
-  const LlamaLayer& L = model.layers()[0];
+  const DecoderLayer& L = model.layers()[0];
   auto dense = [](const Linear& l) { return dynamic_cast<const DenseLinear&>(l).weight().clone(); };
   StoriesLinearInputs in;
   in.n = n;

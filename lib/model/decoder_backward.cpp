@@ -1,4 +1,4 @@
-#include "model/llama_backward.h"
+#include "model/decoder_backward.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -41,7 +41,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const
 
 /// The model's FP32 weights seen as T: float views in place, double widened copies.
 template <typename T>
-struct LlamaKVBackward<T>::Weights {
+struct DecoderKVBackward<T>::Weights {
   /// A read-only array of T bound to FP32 data.
   struct Vec {
     std::vector<T> owned;
@@ -262,7 +262,7 @@ void attention_backward(const T* q, const T* k, const T* v, const T* dout, T* dq
 // ---- the tape: activations saved by the forward for the backward --------------------------------
 
 template <typename T>
-struct LlamaKVBackward<T>::Tape {
+struct DecoderKVBackward<T>::Tape {
   struct Layer {
     std::vector<T> x_in;      // [n, dim] residual stream entering the layer
     std::vector<T> r_attn;    // [n] attention RMSNorm's 1/rms
@@ -282,7 +282,7 @@ struct LlamaKVBackward<T>::Tape {
 };
 
 template <typename T>
-LlamaKVBackward<T>::LlamaKVBackward(const LlamaModel& model) : model_(model), w_(std::make_unique<Weights>()) {
+DecoderKVBackward<T>::DecoderKVBackward(const Decoder& model) : model_(model), w_(std::make_unique<Weights>()) {
   const ModelConfig& c = model.config();
   if (model.embedding().numel() == 0)
     throw UnsupportedError("K/V gradients (Fisher information) need the FP32 model, but its token embedding is stored "
@@ -295,7 +295,7 @@ LlamaKVBackward<T>::LlamaKVBackward(const LlamaModel& model) : model_(model), w_
   };
   w_->layers.resize(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
-    const LlamaLayer& L = model.layers()[static_cast<size_t>(l)];
+    const DecoderLayer& L = model.layers()[static_cast<size_t>(l)];
     typename Weights::Layer& W = w_->layers[static_cast<size_t>(l)];
     const std::string p = "layer " + std::to_string(l) + " ";
     W.attn_norm.bind(L.attn_norm.data(), c.dim);
@@ -314,10 +314,10 @@ LlamaKVBackward<T>::LlamaKVBackward(const LlamaModel& model) : model_(model), w_
 }
 
 template <typename T>
-LlamaKVBackward<T>::~LlamaKVBackward() = default;
+DecoderKVBackward<T>::~DecoderKVBackward() = default;
 
 template <typename T>
-void LlamaKVBackward<T>::forward(const int32_t* tokens, int64_t n, const KVPerturbation* pert, Tape& tape) const {
+void DecoderKVBackward<T>::forward(const int32_t* tokens, int64_t n, const KVPerturbation* pert, Tape& tape) const {
   const ModelConfig& c = model_.config();
   const std::vector<T> inv_freq = rope_inv_freq<T>(c.rope_theta, c.head_dim, c.rope_scaling);
   const int64_t d = c.dim, hd = c.head_dim, qw = int64_t(c.n_heads) * hd, kvw = int64_t(c.n_kv_heads) * hd,
@@ -395,7 +395,7 @@ void LlamaKVBackward<T>::forward(const int32_t* tokens, int64_t n, const KVPertu
 }
 
 template <typename T>
-double LlamaKVBackward<T>::loss(const int32_t* tokens, int64_t n, const KVPerturbation* perturbation,
+double DecoderKVBackward<T>::loss(const int32_t* tokens, int64_t n, const KVPerturbation* perturbation,
                                 std::vector<T>* logits) const {
   Tape tape;
   forward(tokens, n, perturbation, tape);
@@ -404,7 +404,7 @@ double LlamaKVBackward<T>::loss(const int32_t* tokens, int64_t n, const KVPertur
 }
 
 template <typename T>
-BasicKVGradients<T> LlamaKVBackward<T>::gradients(const int32_t* tokens, int64_t n) const {
+BasicKVGradients<T> DecoderKVBackward<T>::gradients(const int32_t* tokens, int64_t n) const {
   const ModelConfig& c = model_.config();
   const std::vector<T> inv_freq = rope_inv_freq<T>(c.rope_theta, c.head_dim, c.rope_scaling);
   const int64_t d = c.dim, hd = c.head_dim, qw = int64_t(c.n_heads) * hd, kvw = int64_t(c.n_kv_heads) * hd,
@@ -467,11 +467,11 @@ BasicKVGradients<T> LlamaKVBackward<T>::gradients(const int32_t* tokens, int64_t
   return out;
 }
 
-template class LlamaKVBackward<float>;
-template class LlamaKVBackward<double>;
+template class DecoderKVBackward<float>;
+template class DecoderKVBackward<double>;
 
-KVGradients llama_kv_gradients(const LlamaModel& model, const int32_t* tokens, int64_t n) {
-  return LlamaKVBackward<float>(model).gradients(tokens, n);
+KVGradients llama_kv_gradients(const Decoder& model, const int32_t* tokens, int64_t n) {
+  return DecoderKVBackward<float>(model).gradients(tokens, n);
 }
 
 }  // namespace sq

@@ -1,5 +1,5 @@
-// Reverse-mode K/V gradients (lib/model/llama_backward.h): the module's own forward equals
-// LlamaModel::forward (logits) and an ActivationObserver's K/V; the backward agrees with central
+// Reverse-mode K/V gradients (lib/model/decoder_backward.h): the module's own forward equals
+// Decoder::forward (logits) and an ActivationObserver's K/V; the backward agrees with central
 // finite differences of the loss in double precision on sampled K and V elements of every layer
 // of stories260K (interleaved RoPE, tied head) and of a small synthetic model with half-split RoPE,
 // q/k/v biases and an untied head; the FP32 backward agrees with the FP64 one.
@@ -16,8 +16,8 @@
 #include "core/error.h"
 #include "formats/llama2c_checkpoint.h"
 #include "formats/tokenizer.h"
-#include "model/llama_backward.h"
-#include "model/llama_model.h"
+#include "model/decoder_backward.h"
+#include "model/decoder.h"
 #include "model/quantize_in_memory.h"
 #include "model/synthetic.h"
 #include "tests/support/process.h"
@@ -35,7 +35,7 @@ std::vector<int32_t> story_tokens(int64_t n) {
   return std::vector<int32_t>(ids.begin(), ids.begin() + n);
 }
 
-/// Records the pre-RoPE keys and values LlamaModel::forward shows an observer: [layer] → [n, kvw].
+/// Records the pre-RoPE keys and values Decoder::forward shows an observer: [layer] → [n, kvw].
 class KVRecorder final : public ActivationObserver {
  public:
   explicit KVRecorder(int layers) : k(static_cast<size_t>(layers)), v(static_cast<size_t>(layers)) {}
@@ -67,7 +67,7 @@ struct FdResult {
 
 /// Central finite differences (L(a+h) − L(a−h)) / 2h of the double-precision loss for `per_tensor`
 /// random elements (token < n−1) of K and of V in every layer, plus one element of the last token
-/// (whose gradient is exactly 0, see llama_backward.h), compared with the double backward.
+/// (whose gradient is exactly 0, see decoder_backward.h), compared with the double backward.
 ///
 /// Step h = 1e-4 (activations are O(0.1 … 10) here): the truncation error h²/6·L''' is ~1e−9
 /// relative to a gradient of the same curvature scale, and the rounding error of the quotient,
@@ -75,9 +75,9 @@ struct FdResult {
 /// tolerance. Relative errors use the floor max(|g|, 1e−3·max|g| of that layer's tensor): an
 /// element a thousand times smaller than the largest one is compared in absolute terms against
 /// that scale (the gradient of the last token is exactly 0 and has no relative error).
-FdResult finite_difference_check(const LlamaModel& model, const std::vector<int32_t>& tokens, int per_tensor,
+FdResult finite_difference_check(const Decoder& model, const std::vector<int32_t>& tokens, int per_tensor,
                                  uint32_t seed) {
-  const LlamaKVBackward<double> bw(model);
+  const DecoderKVBackward<double> bw(model);
   const int64_t n = static_cast<int64_t>(tokens.size());
   const BasicKVGradients<double> g = bw.gradients(tokens.data(), n);
   EXPECT_NEAR(g.loss, bw.loss(tokens.data(), n), 1e-15 * g.loss);  // the same forward
@@ -112,9 +112,9 @@ FdResult finite_difference_check(const LlamaModel& model, const std::vector<int3
   return r;
 }
 
-TEST(LlamaBackward, ForwardMatchesLlamaModelAndObserver) {
+TEST(DecoderBackward, ForwardMatchesDecoderAndObserver) {
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
-  const LlamaModel model = LlamaModel::from_checkpoint(ck);
+  const Decoder model = Decoder::from_checkpoint(ck);
   const ModelConfig& c = model.config();
   const std::vector<int32_t> tokens = story_tokens(200);
   const int64_t n = static_cast<int64_t>(tokens.size());
@@ -125,16 +125,16 @@ TEST(LlamaBackward, ForwardMatchesLlamaModelAndObserver) {
   KVRecorder rec(c.n_layers);
   model.forward(tokens.data(), n, cache, ws, ref.data(), LogitsFor::AllTokens, &rec);
 
-  const LlamaKVBackward<float> bw(model);
+  const DecoderKVBackward<float> bw(model);
   std::vector<float> logits;
   bw.loss(tokens.data(), n, nullptr, &logits);
   const KVGradients g = bw.gradients(tokens.data(), n);
   std::vector<double> logits64;
-  const double loss64 = LlamaKVBackward<double>(model).loss(tokens.data(), n, nullptr, &logits64);
+  const double loss64 = DecoderKVBackward<double>(model).loss(tokens.data(), n, nullptr, &logits64);
 
-  // Both forwards are FP32 with the same operation order except the exponentials (LlamaModel uses
+  // Both forwards are FP32 with the same operation order except the exponentials (Decoder uses
   // ops::fast_exp, ≤ 2e−7 relative; this module std::exp) and BLAS blocking. Through 5 layers that
-  // is ~1.6e−6 of max|logit| (measured 3.7e−5 absolute at max|logit| 23.6; LlamaModel's own FP32
+  // is ~1.6e−6 of max|logit| (measured 3.7e−5 absolute at max|logit| 23.6; Decoder's own FP32
   // error against the FP64 forward is 2.7e−5): bound 2e−5·max|logit|, 12× the measured.
   const double scale = max_abs(ref);
   const double diff = max_abs_diff(logits, ref);
@@ -162,9 +162,9 @@ TEST(LlamaBackward, ForwardMatchesLlamaModelAndObserver) {
   }
 }
 
-TEST(LlamaBackward, GradientsMatchFiniteDifferencesOnStories260K) {
+TEST(DecoderBackward, GradientsMatchFiniteDifferencesOnStories260K) {
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
-  const LlamaModel model = LlamaModel::from_checkpoint(ck);
+  const Decoder model = Decoder::from_checkpoint(ck);
   // 5 layers × {K, V} × (4 random + 1 last-token) = 50 elements.
   const FdResult r = finite_difference_check(model, story_tokens(64), 4, 2024);
   EXPECT_EQ(r.checked, 50);
@@ -175,7 +175,7 @@ TEST(LlamaBackward, GradientsMatchFiniteDifferencesOnStories260K) {
   EXPECT_LE(r.below_floor, 20);
 }
 
-TEST(LlamaBackward, GradientsMatchFiniteDifferencesWithHalfSplitRopeBiasesAndUntiedHead) {
+TEST(DecoderBackward, GradientsMatchFiniteDifferencesWithHalfSplitRopeBiasesAndUntiedHead) {
   ModelConfig c;
   c.dim = 32;
   c.hidden_dim = 48;
@@ -198,18 +198,18 @@ TEST(LlamaBackward, GradientsMatchFiniteDifferencesWithHalfSplitRopeBiasesAndUnt
       for (float& x : b) x = nd(rng);
       ck.tensors[names::layer(l) + "self_attn." + p + ".bias"] = Tensor::from_vector({out}, b);
     }
-  const LlamaModel model = LlamaModel::from_checkpoint(ck);
+  const Decoder model = Decoder::from_checkpoint(ck);
   std::vector<int32_t> tokens(40);
   std::uniform_int_distribution<int32_t> id(0, c.vocab_size - 1);
   for (int32_t& t : tokens) t = id(rng);
 
-  // The forward still equals LlamaModel's (biases, half-split RoPE, untied head); 2 layers, so the
+  // The forward still equals Decoder's (biases, half-split RoPE, untied head); 2 layers, so the
   // stories260K bound (2e−5·max|logit|) holds with more room.
   KVCache cache(c, 40);
   Workspace ws;
   std::vector<float> ref(size_t(40 * c.vocab_size)), logits;
   model.forward(tokens.data(), 40, cache, ws, ref.data(), LogitsFor::AllTokens);
-  LlamaKVBackward<float>(model).loss(tokens.data(), 40, nullptr, &logits);
+  DecoderKVBackward<float>(model).loss(tokens.data(), 40, nullptr, &logits);
   EXPECT_LT(max_abs_diff(logits, ref), 2e-5 * max_abs(ref));
 
   // 2 layers × {K, V} × (10 random + 1 last-token) = 44 elements.
@@ -220,12 +220,12 @@ TEST(LlamaBackward, GradientsMatchFiniteDifferencesWithHalfSplitRopeBiasesAndUnt
   EXPECT_LE(r.below_floor, 16);  // measured 5 of 44 (4 last-token zeros)
 }
 
-TEST(LlamaBackward, Fp32GradientsAgreeWithFp64) {
+TEST(DecoderBackward, Fp32GradientsAgreeWithFp64) {
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
-  const LlamaModel model = LlamaModel::from_checkpoint(ck);
+  const Decoder model = Decoder::from_checkpoint(ck);
   const std::vector<int32_t> tokens = story_tokens(256);
   const KVGradients g32 = llama_kv_gradients(model, tokens.data(), 256);
-  const BasicKVGradients<double> g64 = LlamaKVBackward<double>(model).gradients(tokens.data(), 256);
+  const BasicKVGradients<double> g64 = DecoderKVBackward<double>(model).gradients(tokens.data(), 256);
   // FP32 rounding (ε = 6e−8) amplified through 5 layers, two softmaxes and the residual stream:
   // measured worst 1.7e−5 of each tensor's largest gradient; bound 2e−4, 12× that (the FP32 Fisher
   // weights g² are then within 0.04% of the tensor's largest weight of the FP64 ones).
@@ -247,10 +247,10 @@ TEST(LlamaBackward, Fp32GradientsAgreeWithFp64) {
   std::printf("fp32 vs fp64 gradients: worst max|Δ|/max|g| = %.3g\n", worst);
 }
 
-TEST(LlamaBackward, RejectsQuantizedModelsAndBadArguments) {
+TEST(DecoderBackward, RejectsQuantizedModelsAndBadArguments) {
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
-  LlamaModel model = LlamaModel::from_checkpoint(ck);
-  const LlamaKVBackward<float> bw(model);
+  Decoder model = Decoder::from_checkpoint(ck);
+  const DecoderKVBackward<float> bw(model);
   const std::vector<int32_t> tokens = story_tokens(8);
   EXPECT_THROW(bw.loss(tokens.data(), 1), std::invalid_argument);
   EXPECT_THROW(bw.loss(tokens.data(), 513), std::invalid_argument);  // above max_seq_len 512
@@ -260,7 +260,7 @@ TEST(LlamaBackward, RejectsQuantizedModelsAndBadArguments) {
   EXPECT_THROW(bw.loss(oov, 2), std::out_of_range);
   quantize_linears_w8a8(model, WeightGranularity::PerChannel, ActQuant::PerToken, false);
   try {
-    LlamaKVBackward<float> q(model);
+    DecoderKVBackward<float> q(model);
     ADD_FAILURE() << "no exception for a W8A8 model";
   } catch (const UnsupportedError& e) {
     EXPECT_NE(std::string(e.what()).find("layer 0 q_proj"), std::string::npos) << e.what();

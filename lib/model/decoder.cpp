@@ -1,4 +1,4 @@
-#include "model/llama_model.h"
+#include "model/decoder.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -42,7 +42,7 @@ void run_sharing_input(std::initializer_list<std::pair<const Linear*, float*>> l
 }
 }  // namespace
 
-LlamaModel::LlamaModel(ModelConfig config, Tensor embed, std::vector<LlamaLayer> layers, Tensor final_norm,
+Decoder::Decoder(ModelConfig config, Tensor embed, std::vector<DecoderLayer> layers, Tensor final_norm,
                        std::unique_ptr<Linear> lm_head)
     : config_(std::move(config)),
       rope_inv_freq_(rope_inv_freq(config_)),
@@ -51,7 +51,7 @@ LlamaModel::LlamaModel(ModelConfig config, Tensor embed, std::vector<LlamaLayer>
       final_norm_(std::move(final_norm)),
       lm_head_(std::move(lm_head)) {}
 
-LlamaModel LlamaModel::from_checkpoint(const Checkpoint& ck) {
+Decoder Decoder::from_checkpoint(const Checkpoint& ck) {
   const ModelConfig& c = ck.config;
   const int64_t d = c.dim, q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim, h = c.hidden_dim;
   auto dense = [&](const std::string& name, std::vector<int64_t> shape, const std::string& bias = "") {
@@ -59,11 +59,11 @@ LlamaModel LlamaModel::from_checkpoint(const Checkpoint& ck) {
     if (!bias.empty()) b = ck.get(bias, {shape[0]});
     return std::make_unique<DenseLinear>(ck.get(name, shape), b);
   };
-  std::vector<LlamaLayer> layers(static_cast<size_t>(c.n_layers));
+  std::vector<DecoderLayer> layers(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = names::layer(l);
     const std::string a = p + "self_attn.";
-    LlamaLayer& L = layers[static_cast<size_t>(l)];
+    DecoderLayer& L = layers[static_cast<size_t>(l)];
     L.attn_norm = ck.get(p + "input_layernorm.weight", {d});
     L.q_proj = dense(a + "q_proj.weight", {q, d}, c.qkv_bias ? a + "q_proj.bias" : "");
     L.k_proj = dense(a + "k_proj.weight", {kv, d}, c.qkv_bias ? a + "k_proj.bias" : "");
@@ -76,10 +76,10 @@ LlamaModel LlamaModel::from_checkpoint(const Checkpoint& ck) {
   }
   Tensor embed = ck.get(names::kEmbed, {c.vocab_size, d});
   auto head = std::make_unique<DenseLinear>(c.tied_embeddings ? embed : ck.get(names::kLmHead, {c.vocab_size, d}));
-  return LlamaModel(c, embed, std::move(layers), ck.get(names::kFinalNorm, {d}), std::move(head));
+  return Decoder(c, embed, std::move(layers), ck.get(names::kFinalNorm, {d}), std::move(head));
 }
 
-void LlamaModel::set_quantized_embedding(std::vector<int8_t> q, std::vector<float> scales) {
+void Decoder::set_quantized_embedding(std::vector<int8_t> q, std::vector<float> scales) {
   const size_t v = static_cast<size_t>(config_.vocab_size), d = static_cast<size_t>(config_.dim);
   if (q.size() != v * d || scales.size() != v)
     throw std::invalid_argument("set_quantized_embedding: expected " + std::to_string(v) + " x " + std::to_string(d) +
@@ -89,7 +89,7 @@ void LlamaModel::set_quantized_embedding(std::vector<int8_t> q, std::vector<floa
   embed_ = Tensor();
 }
 
-void LlamaModel::prepare(Workspace& ws, int64_t n, int64_t p0) const {
+void Decoder::prepare(Workspace& ws, int64_t n, int64_t p0) const {
   const ModelConfig& c = config_;
   const int64_t d = c.dim, qw = int64_t(c.n_heads) * c.head_dim, kvw = int64_t(c.n_kv_heads) * c.head_dim, hid = c.hidden_dim;
   ensure(ws.x, n * d);
@@ -105,7 +105,7 @@ void LlamaModel::prepare(Workspace& ws, int64_t n, int64_t p0) const {
   for (int64_t t = 0; t < n; ++t) ws.positions[static_cast<size_t>(t)] = static_cast<int32_t>(p0 + t);
 }
 
-void LlamaModel::embed(const int32_t* tokens, int64_t n, float* x) const {
+void Decoder::embed(const int32_t* tokens, int64_t n, float* x) const {
   const ModelConfig& c = config_;
   const int64_t d = c.dim;
   for (int64_t t = 0; t < n; ++t) {
@@ -122,7 +122,7 @@ void LlamaModel::embed(const int32_t* tokens, int64_t n, float* x) const {
   }
 }
 
-void LlamaModel::forward(const int32_t* tokens, int64_t n, KVCache& cache, Workspace& ws, float* logits,
+void Decoder::forward(const int32_t* tokens, int64_t n, KVCache& cache, Workspace& ws, float* logits,
                          LogitsFor which, ActivationObserver* obs) const {
   const ModelConfig& c = config_;
   const int64_t d = c.dim;
@@ -145,7 +145,7 @@ void LlamaModel::forward(const int32_t* tokens, int64_t n, KVCache& cache, Works
   lm_head_->forward(xn, rows, logits);  // logits[rows, vocab]
 }
 
-void LlamaModel::forward_layer(int l, const LlamaLayer& L, float* x, int64_t n, KVCache& cache, Workspace& ws,
+void Decoder::forward_layer(int l, const DecoderLayer& L, float* x, int64_t n, KVCache& cache, Workspace& ws,
                                ActivationObserver* obs) const {
   if (l < 0 || l >= config_.n_layers) throw std::out_of_range("layer " + std::to_string(l) + " out of range");
   const int64_t p0 = cache.length();
@@ -157,7 +157,7 @@ void LlamaModel::forward_layer(int l, const LlamaLayer& L, float* x, int64_t n, 
   run_layer(l, L, x, n, cache, ws, obs);
 }
 
-void LlamaModel::run_layer(int l, const LlamaLayer& L, float* x, int64_t n, KVCache& cache, Workspace& ws,
+void Decoder::run_layer(int l, const DecoderLayer& L, float* x, int64_t n, KVCache& cache, Workspace& ws,
                            ActivationObserver* obs) const {
   const ModelConfig& c = config_;
   const int64_t d = c.dim, hd = c.head_dim, qw = int64_t(c.n_heads) * hd, kvw = int64_t(c.n_kv_heads) * hd,
@@ -214,7 +214,7 @@ void LlamaModel::run_layer(int l, const LlamaLayer& L, float* x, int64_t n, KVCa
   ops::add_inplace(x, ws.proj.data(), n * d);
 }
 
-void LlamaModel::attention(const float* q, const float* keys, const float* values, int64_t n, int64_t p0, float* out,
+void Decoder::attention(const float* q, const float* keys, const float* values, int64_t n, int64_t p0, float* out,
                            Workspace& ws) const {
   // Causal grouped-query attention for n new queries at positions p0..p0+n-1 over cache rows
   // 0..p0+n-1. Query head h reads KV head h / (n_heads / n_kv_heads).

@@ -3,7 +3,7 @@
 // §3.3, Eq. 2: F_ii = (∂L/∂A_i)², the diagonal Fisher information of an activation A).
 //
 // The module carries its own forward pass that saves the activations the backward needs (it does
-// not touch LlamaModel's KV cache or workspace), then walks the decoder in reverse: LM head → final
+// not touch Decoder's KV cache or workspace), then walks the decoder in reverse: LM head → final
 // RMSNorm → per layer (last to first) SwiGLU FFN → RMSNorm → o_proj → causal grouped-query softmax
 // attention → RoPE → q/k/v projections → RMSNorm, with the residual stream's gradient carried
 // through. Only activation gradients are formed; no weight gradient is ever computed. Every
@@ -23,7 +23,7 @@
 #include <memory>
 #include <vector>
 
-#include "model/llama_model.h"
+#include "model/decoder.h"
 
 namespace sq {
 
@@ -61,20 +61,20 @@ struct BasicKVGradients {
 };
 using KVGradients = BasicKVGradients<float>;
 
-/// Forward pass with saved activations and reverse-mode K/V gradients for one FP32 LlamaModel,
+/// Forward pass with saved activations and reverse-mode K/V gradients for one FP32 Decoder,
 /// evaluated in scalar type T (float or double). The model must outlive this object (float reads
 /// its weights in place; double keeps a widened copy, 2× the model's FP32 size).
 /// Thread-safe: the const methods allocate their own buffers, so several windows may run
 /// concurrently on one instance. Inside an OpenMP parallel region the attention runs serially.
 template <typename T>
-class LlamaKVBackward {
+class DecoderKVBackward {
  public:
   /// Throws UnsupportedError when a projection or the LM head is not a DenseLinear, or the token
   /// embedding is stored quantized: the gradients need the FP32 model (load the original checkpoint).
-  explicit LlamaKVBackward(const LlamaModel& model);
-  ~LlamaKVBackward();
-  LlamaKVBackward(const LlamaKVBackward&) = delete;
-  LlamaKVBackward& operator=(const LlamaKVBackward&) = delete;
+  explicit DecoderKVBackward(const Decoder& model);
+  ~DecoderKVBackward();
+  DecoderKVBackward(const DecoderKVBackward&) = delete;
+  DecoderKVBackward& operator=(const DecoderKVBackward&) = delete;
 
   /// Forward only: the loss L of tokens[0..n) (see the file comment), with `perturbation` applied
   /// when given. `logits`, when given, receives [n, vocab] row-major logits of every position.
@@ -90,14 +90,14 @@ class LlamaKVBackward {
   struct Weights;
   struct Tape;
   void forward(const int32_t* tokens, int64_t n, const KVPerturbation* perturbation, Tape& tape) const;
-  const LlamaModel& model_;
+  const Decoder& model_;
   std::unique_ptr<Weights> w_;
 };
 
-extern template class LlamaKVBackward<float>;
-extern template class LlamaKVBackward<double>;
+extern template class DecoderKVBackward<float>;
+extern template class DecoderKVBackward<double>;
 
-/// Convenience: LlamaKVBackward<float>(model).gradients(tokens, n). Throws as the class does.
-KVGradients llama_kv_gradients(const LlamaModel& model, const int32_t* tokens, int64_t n);
+/// Convenience: DecoderKVBackward<float>(model).gradients(tokens, n). Throws as the class does.
+KVGradients llama_kv_gradients(const Decoder& model, const int32_t* tokens, int64_t n);
 
 }  // namespace sq

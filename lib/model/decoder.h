@@ -17,7 +17,7 @@
 namespace sq {
 
 /// Weights of one decoder layer.
-struct LlamaLayer {
+struct DecoderLayer {
   Tensor attn_norm;                 ///< [dim] RMSNorm weight before attention
   std::unique_ptr<Linear> q_proj;   ///< dim -> n_heads*head_dim (rows ordered per config.rope_layout)
   std::unique_ptr<Linear> k_proj;   ///< dim -> n_kv_heads*head_dim
@@ -29,7 +29,7 @@ struct LlamaLayer {
   std::unique_ptr<Linear> down_proj;  ///< hidden_dim -> dim (llama2.c w2)
 };
 
-/// Which rows of logits `LlamaModel::forward` computes.
+/// Which rows of logits `Decoder::forward` computes.
 enum class LogitsFor {
   AllTokens,  ///< [n, vocab]: perplexity, scoring
   LastToken,  ///< [1, vocab]: generation
@@ -53,17 +53,17 @@ struct Workspace {
 };
 
 /// A LLaMA-family decoder ready to run.
-class LlamaModel {
+class Decoder {
  public:
-  LlamaModel(ModelConfig config, Tensor embed, std::vector<LlamaLayer> layers, Tensor final_norm,
+  Decoder(ModelConfig config, Tensor embed, std::vector<DecoderLayer> layers, Tensor final_norm,
              std::unique_ptr<Linear> lm_head);
 
   /// Builds an FP32 model (DenseLinear everywhere) from a checkpoint's canonical tensors.
   /// Throws InputError naming the checkpoint and tensor when one is missing or mis-shaped.
-  static LlamaModel from_checkpoint(const Checkpoint& checkpoint);
+  static Decoder from_checkpoint(const Checkpoint& checkpoint);
 
   const ModelConfig& config() const { return config_; }
-  const std::vector<LlamaLayer>& layers() const { return layers_; }
+  const std::vector<DecoderLayer>& layers() const { return layers_; }
   /// FP32 token embedding [vocab, dim]; empty when the embedding is stored quantized.
   const Tensor& embedding() const { return embed_; }
   /// Stores the token embedding as symmetric INT8 rows instead: q [vocab, dim] row-major,
@@ -91,7 +91,7 @@ class LlamaModel {
   /// advancing it (forward() advances once after all layers). Layer-by-layer calibration (GPTQ's
   /// sequential quantization) runs every window through layer l before moving to l+1.
   /// Throws std::out_of_range for a bad layer index, std::length_error when the cache has no room.
-  void forward_layer(int l, const LlamaLayer& L, float* x, int64_t n, KVCache& cache, Workspace& ws,
+  void forward_layer(int l, const DecoderLayer& L, float* x, int64_t n, KVCache& cache, Workspace& ws,
                      ActivationObserver* observer = nullptr) const;
   /// Causal grouped-query attention (the generic path of every layer): n new queries q [n,
   /// n_heads·head_dim] at cache positions p0 … p0+n−1 over FP32 rows keys/values [p0+n,
@@ -101,20 +101,20 @@ class LlamaModel {
   void attention(const float* q, const float* keys, const float* values, int64_t n, int64_t p0, float* out,
                  Workspace& ws) const;
   /// Mutable access for converters that rebuild layers (e.g. replacing DenseLinear by a quantized Linear).
-  std::vector<LlamaLayer>& mutable_layers() { return layers_; }
+  std::vector<DecoderLayer>& mutable_layers() { return layers_; }
   void set_lm_head(std::unique_ptr<Linear> head) { lm_head_ = std::move(head); }
   std::unique_ptr<Linear> release_lm_head() { return std::move(lm_head_); }
 
  private:
   void prepare(Workspace& ws, int64_t n, int64_t p0) const;
-  void run_layer(int l, const LlamaLayer& L, float* x, int64_t n, KVCache& cache, Workspace& ws, ActivationObserver* obs) const;
+  void run_layer(int l, const DecoderLayer& L, float* x, int64_t n, KVCache& cache, Workspace& ws, ActivationObserver* obs) const;
 
   ModelConfig config_;
   std::vector<float> rope_inv_freq_;  ///< [head_dim/2] rope_inv_freq(config_): θ and RoPE scaling
   Tensor embed_;
   std::vector<int8_t> embed_q_;      ///< [vocab, dim] when quantized
   std::vector<float> embed_scales_;  ///< [vocab] when quantized
-  std::vector<LlamaLayer> layers_;
+  std::vector<DecoderLayer> layers_;
   Tensor final_norm_;
   std::unique_ptr<Linear> lm_head_;
 };
