@@ -177,6 +177,7 @@ constexpr int64_t kAtomClipRows = 2048;
 }  // namespace
 
 ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, const std::string& out_path) {
+  src.checkpoint.config.require_llama_structure(src.path + ": sq-convert");
   const Checkpoint& base = src.checkpoint;
   if (base.tensors.empty()) throw UsageError(src.path + ": convert from the original checkpoint, not a " + src.format + " file");
   const ModelConfig& c = base.config;
