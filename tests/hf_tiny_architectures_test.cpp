@@ -43,6 +43,15 @@ std::string tiny(const std::string& name) { return shared_data("reference/hf-tin
 // window, ALiBi slope, RoPE dimension or activation form — moves logits by 1e-2 or more.
 // GELU's tanh and erf forms differ by up to ~5e-4 per activation, also far outside it.
 constexpr double kLogitTol = 1e-4;
+// Gemma 3 amplifies rounding far more: 6 layers whose (1 + w) norm weights lie in [1.5, 2.5],
+// four norms per layer, QK-norm feeding sharp softmaxes and an embedding × 8. Measured with an
+// independent float64 evaluation of the same weights (outside the repository): merely rounding
+// the folded 1 + w weights to FP32 moves its logits by 3.4e-5, and the float64 result differs from
+// transformers' FP32 logits by 6e-5 (every other architecture: 1.0e-6 .. 1.7e-6). 5e-4 keeps a
+// factor ~8 over that, while a window off by one token moves these logits by 4.9.
+constexpr double kGemmaLogitTol = 5e-4;
+
+double tolerance(const std::string& name) { return name == "gemma3-text" ? kGemmaLogitTol : kLogitTol; }
 
 struct Reference {
   std::vector<int32_t> ids;
@@ -85,11 +94,11 @@ TEST_P(HfTinyArchitecture, LogitsMatchTransformers) {
     float second = -INFINITY;
     for (int64_t v = 0; v < vocab; ++v)
       if (v != ay) second = std::max(second, y[v]);
-    if (ax != ay && double(y[ay]) - double(second) > 2 * kLogitTol) ++argmax_mismatch;
+    if (ax != ay && double(y[ay]) - double(second) > 2 * tolerance(name)) ++argmax_mismatch;
   }
   std::printf("[ measured ] %-24s max |dlogit| = %.3g over %lld x %lld logits\n", name.c_str(), max_abs,
               static_cast<long long>(n), static_cast<long long>(vocab));
-  EXPECT_LT(max_abs, kLogitTol) << name;
+  EXPECT_LT(max_abs, tolerance(name)) << name;
   EXPECT_EQ(argmax_mismatch, 0) << name;
 }
 
