@@ -196,7 +196,7 @@ void Decoder::forward(const int32_t* tokens, int64_t n, KVCache& cache, Workspac
                             std::to_string(cache.capacity()));
   prepare(ws, n, p0);
   float* x = ws.x.data();  // x[n, dim] = embedding rows of the tokens (× embed_scale)
-  embed(tokens, n, x, cache.tokens_seen());
+  embed(tokens, n, x, p0);
   for (int l = 0; l < c.n_layers; ++l) run_layer(l, layers_[static_cast<size_t>(l)], x, n, cache, ws, obs);
   cache.advance(n);
 

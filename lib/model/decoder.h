@@ -122,7 +122,9 @@ class Decoder {
   /// x [n, dim] row-major = the input of layer 0 for `tokens` at text positions first_position …:
   /// the embedding rows (dequantized when the embedding is INT8) × spec.embed_scale, plus the
   /// learned position rows (PositionKind::Learned), then the embedding norm (spec.embed_norm).
-  /// forward() passes the cache's tokens_seen() (unchanged by KV eviction). Throws
+  /// forward() passes the cache length p0: a token's learned position is the cache row it is
+  /// written to, which equals its text position until a streaming policy evicts rows, and then
+  /// stays inside the trained table (docs/protocols.md, streaming on learned positions). Throws
   /// std::out_of_range for a token id outside the vocabulary and std::length_error for a position
   /// beyond a learned position table.
   void embed(const int32_t* tokens, int64_t n, float* x, int64_t first_position = 0) const;
