@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "bench/decoder_bench.h"
 #include "bench/fp32_bench.h"
 #include "bench/kmeans_bench.h"
 #include "bench/streaming_bench.h"
@@ -33,7 +34,8 @@ int main(int argc, char** argv) {
                "kv-decode (decode attention, LLaMA-7B heads: FP32 cache vs fused nuq4/3/2 kernel), "
                "cuda-gemm (CUDA device: cuBLASLt INT8 GEMM, W8A8 and W4A16 linears vs cuBLAS FP16 GEMM at LLaMA-7B shapes; "
                "not in the default suites), "
-
+               "decoder (issue 16: generic Decoder vs the pre-issue-16 LLaMA layer, prefill and decode, on --eval-model or the "
+               "synthetic model; not run by default), "
                "cuda-kv-decode (CUDA decode attention, LLaMA-7B heads: nuq4 vs FP16 vs FP32 rows; needs a GPU; not run by default)."};
   sq::bench::Fp32BenchOptions fp32;
   std::string json_path, suites = "fp32,w8a8-linear,w8a8-prefill", eval_model, eval_tok, eval_text, synthetic_dir;
@@ -84,7 +86,7 @@ int main(int argc, char** argv) {
     for (std::string s; std::getline(ss, s, ',');) {
       if (s != "fp32" && s != "w8a8-linear" && s != "w8a8-prefill" && s != "w4a16" && s != "w4a4" &&
           s != "kmeans" && s != "streaming" && s != "kv-decode" && s != "cuda-gemm" &&
-          s != "cuda-kv-decode") throw sq::UsageError("unknown --suite '" + s + "'");
+          s != "cuda-kv-decode" && s != "decoder") throw sq::UsageError("unknown --suite '" + s + "'");
       want.insert(s);
     }
     // A CUDA suite without CUDA (or a device) fails before any other suite spends time.
@@ -93,6 +95,14 @@ int main(int argc, char** argv) {
     nlohmann::json all;
     all["threads"] = omp_get_max_threads();
     if (want.count("fp32")) all["fp32"] = sq::bench::run_fp32_bench(fp32);
+    if (want.count("decoder")) {
+      sq::bench::DecoderBenchOptions d;
+      d.model = eval_model;
+      d.layers = fp32.layers;
+      d.tokens = fp32.tokens;
+      d.min_seconds = fp32.min_seconds;
+      all["decoder"] = sq::bench::run_decoder_bench(d);
+    }
     if (want.count("w8a8-linear")) all["w8a8_linear"] = sq::bench::run_w8a8_linear_bench(fp32.tokens, fp32.min_seconds);
     if (want.count("w8a8-prefill")) all["w8a8_prefill"] = sq::bench::run_w8a8_prefill_bench(fp32.layers, fp32.tokens, fp32.min_seconds);
     if (want.count("w4a16")) all["w4a16"] = sq::bench::run_w4a16_bench(fp32.min_seconds);
