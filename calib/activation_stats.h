@@ -15,6 +15,9 @@
 namespace sq {
 
 /// Per-token absmax percentiles recorded for clipping studies, in percent.
+/// CalibrationProvenance::text_format of a calibration on token ids (sq-calibrate --token-ids).
+inline constexpr const char* kTextFormatTokenIds = "token_ids";
+
 inline constexpr std::array<double, 7> kTokenAbsmaxPercentiles = {50.0, 90.0, 99.0, 99.9, 99.99, 99.999, 100.0};
 
 /// Statistics of one activation tensor x [tokens, channels] accumulated over calibration tokens.
@@ -70,6 +73,11 @@ struct CalibrationProvenance {
   /// that may hold a relative path (resolution rule: calib/calibration_text.h).
   std::string text_path;
   std::string text_sha256;        ///< hex SHA-256 of the calibration text file's bytes
+  /// What text_path holds: "" = text (plain / JSONL / .zst, tokenized by the model's tokenizer),
+  /// kTextFormatTokenIds = token ids (sq-calibrate --token-ids; formats/token_ids_file.h), whose
+  /// windows sq-convert re-draws without a tokenizer. Stored as the root attribute `text_format`
+  /// only when not "" (docs/formats.md).
+  std::string text_format;
   int64_t samples = 0;            ///< N windows
   int64_t seq_len = 0;            ///< L tokens per window
   uint64_t seed = 0;

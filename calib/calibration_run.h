@@ -14,7 +14,10 @@ namespace sq {
 class Tokenizer;
 
 struct CalibrationOptions {
-  std::string text_path;   ///< plain text / JSONL / .zst (formats/text_source.h)
+  std::string text_path;   ///< plain text / JSONL / .zst (formats/text_source.h), or token ids (below)
+  /// text_path is a token-ids file (formats/token_ids_file.h; sq-calibrate --token-ids): the windows
+  /// are cut from its ids as given (sample_token_id_windows), no tokenizer is used.
+  bool token_ids = false;
   int64_t samples = 128;   ///< N windows
   int64_t seq_len = 512;   ///< L tokens per window
   uint64_t seed = 42;
@@ -35,13 +38,14 @@ struct CalibrationOptions {
 /// Samples N windows of L tokens (calib/window_sampler.h), runs `loaded.model` over them and
 /// returns the statistics with their provenance (model fingerprint of `loaded.checkpoint`, text
 /// SHA-256, the text's absolute canonical path (calib/calibration_text.h), N, L, seed, sqkit
-/// version, `created` = now in UTC). Deterministic: the same inputs
+/// version, `created` = now in UTC; text_format "token_ids" for options.token_ids). `tokenizer` may
+/// be null with options.token_ids (it is not used then). Deterministic: the same inputs
 /// give bit-identical statistics for any thread count.
 /// With options.hessian the layers also carry their Hessians (LayerStats::hessians); with
 /// options.fisher their K/V Fisher samples (LayerStats::kv_fisher, CalibrationData::fisher_max_tokens).
 /// Throws UsageError for N < 1, L < 2 or L above the model's context, or fisher_tokens < 1 with
-/// fisher; InputError for bad text; UnsupportedError when fisher is asked of a model whose
+/// fisher; InputError for bad text or token ids (an id outside the model's vocabulary included); UnsupportedError when fisher is asked of a model whose
 /// projections are not FP32.
-CalibrationData run_calibration(const LoadedModel& loaded, const Tokenizer& tokenizer, const CalibrationOptions& options);
+CalibrationData run_calibration(const LoadedModel& loaded, const Tokenizer* tokenizer, const CalibrationOptions& options);
 
 }  // namespace sq

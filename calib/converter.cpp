@@ -16,6 +16,7 @@
 #include "formats/fingerprint.h"
 #include "formats/mapped_file.h"
 #include "formats/safetensors.h"
+#include "formats/token_ids_file.h"
 #include "formats/gguf_tokenizer.h"
 #include "formats/tokenizer.h"
 #include "model/sqm_model.h"
@@ -177,6 +178,7 @@ constexpr int64_t kAtomClipRows = 2048;
 }  // namespace
 
 ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, const std::string& out_path) {
+  src.checkpoint.config.require_llama_structure(src.path + ": sq-convert");
   const Checkpoint& base = src.checkpoint;
   if (base.tensors.empty()) throw UsageError(src.path + ": convert from the original checkpoint, not a " + src.format + " file");
   const ModelConfig& c = base.config;
@@ -224,8 +226,11 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
   const bool gptq = (w4 && o.int4.gptq) || (atom && o.atom.gptq);
   const bool clip_search = atom && o.atom.clip == "search";
   const bool alpha_search = w8a8 && o.smooth && o.alpha_auto;
-  std::string hessian_mode = o.gptq_hessians;  // auto: sequential whenever the tokenizer is there
-  if (hessian_mode == "auto") hessian_mode = o.tokenizer_path.empty() ? "file" : "sequential";
+  // A calibration on token ids (sq-calibrate --token-ids) re-draws its windows from the ids, without a tokenizer.
+  const bool ids_calib = calib.provenance.text_format == kTextFormatTokenIds;
+  const bool can_redraw = ids_calib || !o.tokenizer_path.empty();
+  std::string hessian_mode = o.gptq_hessians;  // auto: sequential whenever the windows can be re-drawn
+  if (hessian_mode == "auto") hessian_mode = can_redraw ? "sequential" : "file";
   const bool sequential_gptq = gptq && hessian_mode == "sequential";
   if (!o.calib_text.empty() && o.calib_path.empty()) throw UsageError("--calib-text needs --calib (the calibration file it belongs to)");
   if (!o.calib_text.empty() && !alpha_search && !sequential_gptq && !clip_search)
@@ -236,15 +241,21 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
     if (text.path.empty()) text = resolve_calibration_text(calib.provenance, o.calib_path, o.calib_text, purpose, alternative);
     return text.path;
   };
+  // The calibration windows again (n of them, the calibration's seq_len and seed) from the file found.
+  auto redraw_windows = [&](const std::string& path, int64_t n) {
+    const CalibrationProvenance& pv = calib.provenance;
+    if (ids_calib) return sample_token_id_windows(read_token_ids_file(path, c.vocab_size), path, n, pv.seq_len, pv.seed);
+    auto tok = load_tokenizer(o.tokenizer_path);
+    return sample_calibration_windows(path, *tok, n, pv.seq_len, pv.seed);
+  };
 
   // --alpha auto: activations of the FP32 model on calibration windows (smoothing earlier layers
   // does not change the function, so these are also the inputs of the smoothed model).
   std::unique_ptr<ActivationCapture> capture;
   if (alpha_search) {
-    if (o.tokenizer_path.empty()) throw UsageError("--alpha auto needs the tokenizer (give --tokenizer)");
+    if (!can_redraw) throw UsageError("--alpha auto needs the tokenizer (give --tokenizer)");
     const std::string path = calibration_text("--alpha auto", "");
-    auto tok = load_tokenizer(o.tokenizer_path);
-    const auto windows = sample_calibration_windows(path, *tok, o.alpha_windows, calib.provenance.seq_len, calib.provenance.seed);
+    const auto windows = redraw_windows(path, o.alpha_windows);
     const int64_t total_rows = o.alpha_windows * calib.provenance.seq_len;
     const int64_t stride = std::max<int64_t>(1, (total_rows + o.alpha_max_rows - 1) / o.alpha_max_rows);
     capture = std::make_unique<ActivationCapture>(c.n_layers, stride);
@@ -262,17 +273,15 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
   ConvertSummary summary;
   if (gptq || clip_search) {
     const std::string mode = hessian_mode;
-    if (clip_search && o.tokenizer_path.empty()) throw UsageError("--clip search needs the tokenizer (give --tokenizer)");
+    if (clip_search && !can_redraw) throw UsageError("--clip search needs the tokenizer (give --tokenizer)");
     if (mode == "sequential" || clip_search) {
-      if (o.tokenizer_path.empty()) throw UsageError("--gptq-hessians sequential needs the tokenizer (give --tokenizer)");
+      if (!can_redraw) throw UsageError("--gptq-hessians sequential needs the tokenizer (give --tokenizer)");
       const std::string path =
           clip_search ? calibration_text("--clip search", "")
                       : calibration_text(o.gptq_hessians == "auto" ? "--gptq (sequential Hessians, the --gptq-hessians auto default)"
                                                                    : "--gptq-hessians sequential",
                                          "or use the Hessians stored by sq-calibrate --hessian: --gptq-hessians file");
-      auto tok = load_tokenizer(o.tokenizer_path);
-      const auto& pv = calib.provenance;
-      const auto windows = sample_calibration_windows(path, *tok, pv.samples, pv.seq_len, pv.seed);
+      const auto windows = redraw_windows(path, calib.provenance.samples);
       sequential = std::make_unique<LayerwiseRunner>(*src.model, windows);
     }
     if (gptq && mode == "file") {

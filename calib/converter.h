@@ -44,7 +44,8 @@ struct ConvertOptions {
   /// file's windows — its text, seed, N and L — so each layer sees the outputs of the already
   /// quantized layers before it, as GPTQ §4 / the reference's llama_sequential), "file" (the
   /// FP32-model Hessians that `sq-calibrate --hessian` stored), or "auto" (sequential whenever a
-  /// tokenizer is given, else file — never chosen by whether the text happens to be found: a
+  /// tokenizer is given or the calibration was on token ids (`sq-calibrate --token-ids`: its windows
+  /// are re-cut from the ids, no tokenizer needed), else file — never chosen by whether the text happens to be found: a
   /// missing or different text is an error, so the result does not depend on the working directory).
   std::string gptq_hessians = "auto";
   /// KV-cache format the model is meant to run with (`--kv`), recorded in the header's kv_cache

@@ -85,7 +85,8 @@ NuqLayerParams fit_nuq_layer(const KVSpec& spec, const KVFisherSamples& s, const
     pos[size_t(i)] = s.positions[size_t(rows[size_t(i)])];
   }
   if (spec.keys == KVKeyRope::PostRope)
-    ops::rope(keys.data(), pos.data(), n, c.n_kv_heads, c.head_dim, rope_inv_freq(c).data(), c.rope_layout);
+    if (c.spec.position == PositionKind::Rope)
+      ops::rope(keys.data(), pos.data(), n, c.n_kv_heads, c.head_dim, c.rope_dim(), rope_inv_freq(c, layer).data(), c.rope_layout);
 
   NuqLayerParams p;
   FitSet kf, vf;

@@ -87,4 +87,19 @@ std::vector<std::vector<int32_t>> sample_calibration_windows(const std::string& 
   return windows;
 }
 
+std::vector<std::vector<int32_t>> sample_token_id_windows(const std::vector<int32_t>& ids, const std::string& source,
+                                                          int64_t n_samples, int64_t seq_len, uint64_t seed) {
+  if (n_samples < 1) throw UsageError("the number of calibration samples must be at least 1 (got " + std::to_string(n_samples) + ")");
+  if (seq_len < 1) throw UsageError("the calibration sequence length must be at least 1 (got " + std::to_string(seq_len) + ")");
+  const int64_t total = static_cast<int64_t>(ids.size());
+  if (total < seq_len)
+    throw InputError(source + ": too few token ids for calibration: " + std::to_string(total) + ", need at least seq_len = " +
+                     std::to_string(seq_len));
+  const std::vector<int64_t> starts = draw_window_starts(total, n_samples, seq_len, seed);
+  std::vector<std::vector<int32_t>> windows;
+  windows.reserve(starts.size());
+  for (const int64_t s : starts) windows.emplace_back(ids.begin() + s, ids.begin() + s + seq_len);
+  return windows;
+}
+
 }  // namespace sq

@@ -1,4 +1,5 @@
-// Random calibration windows of L tokens drawn from a text file (sq-calibrate -f TEXT -n N -L L).
+// Random calibration windows of L tokens drawn from a text file (sq-calibrate -f TEXT -n N -L L), or
+// from a sequence of token ids (sq-calibrate --token-ids FILE; sample_token_id_windows).
 //
 // Procedure (docs/formats.md, "Calibration file (HDF5)", "Calibration windows"):
 //  1. The file is read as a stream of documents (TextDocuments: plain text, JSON Lines, zstd).
@@ -50,5 +51,13 @@ std::vector<int64_t> draw_window_starts(int64_t total_tokens, int64_t n_samples,
 std::vector<std::vector<int32_t>> sample_calibration_windows(const std::string& path, const Tokenizer& tok,
                                                              int64_t n_samples, int64_t seq_len, uint64_t seed,
                                                              std::function<void(int64_t bytes_done)> progress = {});
+
+/// The same windows cut from a token stream given as ids (pre-tokenized input, `sq-calibrate
+/// --token-ids`; formats/token_ids_file.h): the stream is `ids` exactly as given (no BOS added),
+/// starts are drawn by draw_window_starts(ids.size(), n_samples, seq_len, seed), and window i is
+/// ids[start_i, start_i + seq_len). Throws UsageError when n_samples < 1 or seq_len < 1, and
+/// InputError "SOURCE: too few token ids for calibration: T, need at least seq_len = L".
+std::vector<std::vector<int32_t>> sample_token_id_windows(const std::vector<int32_t>& ids, const std::string& source,
+                                                          int64_t n_samples, int64_t seq_len, uint64_t seed);
 
 }  // namespace sq

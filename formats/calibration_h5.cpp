@@ -107,6 +107,7 @@ const char* const kFisherMatrices[4] = {"keys", "keys_fisher", "values", "values
 constexpr const char* kFisherPositions = "positions";
 constexpr const char* kFisherWindows = "windows";
 constexpr const char* kFisherMaxTokensAttr = "fisher_max_tokens";
+constexpr const char* kTextFormatAttr = "text_format";  // optional: absent = text, "token_ids"
 constexpr const char* kFisherMeanLossAttr = "fisher_mean_loss";
 
 /// The four [T, kvw] matrices of `s`, in kFisherMatrices order.
@@ -181,6 +182,7 @@ class Writer {
     attr_string(root, "/", "model_fingerprint", p.model_fingerprint);
     attr_string(root, "/", "text_path", p.text_path);
     attr_string(root, "/", "text_sha256", p.text_sha256);
+    if (!p.text_format.empty()) attr_string(root, "/", kTextFormatAttr, p.text_format);
     attr_scalar(root, "/", "samples", H5T_STD_I64LE, H5T_NATIVE_INT64, &p.samples);
     attr_scalar(root, "/", "seq_len", H5T_STD_I64LE, H5T_NATIVE_INT64, &p.seq_len);
     attr_scalar(root, "/", "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &p.seed);
@@ -472,6 +474,14 @@ class Reader {
     p.model_fingerprint = attr_string(root, "/", "model_fingerprint");
     p.text_path = attr_string(root, "/", "text_path");
     p.text_sha256 = attr_string(root, "/", "text_sha256");
+    const htri_t has_text_format = H5Aexists(root, kTextFormatAttr);
+    check(has_text_format >= 0, "/");
+    if (has_text_format > 0) {
+      p.text_format = attr_string(root, "/", kTextFormatAttr);
+      if (p.text_format != kTextFormatTokenIds)
+        throw InputError(path_ + ": root attribute text_format is \"" + p.text_format + "\", expected \"" + kTextFormatTokenIds +
+                         "\" (or no attribute, for a text)");
+    }
     p.samples = attr_int(root, "/", "samples");
     p.seq_len = attr_int(root, "/", "seq_len");
     p.seed = attr_uint(root, "/", "seed");

@@ -3,7 +3,8 @@
 //
 // Summary of format version 1:
 //   /                      attributes format="sqkit-calibration", format_version=1 (int32),
-//                          model_fingerprint, text_path, text_sha256, sqkit_version, created
+//                          model_fingerprint, text_path, text_sha256, sqkit_version, created;
+//                          optional text_format = "token_ids" (sq-calibrate --token-ids)
 //                          (UTF-8 strings), samples, seq_len (int64), seed (uint64)
 //   /layer_000 … /layer_{n−1}   one group per decoder layer (3 digits, more when n > 1000)
 //     attn_input, attn_output, ffn_input, ffn_hidden   one group per linear input site,

@@ -24,18 +24,18 @@ int64_t numbered_name_index(const std::string& name, const std::string& prefix, 
 }
 
 void check_layer_count(int n_layers, const std::vector<std::string>& tensor_names, const std::string& config_source,
-                       const char* key) {
+                       const char* key, const std::string& prefix) {
   std::set<int64_t> layers;
   for (const auto& n : tensor_names) {
-    const int64_t i = numbered_name_index(n, "model.layers.");
+    const int64_t i = numbered_name_index(n, prefix);
     if (i >= 0) layers.insert(i);
   }
   if (int64_t(n_layers) <= int64_t(layers.size())) return;
   const std::string held =
-      layers.empty() ? "no model.layers.* tensors"
-                     : std::to_string(layers.size()) + " layer" + (layers.size() == 1 ? "" : "s") + " (model.layers." +
+      layers.empty() ? "no " + prefix + "* tensors"
+                     : std::to_string(layers.size()) + " layer" + (layers.size() == 1 ? "" : "s") + " (" + prefix +
                            std::to_string(*layers.begin()) +
-                           (layers.size() == 1 ? "" : " … model.layers." + std::to_string(*layers.rbegin())) + ")";
+                           (layers.size() == 1 ? "" : " … " + prefix + std::to_string(*layers.rbegin())) + ")";
   throw InputError(config_source + ": " + key + " = " + std::to_string(n_layers) + ", but the checkpoint's tensors hold " +
                    held);
 }
@@ -43,7 +43,7 @@ void check_layer_count(int n_layers, const std::vector<std::string>& tensor_name
 void check_config_against_tensors(const ModelConfig& c, const std::vector<std::string>& tensor_names,
                                   const std::function<const std::vector<int64_t>*(const std::string&)>& shape_of,
                                   const std::string& config_source, const ConfigKeyNames& keys) {
-  check_layer_count(c.n_layers, tensor_names, config_source, keys.n_layers);
+  check_layer_count(c.n_layers, tensor_names, config_source, keys.n_layers, keys.layer_prefix);
   const int64_t q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim;
   const std::string hd = std::to_string(c.head_dim), d = keys.dim, l0 = names::layer(0);
   // One check: dimension `axis` of `tensor` must be `expected`, which config key `key` set to `value`.

@@ -30,17 +30,21 @@ struct ConfigKeyNames {
   const char* n_heads = "num_attention_heads";
   const char* n_kv_heads = "num_key_value_heads";
   const char* hidden_dim = "intermediate_size";
+  /// Prefix of layer i's tensor names, followed by "{i}." (an HF architecture's own names, e.g.
+  /// "transformer.h." for GPT-2, are checked before they are mapped onto the canonical ones).
+  const char* layer_prefix = "model.layers.";
 };
 
 /// Throws InputError "CONFIG: KEY = N, but the checkpoint's tensors hold M layers (model.layers.0 …
 /// model.layers.M-1)" when `n_layers` exceeds the number of distinct layer indices i among the
-/// tensor names "model.layers.{i}.*" of `tensor_names` (core/checkpoint.h). A config with fewer layers
+/// tensor names "PREFIX{i}.*" of `tensor_names` (`prefix`: core/checkpoint.h's "model.layers." by
+/// default). A config with fewer layers
 /// than the file is accepted (transformers ignores the extra weights). `config_source` names the
 /// config (file path), `key` the config key. O(tensor_names) time, no per-layer allocation.
 void check_layer_count(int n_layers, const std::vector<std::string>& tensor_names, const std::string& config_source,
-                       const char* key);
+                       const char* key, const std::string& prefix = "model.layers.");
 
-/// check_layer_count, then the FP32-checkpoint dimensions against the shapes of the tensors that
+/// check_layer_count (with keys.layer_prefix), then the FP32-checkpoint dimensions against the shapes of the tensors that
 /// are present (`shape_of(name)` returns the header shape or nullptr when absent; absent tensors
 /// are left to the loader's "missing tensor" error):
 ///   model.embed_tokens.weight              [vocab_size, hidden_size]

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "formats/config_tensor_check.h"
 #include "formats/json_limits.h"
+#include "formats/hf_architecture.h"
 #include "formats/hf_config.h"
 #include "formats/mapped_file.h"
 #include "formats/safetensors.h"
@@ -26,39 +27,6 @@ namespace {
 
 constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
-
-struct Expected {
-  std::string name;
-  std::vector<int64_t> shape;
-};
-
-/// Every tensor `c` implies, in canonical (HF save) order.
-std::vector<Expected> expected_tensors(const ModelConfig& c) {
-  const int64_t d = c.dim, q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim,
-                h = c.hidden_dim, v = c.vocab_size;
-  std::vector<Expected> out;
-  out.push_back({names::kEmbed, {v, d}});
-  for (int i = 0; i < c.n_layers; ++i) {
-    const std::string p = names::layer(i);
-    out.push_back({p + "input_layernorm.weight", {d}});
-    out.push_back({p + "self_attn.q_proj.weight", {q, d}});
-    out.push_back({p + "self_attn.k_proj.weight", {kv, d}});
-    out.push_back({p + "self_attn.v_proj.weight", {kv, d}});
-    if (c.qkv_bias) {
-      out.push_back({p + "self_attn.q_proj.bias", {q}});
-      out.push_back({p + "self_attn.k_proj.bias", {kv}});
-      out.push_back({p + "self_attn.v_proj.bias", {kv}});
-    }
-    out.push_back({p + "self_attn.o_proj.weight", {d, q}});
-    out.push_back({p + "post_attention_layernorm.weight", {d}});
-    out.push_back({p + "mlp.gate_proj.weight", {h, d}});
-    out.push_back({p + "mlp.up_proj.weight", {h, d}});
-    out.push_back({p + "mlp.down_proj.weight", {d, h}});
-  }
-  out.push_back({names::kFinalNorm, {d}});
-  if (!c.tied_embeddings) out.push_back({names::kLmHead, {v, d}});
-  return out;
-}
 
 bool ends_with(const std::string& s, const char* suffix) {
   const size_t n = std::strlen(suffix);
@@ -137,26 +105,78 @@ Tensor permute_qk_rows_for_interleaved(const Tensor& w, int n_heads, int head_di
   return permute_rows(w, n_heads, head_dim, false, "permute_qk_rows_for_interleaved");
 }
 
+namespace {
+
+/// The safetensors file(s) of a checkpoint directory as an HfTensorSource. Names are the file's,
+/// or base_prefix + the file's for a checkpoint saved from the base model class (see
+/// HfArchitecture::base_prefix).
+class SafetensorsSource : public HfTensorSource {
+ public:
+  SafetensorsSource(std::string dir, std::string config_source, std::string index)
+      : dir_(std::move(dir)), config_source_(std::move(config_source)), index_(std::move(index)) {}
+
+  void add(const std::string& name, const std::string& stored, const SafetensorsFile* f) { location_[name] = {stored, f}; }
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    out.reserve(location_.size());
+    for (const auto& [name, where] : location_) out.push_back(name);
+    return out;
+  }
+
+  const std::vector<int64_t>* shape(const std::string& name) const override {
+    const auto* w = find(name);
+    return w ? &w->second->shape(w->first) : nullptr;
+  }
+  std::string file(const std::string& name) const override { return find(name)->second->path(); }
+  const std::string& source() const override { return dir_; }
+  const std::string& config_source() const override { return config_source_; }
+
+ protected:
+  Tensor load(const std::string& name) const override {
+    const auto* w = find(name);
+    return w->second->load_f32(w->first);
+  }
+
+ private:
+  /// (stored name, file), or nullptr; InputError when the index places the tensor in a shard
+  /// that does not hold it.
+  const std::pair<std::string, const SafetensorsFile*>* find(const std::string& name) const {
+    auto it = location_.find(name);
+    if (it == location_.end()) return nullptr;
+    if (!it->second.second->has(it->second.first))
+      throw InputError(index_ + ": weight_map places tensor '" + it->second.first + "' in " + it->second.second->path() +
+                       ", which has no such tensor");
+    return &it->second;
+  }
+
+  std::string dir_, config_source_, index_;
+  std::map<std::string, std::pair<std::string, const SafetensorsFile*>> location_;
+};
+
+}  // namespace
+
 Checkpoint load_hf_checkpoint(const std::string& dir) {
   {
     std::error_code ec;
     if (!fs::is_directory(dir, ec)) throw InputError("cannot open " + dir + ": not a Hugging Face checkpoint directory");
   }
+  const std::string config_path = dir + "/config.json";
   Checkpoint ckpt;
   ckpt.source = dir;
   ckpt.format = "hf-safetensors";
-  ckpt.config = load_hf_config(dir + "/config.json");
-  const ModelConfig& c = ckpt.config;
+  ckpt.config = load_hf_config(config_path);
+  ModelConfig& c = ckpt.config;
+  const HfArchitecture& arch = *hf_architecture_named(c.architecture);
 
   // Where each tensor lives.
   std::map<std::string, std::shared_ptr<SafetensorsFile>> files;  // shard file name -> file
-  std::map<std::string, const SafetensorsFile*> location;          // tensor name -> file
+  std::map<std::string, const SafetensorsFile*> stored;            // tensor name in the files -> file
   const std::string single = dir + "/" + kSingleFile;
   const std::string index = dir + "/" + kIndexFile;
   if (is_regular_file(single)) {
     auto f = std::make_shared<SafetensorsFile>(single);
     files[kSingleFile] = f;
-    for (const auto& n : f->names()) location[n] = f.get();
+    for (const auto& n : f->names()) stored[n] = f.get();
   } else if (is_regular_file(index)) {
     const auto weight_map = parse_safetensors_index(read_file_to_string(index), index);
     for (const auto& [tensor, shard] : weight_map) {
@@ -167,60 +187,27 @@ Checkpoint load_hf_checkpoint(const std::string& dir) {
                          shard_path + " does not exist");
       files[shard] = std::make_shared<SafetensorsFile>(shard_path);
     }
-    for (const auto& [tensor, shard] : weight_map) {
-      const SafetensorsFile* f = files.at(shard).get();
-      location[tensor] = f;
-    }
+    for (const auto& [tensor, shard] : weight_map) stored[tensor] = files.at(shard).get();
   } else {
     throw InputError(dir + ": no " + kSingleFile + " or " + kIndexFile + " in the checkpoint directory");
   }
-
-  auto lookup = [&](const std::string& name) -> const SafetensorsFile* {
-    auto it = location.find(name);
-    if (it == location.end()) return nullptr;
-    if (!it->second->has(name))
-      throw InputError(index + ": weight_map places tensor '" + name + "' in " + it->second->path() +
-                       ", which has no such tensor");
-    return it->second;
-  };
+  // A checkpoint saved from the base model class has no tensor under the *ForCausalLM prefix.
+  const std::string prefix = arch.base_prefix ? arch.base_prefix : "";
+  bool prefixed = prefix.empty();
+  for (const auto& [name, f] : stored) prefixed = prefixed || name.compare(0, prefix.size(), prefix) == 0;
+  SafetensorsSource source(dir, config_path, index);
+  for (const auto& [name, f] : stored) source.add(prefixed ? name : prefix + name, name, f);
 
   // Config dimensions against the tensor headers before anything per layer (num_hidden_layers = 1e9
-  // would otherwise build a billion-entry list first).
-  std::vector<std::string> tensor_names;
-  tensor_names.reserve(location.size());
-  for (const auto& [name, f] : location) tensor_names.push_back(name);
-  check_config_against_tensors(
-      c, tensor_names,
-      [&](const std::string& name) -> const std::vector<int64_t>* {
-        const SafetensorsFile* f = lookup(name);
-        return f ? &f->shape(name) : nullptr;
-      },
-      dir + "/config.json");
+  // would otherwise build a billion-entry list first): the layer count under the architecture's
+  // layer prefix, and the sizes of the tensors that carry canonical names.
+  ConfigKeyNames keys;
+  keys.n_layers = arch.layers_key;
+  keys.layer_prefix = arch.layer_prefix;
+  check_config_against_tensors(c, source.names(), [&](const std::string& name) { return source.shape(name); },
+                               config_path, keys);
 
-  const auto expected = expected_tensors(c);
-  for (const auto& e : expected) {
-    const SafetensorsFile* f = lookup(e.name);
-    if (!f) continue;  // reported below by Checkpoint::get
-    if (f->shape(e.name) != e.shape)
-      throw InputError(f->path() + ": tensor '" + e.name + "' has shape " + shape_to_string(f->shape(e.name)) +
-                       ", expected " + shape_to_string(e.shape) + " from " + dir + "/config.json");
-    ckpt.tensors[e.name] = f->load_f32(e.name);
-  }
-  for (const auto& e : expected) ckpt.get(e.name, e.shape);  // missing -> InputError naming dir and tensor
-
-  if (c.architecture == "llama" && c.qkv_bias) {
-    // attention_bias also gives HF's o_proj a bias; sqkit has none, so accept it only when zero.
-    for (int i = 0; i < c.n_layers; ++i) {
-      const std::string name = names::layer(i) + "self_attn.o_proj.bias";
-      const SafetensorsFile* f = lookup(name);
-      if (!f) continue;
-      const Tensor b = f->load_f32(name);
-      for (int64_t k = 0; k < b.numel(); ++k)
-        if (b.data()[k] != 0.0f)
-          throw UnsupportedError(f->path() + ": tensor '" + name +
-                                 "' is non-zero; an o_proj bias (attention_bias = true) is not supported");
-    }
-  }
+  arch.map_tensors(source, c, ckpt.tensors);
   return ckpt;
 }
 
@@ -232,21 +219,22 @@ void save_hf_checkpoint(const Checkpoint& ckpt, const std::string& dir, const st
   c.validate(ckpt.source);
   const bool permute = c.rope_layout == RopeLayout::Interleaved;
   c.rope_layout = RopeLayout::HalfSplit;
-  const nlohmann::ordered_json config_json = make_hf_config_json(c, torch_dtype);
+  const nlohmann::ordered_json config_json = make_hf_config_json(c, torch_dtype);  // UnsupportedError unless writable
+  Checkpoint canonical;  // ckpt's tensors under the config that is written
+  canonical.config = c;
+  canonical.source = ckpt.source;
+  canonical.tensors = ckpt.tensors;
 
   std::vector<SafetensorsOutput> outputs;
-  for (const auto& e : expected_tensors(c)) {
-    Tensor t = ckpt.get(e.name, e.shape);
+  for (auto& [name, tensor] : hf_architecture_named(c.architecture)->hf_tensors(canonical)) {
+    Tensor t = tensor;
     if (permute) {
-      if (ends_with(e.name, "self_attn.q_proj.weight") || ends_with(e.name, "self_attn.q_proj.bias"))
+      if (ends_with(name, "self_attn.q_proj.weight") || ends_with(name, "self_attn.q_proj.bias"))
         t = permute_qk_rows_for_half_split(t, c.n_heads, c.head_dim);
-      else if (ends_with(e.name, "self_attn.k_proj.weight") || ends_with(e.name, "self_attn.k_proj.bias"))
+      else if (ends_with(name, "self_attn.k_proj.weight") || ends_with(name, "self_attn.k_proj.bias"))
         t = permute_qk_rows_for_half_split(t, c.n_kv_heads, c.head_dim);
     }
-    outputs.push_back({e.name, dtype, t});
-    // HF Llama with attention_bias = true also has an o_proj bias: write zeros (sqkit has none).
-    if (c.architecture == "llama" && c.qkv_bias && ends_with(e.name, "self_attn.o_proj.weight"))
-      outputs.push_back({e.name.substr(0, e.name.size() - 6) + "bias", dtype, Tensor::zeros({c.dim})});
+    outputs.push_back({name, dtype, t});
   }
   if (shards < 1 || size_t(shards) > outputs.size())
     throw UsageError("cannot split " + std::to_string(outputs.size()) + " tensors into " + std::to_string(shards) +

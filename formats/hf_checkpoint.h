@@ -1,4 +1,4 @@
-// Hugging Face checkpoint directories (config.json + safetensors weights) for LLaMA-family models.
+// Hugging Face checkpoint directories (config.json + safetensors weights).
 //
 // Layout (as written by transformers' `save_pretrained(safe_serialization=True)`):
 //   DIR/config.json                         see formats/hf_config.h
@@ -6,7 +6,8 @@
 //   DIR/model.safetensors.index.json        {"metadata": {"total_size": BYTES},
 //                                            "weight_map": {"tensor name": "shard file name", ...}}
 //   DIR/model-00001-of-00002.safetensors    the shards
-// Tensor names are sqkit's canonical names (core/checkpoint.h), which are the HF names.
+// Each architecture file (formats/architectures/, formats/hf_architecture.h) maps its tensor names
+// onto sqkit's canonical names (core/checkpoint.h), which are the LLaMA family's HF names.
 #pragma once
 
 #include <map>
@@ -18,28 +19,34 @@
 
 namespace sq {
 
-/// Loads the HF checkpoint directory `dir` as FP32 tensors.
+/// Loads the HF checkpoint directory `dir` as FP32 tensors under their canonical names.
 ///
-/// Reads `dir/config.json` (parse_hf_config), then `dir/model.safetensors` if present, else
-/// `dir/model.safetensors.index.json` and the shards its "weight_map" names. Before anything per
-/// layer, the config's dimensions are checked against the tensor headers
-/// (check_config_against_tensors, formats/config_tensor_check.h: num_hidden_layers against the
-/// layers present, hidden_size / vocab_size / num_attention_heads / num_key_value_heads /
-/// intermediate_size against the embedding and layer-0 shapes). Every tensor the
-/// config implies (core/checkpoint.h table; q/k/v biases when qkv_bias; lm_head.weight only when
-/// untied — a stored lm_head.weight is ignored when tied) is loaded with SafetensorsFile::load_f32
-/// (F32 zero-copy views keep their mapped file alive; F16/BF16 are widened) and its shape checked
-/// against the config. Other tensors (rotary_emb.inv_freq, ...) are ignored. For a Llama config
-/// with attention_bias, o_proj biases are accepted only when all zero (sqkit has none).
+/// Reads `dir/config.json` (parse_hf_config: the architecture file and the ModelConfig), then
+/// `dir/model.safetensors` if present, else `dir/model.safetensors.index.json` and the shards its
+/// "weight_map" names. A checkpoint saved from the base model class (no tensor name starts with
+/// the architecture's base_prefix, e.g. the original gpt2 files) gets that prefix prepended to
+/// every name. Before anything per layer, the config's dimensions are checked against the tensor
+/// headers (check_config_against_tensors, formats/config_tensor_check.h: the layer count against
+/// the layers present under the architecture's layer prefix, naming its config key; hidden_size /
+/// vocab_size / num_attention_heads / num_key_value_heads / intermediate_size against the
+/// tensors that carry canonical names). Then the architecture's map_tensors reads every tensor the
+/// config implies by its HF name with its shape checked (SafetensorsFile::load_f32: F32 zero-copy
+/// views keep their mapped file alive; F16/BF16 are widened) and stores it under its canonical
+/// name, split / transposed / folded where the layouts differ. Other tensors (rotary_emb.inv_freq,
+/// a stored lm_head.weight of a tied model, ...) are ignored. For a Llama config with
+/// attention_bias, o_proj biases that are all zero leave spec.o_bias false.
 /// The result has format "hf-safetensors", source `dir`, config.rope_layout HalfSplit.
 ///
 /// Throws InputError naming the file / tensor when: `dir` has no config.json or no weights file;
-/// config.json is invalid (see parse_hf_config; UnsupportedError for unsupported features); the
-/// index is not a JSON object with a "weight_map" of strings, names a shard that is not a plain
-/// file name inside `dir` (contains '/' or '\\', is "." or "..") or does not exist, or maps a
-/// tensor to a shard that does not hold it; a safetensors file is invalid (see SafetensorsFile); a
-/// config dimension disagrees with the tensors (naming the config key, its value and the tensor);
-/// a tensor is missing or has the wrong shape; a tensor's dtype is not F32/F16/BF16 (UnsupportedError).
+/// config.json is invalid (see parse_hf_config; UnsupportedError for unsupported architectures or
+/// features); the index is not a JSON object with a "weight_map" of strings, names a shard that is
+/// not a plain file name inside `dir` (contains '/' or '\\', is "." or "..") or does not exist, or
+/// maps a tensor to a shard that does not hold it; a safetensors file is invalid (see
+/// SafetensorsFile); a config dimension disagrees with the tensors (naming the config key, its
+/// value and the tensor); a tensor is missing ("DIR: tensor 'NAME' is missing (expected shape
+/// [..])") or has the wrong shape ("FILE: tensor 'NAME' has shape [..], expected [..] from
+/// DIR/config.json"), NAME being the checkpoint's own name; a tensor's dtype is not F32/F16/BF16
+/// (UnsupportedError).
 Checkpoint load_hf_checkpoint(const std::string& dir);
 
 /// Parses the text of a `model.safetensors.index.json` into tensor name -> shard file name.
@@ -58,6 +65,9 @@ std::map<std::string, std::string> parse_safetensors_index(std::string_view text
 /// {"format": "pt"} as transformers expects. Only the canonical tensors the config implies are
 /// written (other entries of ckpt.tensors are ignored; lm_head.weight only when untied). `dtype` is the storage dtype: "F32", "F16" or "BF16"
 /// (round-to-nearest-even).
+///
+/// Only architectures with a writer (llama, mistral, qwen2: HfArchitecture::make_config /
+/// hf_tensors) can be saved; others are refused by name (UnsupportedError).
 ///
 /// RoPE: when ckpt.config.rope_layout is Interleaved (llama2.c source), q_proj / k_proj weights
 /// (and biases) are row-permuted with permute_qk_rows_for_half_split (n_heads for q, n_kv_heads

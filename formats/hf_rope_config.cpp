@@ -61,12 +61,18 @@ class RopeKeys {
     return v.get<std::string>();
   }
 
-  /// partial_rotary_factor, when present, must be 1 (sqkit rotates every channel of a head).
-  void check_full_rotary() const {
-    const auto f = number("partial_rotary_factor");
-    if (f && *f != 1.0f)
-      throw UnsupportedError(source_ + ": " + name("partial_rotary_factor") + " = " + json_excerpt(j_.at("partial_rotary_factor")) +
+  /// partial_rotary_factor, when present: a number in (0, 1] (InputError otherwise); when
+  /// `must_be_one`, anything but 1 is refused by name (UnsupportedError).
+  std::optional<double> partial_rotary(const char* key, bool must_be_one) const {
+    const auto f = number(key);
+    if (!f) return std::nullopt;
+    const double v = j_.at(key).get<double>();
+    if (must_be_one && v != 1.0)
+      throw UnsupportedError(source_ + ": " + name(key) + " = " + json_excerpt(j_.at(key)) +
                              " is not supported (expected 1: partial rotary embedding is not implemented)");
+    if (!(v > 0.0 && v <= 1.0))
+      throw InputError(source_ + ": key '" + name(key) + "' = " + json_excerpt(j_.at(key)) + " must be in (0, 1]");
+    return v;
   }
 
   /// Refuses every key of the object outside `allowed` (null values included: transformers would
@@ -87,13 +93,15 @@ class RopeKeys {
   const std::string& source_;
 };
 
-/// θ (when the object gives one) and scaling of one rope_parameters / rope_scaling object.
-struct ParsedScaling {
-  std::optional<float> theta;
-  RopeScaling scaling;
-};
+std::string float_text(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.9g", double(v));
+  return buf;
+}
 
-ParsedScaling parse_scaling_object(const nlohmann::json& obj, const std::string& key, const std::string& source) {
+}  // namespace
+
+HfRopeObject parse_hf_rope_object(const nlohmann::json& obj, const std::string& key, const std::string& source) {
   if (!obj.is_object())
     throw InputError(source + ": key '" + key + "' must be an object or null, got " + json_excerpt(obj));
   const RopeKeys r(obj, key + ".", source);
@@ -105,7 +113,7 @@ ParsedScaling parse_scaling_object(const nlohmann::json& obj, const std::string&
   const char* type_key = rope_type ? "rope_type" : "type";
 
   std::set<std::string> allowed = {"rope_type", "type", "rope_theta", "partial_rotary_factor"};
-  ParsedScaling p;
+  HfRopeObject p;
   if (type == "default") {
     // plain RoPE
   } else if (type == "linear") {
@@ -125,33 +133,44 @@ ParsedScaling parse_scaling_object(const nlohmann::json& obj, const std::string&
                            "' is not implemented)");
   }
   r.only(allowed, type);
-  r.check_full_rotary();
+  p.partial_rotary_factor = r.partial_rotary("partial_rotary_factor", false);
   p.theta = r.number("rope_theta");
   return p;
 }
 
-std::string float_text(float v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.9g", double(v));
-  return buf;
-}
-
-}  // namespace
-
-HfRope parse_hf_rope(const nlohmann::json& j, const std::string& source) {
+HfRope parse_hf_rope(const nlohmann::json& j, const std::string& source, const HfRopeOptions& options) {
   const RopeKeys top(j, "", source);
-  top.check_full_rotary();
-  const std::optional<float> top_theta = top.number("rope_theta");
+  const bool must_be_one = !options.partial_rotary;
+  std::optional<double> partial = top.partial_rotary("partial_rotary_factor", must_be_one);
+  if (!partial && options.legacy_partial_key) partial = top.partial_rotary(options.legacy_partial_key, must_be_one);
+  std::optional<float> top_theta = top.number("rope_theta");
+  if (options.legacy_theta_key) {
+    const std::optional<float> legacy_theta = top.number(options.legacy_theta_key);
+    if (legacy_theta && top_theta && *legacy_theta != *top_theta)
+      throw InputError(source + ": key '" + options.legacy_theta_key + "' = " + float_text(*legacy_theta) +
+                       " disagrees with 'rope_theta' = " + float_text(*top_theta));
+    if (!top_theta) top_theta = legacy_theta;
+  }
 
-  std::optional<ParsedScaling> params, legacy;
-  if (top.present("rope_parameters")) params = parse_scaling_object(j.at("rope_parameters"), "rope_parameters", source);
-  if (top.present("rope_scaling")) legacy = parse_scaling_object(j.at("rope_scaling"), "rope_scaling", source);
+  std::optional<HfRopeObject> params, legacy;
+  if (top.present("rope_parameters")) params = parse_hf_rope_object(j.at("rope_parameters"), "rope_parameters", source);
+  if (top.present("rope_scaling")) legacy = parse_hf_rope_object(j.at("rope_scaling"), "rope_scaling", source);
+  // A factor inside the objects wins over the top-level one (transformers' setdefault).
+  for (const auto* o : {&legacy, &params}) {
+    if (!*o || !(*o)->partial_rotary_factor) continue;
+    const std::string key = o == &params ? "rope_parameters" : "rope_scaling";
+    if (must_be_one && *(*o)->partial_rotary_factor != 1.0)
+      RopeKeys(j.at(key), key + ".", source).partial_rotary("partial_rotary_factor", true);  // throws, naming it
+    partial = (*o)->partial_rotary_factor;
+  }
   if (params && legacy && !(params->scaling == legacy->scaling && (!params->theta || !legacy->theta || *params->theta == *legacy->theta)))
     throw InputError(source + ": keys 'rope_parameters' (" + json_excerpt(j.at("rope_parameters")) + ") and 'rope_scaling' (" +
                      json_excerpt(j.at("rope_scaling")) + ") describe different RoPE (give one of them)");
-  const std::optional<ParsedScaling>& chosen = params ? params : legacy;
+  const std::optional<HfRopeObject>& chosen = params ? params : legacy;
 
   HfRope out;
+  out.theta = options.default_theta;
+  out.partial_rotary_factor = partial ? *partial : options.default_partial_rotary;
   if (chosen) out.scaling = chosen->scaling;
   // θ inside the object (params and legacy agree when both give one), else top-level.
   const bool in_params = params && params->theta;

@@ -10,7 +10,7 @@
 # usage: scripts/fuzz.sh [-r RUNS] [-t SECONDS] [-j BUILD_JOBS] [TARGET...]
 #   defaults: RUNS=1000000, SECONDS=600, all targets (safetensors hf_config safetensors_index
 #   llama2c_checkpoint llama2c_tokenizer sqm_file calibration convert_spec gguf bpe_text spm_text
-#   tokenizer_json gguf_tokenizer)
+#   tokenizer_json gguf_tokenizer token_ids)
 # Needs clang and libclang-rt (Debian: apt-get install clang libclang-rt-14-dev libomp-14-dev).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +30,7 @@ shift $((OPTIND - 1))
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(safetensors hf_config safetensors_index llama2c_checkpoint llama2c_tokenizer
                                     sqm_file calibration convert_spec gguf bpe_text spm_text tokenizer_json
-                                    gguf_tokenizer)
+                                    gguf_tokenizer token_ids)
 
 # Longest input per target: enough for every structure of the format with small tensors, small
 # enough to keep executions fast (the real stories260K.bin seed is read truncated to its header).

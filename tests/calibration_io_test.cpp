@@ -254,6 +254,25 @@ TEST_F(CalibrationH5, WrongFormatAttribute) {
   EXPECT_NE(msg.find("something-else"), std::string::npos) << msg;
 }
 
+TEST_F(CalibrationH5, TextFormatIsOptionalAndOnlyTokenIds) {
+  // A text calibration has no text_format attribute (files as before); token ids round-trip it.
+  EXPECT_EQ(sq::read_calibration_h5(file_).provenance.text_format, "");
+  {
+    H5File f(file_);
+    EXPECT_EQ(H5Aexists(f.id, "text_format"), 0);
+  }
+  CalibrationData ids = data_;
+  ids.provenance.text_format = sq::kTextFormatTokenIds;
+  sq::write_calibration_h5(file_, ids);
+  EXPECT_EQ(sq::read_calibration_h5(file_).provenance.text_format, "token_ids");
+  {
+    H5File f(file_);
+    set_string_attr(f.id, "text_format", "tokens");
+  }
+  sq::test::expect_error<InputError>([&] { sq::read_calibration_h5(file_); },
+                                     {file_, "root attribute text_format is \"tokens\", expected \"token_ids\""});
+}
+
 TEST_F(CalibrationH5, UnknownVersionIsUnsupported) {
   {
     H5File f(file_);

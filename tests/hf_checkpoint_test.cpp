@@ -121,15 +121,21 @@ TEST(HfConfig, ExplicitValuesAndQwen2) {
 
 TEST(HfConfig, UnsupportedArchitectureMessage) {
   json j = llama_json();
-  j["architectures"] = {"GPT2LMHeadModel"};
+  j["architectures"] = {"BertForMaskedLM"};
   try {
     sq::parse_hf_config(j, "config.json");
     FAIL() << "no exception";
   } catch (const sq::UnsupportedError& e) {
     EXPECT_STREQ(e.what(),
-                 "config.json: architectures[0] = 'GPT2LMHeadModel' is not supported (expected LlamaForCausalLM, "
-                 "MistralForCausalLM or Qwen2ForCausalLM)");
+                 "config.json: architectures[0] = 'BertForMaskedLM' is not supported (expected LlamaForCausalLM, "
+                 "MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM, Phi3ForCausalLM, Gemma3ForCausalLM, "
+                 "OPTForCausalLM, GPTNeoXForCausalLM, FalconForCausalLM, GPT2LMHeadModel, BloomForCausalLM or "
+                 "MptForCausalLM)");
   }
+  j.erase("architectures");
+  j["model_type"] = "bert";
+  expect_error<sq::UnsupportedError>([&] { sq::parse_hf_config(j, "c.json"); },
+                                     {"c.json: model_type = 'bert' is not supported", "llama", "gpt2", "mpt"});
 }
 
 TEST(HfConfig, MissingRequiredKeyNamesIt) {
@@ -160,23 +166,41 @@ TEST(HfConfig, RejectsUnsupportedFeatures) {
   j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};  // linear and llama3 are supported (rope_scaling_test.cpp)
   expect_error<sq::UnsupportedError>([&] { sq::parse_hf_config(j, "c.json"); }, {"c.json", "rope_scaling", "dynamic"});
   j = llama_json();
-  j["hidden_act"] = "gelu";
-  expect_error<sq::UnsupportedError>([&] { sq::parse_hf_config(j, "c.json"); }, {"c.json", "hidden_act", "gelu"});
-  j = llama_json();
-  j["mlp_bias"] = true;
-  expect_error<sq::UnsupportedError>([&] { sq::parse_hf_config(j, "c.json"); }, {"c.json", "mlp_bias"});
-  j = llama_json();
-  j["architectures"] = {"MistralForCausalLM"};
-  j["max_position_embeddings"] = 32768;
-  j["sliding_window"] = 4096;
-  expect_error<sq::UnsupportedError>([&] { sq::parse_hf_config(j, "c.json"); }, {"c.json", "sliding_window = 4096"});
-  j = llama_json();
-  j["architectures"] = {"Qwen2ForCausalLM"};
-  j["use_sliding_window"] = true;
-  expect_error<sq::UnsupportedError>([&] { sq::parse_hf_config(j, "c.json"); }, {"c.json", "use_sliding_window"});
+  j["hidden_act"] = "quick_gelu";
+  expect_error<sq::UnsupportedError>([&] { sq::parse_hf_config(j, "c.json"); }, {"c.json", "hidden_act", "quick_gelu"});
   j = llama_json();
   j["num_key_value_heads"] = 3;  // 8 % 3 != 0: ModelConfig::validate
   expect_input_error([&] { sq::parse_hf_config(j, "c.json"); }, {"c.json", "n_kv_heads"});
+}
+
+// Features the generic decoder runs (issue 16) that sqkit used to refuse: they now configure the
+// DecoderSpec instead.
+TEST(HfConfig, FormerlyRefusedFeaturesConfigureTheSpec) {
+  json j = llama_json();
+  j["hidden_act"] = "gelu";
+  EXPECT_EQ(sq::parse_hf_config(j, "c.json").spec.activation, sq::Activation::Gelu);
+  j = llama_json();
+  j["mlp_bias"] = true;
+  EXPECT_TRUE(sq::parse_hf_config(j, "c.json").spec.mlp_bias);
+  j = llama_json();
+  j["architectures"] = {"MistralForCausalLM"};
+  j["max_position_embeddings"] = 32768;
+  j["sliding_window"] = 4096;  // HF masks keys j <= i - 4096 on every layer
+  EXPECT_EQ(sq::parse_hf_config(j, "c.json").spec.layer_window, std::vector<int>(5, 4096));
+  j.erase("sliding_window");  // MistralConfig's default is 4096, not "none"
+  EXPECT_EQ(sq::parse_hf_config(j, "c.json").spec.layer_window, std::vector<int>(5, 4096));
+  j["sliding_window"] = nullptr;
+  EXPECT_TRUE(sq::parse_hf_config(j, "c.json").spec.layer_window.empty());
+  j = llama_json();
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 16;
+  j["max_window_layers"] = 3;  // layers 3 and 4 slide (Qwen2Config.__post_init__)
+  EXPECT_EQ(sq::parse_hf_config(j, "c.json").spec.layer_window, (std::vector<int>{0, 0, 0, 16, 16}));
+  j["layer_types"] = {"sliding_attention", "full_attention", "full_attention", "full_attention", "full_attention"};
+  EXPECT_EQ(sq::parse_hf_config(j, "c.json").spec.layer_window, (std::vector<int>{16, 0, 0, 0, 0}));
+  j["layer_types"] = {"sliding_attention"};
+  expect_input_error([&] { sq::parse_hf_config(j, "c.json"); }, {"c.json", "layer_types", "5"});
 }
 
 TEST(HfConfig, JsonRoundTrip) {
@@ -440,7 +464,9 @@ TEST(HfCheckpoint, LlamaAttentionBiasGetsZeroOProjBias) {
   const auto r = sq::load_hf_checkpoint(dir.file("m"));
   expect_same_tensors(ck, r, kIdentity);  // q/k biases permuted back too
 
-  // A non-zero o_proj bias is refused.
+  EXPECT_FALSE(r.config.spec.o_bias) << "all-zero o_proj biases keep the LLaMA structure";
+
+  // A non-zero o_proj bias is loaded (spec.o_bias), zeros included on the other layers.
   std::vector<sq::SafetensorsOutput> outs;
   for (const auto& name : f.names()) {
     sq::Tensor t = f.load_f32(name).clone();
@@ -448,8 +474,10 @@ TEST(HfCheckpoint, LlamaAttentionBiasGetsZeroOProjBias) {
     outs.push_back({name, "F32", t});
   }
   sq::write_safetensors(dir.file("m/model.safetensors"), outs);
-  expect_error<sq::UnsupportedError>([&] { sq::load_hf_checkpoint(dir.file("m")); },
-                                     {"model.layers.1.self_attn.o_proj.bias", "not supported"});
+  const auto b = sq::load_hf_checkpoint(dir.file("m"));
+  EXPECT_TRUE(b.config.spec.o_bias);
+  EXPECT_EQ(b.tensors.at("model.layers.1.self_attn.o_proj.bias").data()[3], 0.25f);
+  EXPECT_EQ(b.tensors.at("model.layers.0.self_attn.o_proj.bias").data()[3], 0.0f);
 }
 
 // ---- loader errors -------------------------------------------------------------------------------

@@ -114,8 +114,8 @@ TEST(SqEval, BadHfCheckpointsGiveOneLineAndExit2) {
     c.replace(c.find(from), from.size(), to);
     write_file(hf + "/config.json", c);
   };
-  with_config("LlamaForCausalLM", "GPT2LMHeadModel");
-  expect_one_line_error("sq-eval", {"-m", hf, "--tokenizer", t, "-f", f, "--json", json}, "GPT2LMHeadModel", dir);
+  with_config("LlamaForCausalLM", "BertForMaskedLM");
+  expect_one_line_error("sq-eval", {"-m", hf, "--tokenizer", t, "-f", f, "--json", json}, "BertForMaskedLM", dir);
   with_config("\"hidden_size\"", "\"hidden_sizes\"");
   expect_one_line_error("sq-eval", {"-m", hf, "--tokenizer", t, "-f", f, "--json", json}, "hidden_size", dir);
   write_file(hf + "/config.json", config);

@@ -1,4 +1,4 @@
-// sq-calibrate: record activation statistics of a model on sample text (HDF5, docs/formats.md).
+// sq-calibrate: record activation statistics of a model on sample text or token ids (HDF5, docs/formats.md).
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
@@ -11,6 +11,7 @@
 #include "core/progress.h"
 #include "core/tool_main.h"
 #include "formats/calibration_h5.h"
+#include "formats/token_ids_file.h"
 #include "formats/tokenizer.h"
 #include "formats/utf8.h"
 #include "model/model_loader.h"
@@ -20,14 +21,18 @@ int main(int argc, char** argv) {
   CLI::App app{"sq-calibrate: run a model over N random windows of L tokens of a text and record per-channel "
                "activation statistics (absmax, min/max, sum of squares, per-token absmax percentiles; K/V cache ranges); "
                "optionally GPTQ Hessians (--hessian) and K/V Fisher information (--fisher)."};
-  std::string model_path, tokenizer_path, out_path;
+  std::string model_path, tokenizer_path, out_path, text_path, ids_path;
   sq::CalibrationOptions opt;
   int threads = 0;
   bool force = false, quiet = false;
   app.add_option("-m,--model", model_path, "Model: llama2.c .bin, GGUF file or Hugging Face checkpoint directory")->required();
   app.add_option("--tokenizer", tokenizer_path, "Tokenizer (tokenizer.bin, tokenizer.model, tokenizer.json, GGUF model or directory); default: the model's own");
-  app.add_option("-f,--file", opt.text_path, "Calibration text: plain text or JSON Lines with a 'text' field, optionally .zst")
-      ->required();
+  app.add_option("-f,--file", text_path, "Calibration text: plain text or JSON Lines with a 'text' field, optionally .zst; "
+                 "or give --token-ids");
+  app.add_option("--token-ids", ids_path,
+                 "Calibrate on these token ids instead of a text: whitespace-separated non-negative integers or a JSON array, "
+                 "one stream used exactly as given (no BOS added, no tokenizer needed); the windows are cut from it")
+      ->type_name("FILE");
   app.add_option("--samples", opt.samples, "Number of random windows (N)")->capture_default_str();
   app.add_option("--seq-len", opt.seq_len, "Tokens per window (L)")->capture_default_str();
   app.add_option("-s,--seed", opt.seed, "Sampling seed")->capture_default_str();
@@ -48,12 +53,20 @@ int main(int argc, char** argv) {
   return sq::run_tool("sq-calibrate", [&]() {
     if (threads > 0) omp_set_num_threads(threads);
     if (app.count("--fisher-tokens") > 0 && !opt.fisher) throw sq::UsageError("--fisher-tokens needs --fisher");
+    opt.token_ids = !ids_path.empty();
+    if (opt.token_ids && !text_path.empty()) throw sq::UsageError("give either -f FILE or --token-ids FILE, not both");
+    if (!opt.token_ids && text_path.empty())
+      throw sq::UsageError("give the calibration text with -f FILE or the token ids with --token-ids FILE");
+    opt.text_path = opt.token_ids ? ids_path : text_path;
     sq::check_output_path("-o", out_path, force, {model_path, opt.text_path, tokenizer_path});  // before any work
-    if (const std::string w = sq::text_file_encoding_warning(opt.text_path); !w.empty())
+    if (opt.token_ids)
+      (void)sq::read_token_ids_file(ids_path);  // its syntax, before the model is loaded (the vocabulary after)
+    else if (const std::string w = sq::text_file_encoding_warning(opt.text_path); !w.empty())
       std::fprintf(stderr, "sq-calibrate: warning: %s\n", w.c_str());
 
     sq::LoadedModel loaded = sq::load_model(model_path);
-    auto tokenizer = sq::open_tokenizer_for(loaded, tokenizer_path);
+    std::unique_ptr<sq::Tokenizer> tokenizer;  // token ids need none
+    if (!opt.token_ids) tokenizer = sq::open_tokenizer_for(loaded, tokenizer_path);
     std::unique_ptr<sq::ProgressBar> bar;
     // One bar over all passes: statistics, then Hessians and/or Fisher (each `total` windows).
     const int64_t passes = 1 + (opt.hessian ? 1 : 0) + (opt.fisher ? 1 : 0);
@@ -66,7 +79,7 @@ int main(int argc, char** argv) {
         bar->update(d, static_cast<double>(d * opt.seq_len), "tok");
       }
     };
-    const sq::CalibrationData data = sq::run_calibration(loaded, *tokenizer, opt);
+    const sq::CalibrationData data = sq::run_calibration(loaded, tokenizer.get(), opt);
     if (bar) bar->finish();
     sq::write_calibration_h5(out_path, data);
     int64_t tokens = data.layers.empty() ? 0 : data.layers[0].inputs[0].tokens;

@@ -1,4 +1,4 @@
-// sq-eval: perplexity of a model on a text file under a named protocol (docs/protocols.md).
+// sq-eval: perplexity of a model on a text file (or pre-tokenized ids) under a named protocol (docs/protocols.md).
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
@@ -16,16 +16,17 @@
 #include "eval/streaming.h"
 #include "formats/atomic_file.h"
 #include "formats/mapped_file.h"
+#include "formats/token_ids_file.h"
 #include "formats/tokenizer.h"
 #include "formats/utf8.h"
 #include "model/model_loader.h"
 #include "tool_cli.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"sq-eval: measure perplexity of a model on a text file.\n"
+  CLI::App app{"sq-eval: measure perplexity of a model on a text file, or on token ids (--token-ids); --json reports nll_mean too.\n"
                "Protocols (docs/protocols.md): 'windows' = non-overlapping windows, all ctx-1 predictions scored "
                "(SmoothQuant/GPTQ/KVQuant tables); 'llamacpp' = llama.cpp llama-perplexity (BOS per chunk, second half scored)."};
-  std::string model_path, tokenizer_path, text_path, protocol = "windows", json_path;
+  std::string model_path, tokenizer_path, text_path, ids_path, protocol = "windows", json_path;
   int ctx = 0, threads = 0;
   int64_t chunks = 0;
   bool allow_long = false, quiet = false;
@@ -33,7 +34,12 @@ int main(int argc, char** argv) {
   int kv_group = -1, kv_sink = -1;
   app.add_option("-m,--model", model_path, "Model: llama2.c .bin, GGUF file or Hugging Face checkpoint directory")->required();
   app.add_option("--tokenizer", tokenizer_path, "Tokenizer (tokenizer.bin, tokenizer.model, tokenizer.json, GGUF model or directory); default: the model's own");
-  app.add_option("-f,--file", text_path, "Text file to evaluate (UTF-8)")->required();
+  app.add_option("-f,--file", text_path, "Text file to evaluate (UTF-8); or give --token-ids");
+  app.add_option("--token-ids", ids_path,
+                 "Evaluate these token ids instead of a text: whitespace-separated non-negative integers or a JSON array, "
+                 "used exactly as given (no BOS added, no tokenizer needed; llamacpp replaces each chunk's first id by BOS "
+                 "only when the model has a tokenizer that adds one)")
+      ->type_name("FILE");
   app.add_option("--protocol", protocol,
                  "windows | llamacpp | streaming (token-by-token decoding under --kv-policy, every token scored)")
       ->capture_default_str();
@@ -70,7 +76,12 @@ int main(int argc, char** argv) {
   return sq::run_tool("sq-eval", [&]() {
     // Every output is checked before the model is loaded (never an input, never an existing file
     // without --force, its directory exists). With --json - the JSON owns stdout and the summary goes to stderr.
-    if (!json_path.empty()) sq::check_output_path("--json", json_path, force, {model_path, text_path, tokenizer_path}, true);
+    const bool from_ids = !ids_path.empty();
+    if (from_ids && !text_path.empty()) throw sq::UsageError("give either -f FILE or --token-ids FILE, not both");
+    if (!from_ids && text_path.empty()) throw sq::UsageError("give the text with -f FILE or the token ids with --token-ids FILE");
+    const std::string input_path = from_ids ? ids_path : text_path;
+    if (!json_path.empty())
+      sq::check_output_path("--json", json_path, force, {model_path, text_path, ids_path, tokenizer_path}, true);
     FILE* out = json_path == "-" ? stderr : stdout;
     if (threads < 0) throw sq::UsageError("--threads must be >= 0");
     const bool on_cuda = sq::select_device(device) == sq::Device::Cuda;  // throws first when CUDA is missing
@@ -89,9 +100,15 @@ int main(int argc, char** argv) {
     if (!streaming && opt.protocol == sq::PplProtocol::LlamaCpp && ctx > 0 && ctx < 3)
       throw sq::UsageError("-c " + std::to_string(ctx) +
                            " with --protocol llamacpp scores no token (it scores positions c/2 .. c-2 of each chunk); use -c 3 or more");
+    // Pre-tokenized input is read (and its syntax checked) before the model is loaded.
+    std::vector<int32_t> tokens = from_ids ? sq::read_token_ids_file(ids_path) : std::vector<int32_t>{};
     sq::LoadedModel loaded = sq::load_model(model_path);
     const sq::ModelConfig& cfg = loaded.model->config();
-    auto tokenizer = sq::open_tokenizer_for(loaded, tokenizer_path);
+    // Token ids need no tokenizer; llamacpp asks the model's tokenizer, when it has one, whether it adds BOS.
+    const bool need_tokenizer = !from_ids || (!streaming && opt.protocol == sq::PplProtocol::LlamaCpp);
+    std::unique_ptr<sq::Tokenizer> tokenizer;
+    if (need_tokenizer)
+      tokenizer = from_ids ? sq::open_tokenizer_if_any(loaded, tokenizer_path) : sq::open_tokenizer_for(loaded, tokenizer_path);
     opt.ctx = ctx > 0 ? ctx : std::min(512, cfg.max_seq_len);
     if (ctx < 0 || (ctx > 0 && ctx < 2)) throw sq::UsageError("-c must be at least 2, got " + std::to_string(ctx));
     if (!streaming && opt.ctx > cfg.max_seq_len && !allow_long)
@@ -102,15 +119,25 @@ int main(int argc, char** argv) {
     opt.kv = kvq.spec;
     opt.kv_params = &kvq.params;
 
-    const std::string text = sq::read_file_to_string(text_path);
-    if (text.empty()) throw sq::InputError(text_path + ": the text file is empty");
-    if (const std::string w = sq::text_encoding_warning(text, text_path); !w.empty())
-      std::fprintf(stderr, "sq-eval: warning: %s\n", w.c_str());
-    // BOS as the model's tokenizer adds it (SmolLM2: none), as llama.cpp does; the llamacpp protocol
-    // then replaces each chunk's first token by BOS only for models that add one.
-    const std::vector<int> ids = tokenizer->encode(text, tokenizer->default_add_bos(), /*add_eos=*/false);
-    opt.replace_first_with_bos = tokenizer->default_add_bos();
-    const std::vector<int32_t> tokens(ids.begin(), ids.end());
+    std::string text;
+    nlohmann::json input_json;
+    if (from_ids) {
+      sq::check_token_ids_in_vocabulary(tokens, cfg.vocab_size, ids_path);
+      opt.replace_first_with_bos = tokenizer && tokenizer->default_add_bos();
+      input_json = {{"path", ids_path}, {"tokens", tokens.size()}};
+    } else {
+      text = sq::read_file_to_string(text_path);
+      if (text.empty()) throw sq::InputError(text_path + ": the text file is empty");
+      if (const std::string w = sq::text_encoding_warning(text, text_path); !w.empty())
+        std::fprintf(stderr, "sq-eval: warning: %s\n", w.c_str());
+      // BOS as the model's tokenizer adds it (SmolLM2: none), as llama.cpp does; the llamacpp protocol
+      // then replaces each chunk's first token by BOS only for models that add one.
+      const std::vector<int> ids = tokenizer->encode(text, tokenizer->default_add_bos(), /*add_eos=*/false);
+      opt.replace_first_with_bos = tokenizer->default_add_bos();
+      tokens.assign(ids.begin(), ids.end());
+      input_json = {{"path", text_path}, {"bytes", text.size()}, {"tokens", tokens.size()}};
+    }
+    const char* input_key = from_ids ? "token_ids" : "text";
     if (streaming && on_cuda)
       throw sq::UnsupportedError("--device cuda: --protocol streaming (KV eviction) runs on the CPU only; use --device cpu");
     if (streaming) {
@@ -127,7 +154,7 @@ int main(int argc, char** argv) {
       so.on_progress = [&](int64_t done, int64_t) { bar.update(done); };
       const sq::StreamingResult r = sq::evaluate_streaming(*loaded.model, tokens, so);
       bar.finish();
-      sq::check_scored_result(r.tokens_scored, r.ppl, text_path);
+      sq::check_scored_result(r.tokens_scored, r.ppl, input_path);
       std::fprintf(out, "model     %s (%s, %lld parameters)\n", model_path.c_str(), loaded.format.c_str(),
                   static_cast<long long>(cfg.parameter_count()));
       std::fprintf(out, "protocol  streaming, kv-policy %s, %lld stream(s) of %lld tokens, %lld tokens scored\n",
@@ -165,14 +192,14 @@ int main(int argc, char** argv) {
                           {"kv_bytes", i < r.segment_kv_bytes.size() ? r.segment_kv_bytes[i] : 0}});
         j["segments"] = segs;
         j["model"] = {{"path", model_path}, {"format", loaded.format}, {"parameter_count", cfg.parameter_count()}};
-        j["text"] = {{"path", text_path}, {"bytes", text.size()}, {"tokens", tokens.size()}};
+        j[input_key] = input_json;
         j["sqkit_version"] = SQ_VERSION;
         sq::write_json_report(json_path, j.dump(2) + "\n");
       }
       return sq::kExitOk;
     }
     if (sq::perplexity_chunks(static_cast<int64_t>(tokens.size()), opt) == 0)
-      throw sq::InputError(text_path + ": too short: " + std::to_string(tokens.size()) + " tokens, need at least " +
+      throw sq::InputError(input_path + ": too short: " + std::to_string(tokens.size()) + " tokens, need at least " +
                            std::to_string(opt.ctx) + " for one chunk of -c " + std::to_string(opt.ctx));
 
     sq::ProgressBar bar("sq-eval", sq::perplexity_chunks(static_cast<int64_t>(tokens.size()), opt), "chunks", !quiet);
@@ -184,7 +211,7 @@ int main(int argc, char** argv) {
     const sq::PerplexityResult r =
         gpu ? sq::evaluate_perplexity_cuda(*gpu, tokens, opt) : sq::evaluate_perplexity(*loaded.model, tokens, opt);
     bar.finish();
-    sq::check_scored_result(r.tokens_scored, r.ppl, text_path);
+    sq::check_scored_result(r.tokens_scored, r.ppl, input_path);
     const std::string device_desc = on_cuda ? "cuda (" + sq::cuda_device_name() + ")" : "cpu";
 
     std::fprintf(out, "model     %s (%s, %lld parameters)\n", model_path.c_str(), loaded.format.c_str(),
@@ -227,7 +254,7 @@ int main(int argc, char** argv) {
                        {"fp32_bytes_per_token", double(cfg.n_layers) * 8.0 * double(kvw)}};
       j["protocol"] = {{"name", sq::protocol_name(opt.protocol)}, {"ctx", opt.ctx}, {"chunks", r.chunks}};
       j["model"] = {{"path", model_path}, {"format", loaded.format}, {"parameter_count", cfg.parameter_count()}};
-      j["text"] = {{"path", text_path}, {"bytes", text.size()}, {"tokens", tokens.size()}};
+      j[input_key] = input_json;
       j["sqkit_version"] = SQ_VERSION;
       sq::write_json_report(json_path, j.dump(2) + "\n");
     }

@@ -1,4 +1,5 @@
-// sq-run: generate text with a model. stdout carries only the prompt and the generated text.
+// sq-run: generate text with a model. stdout carries only the prompt and the generated text; with
+// --token-ids, the generated ids on one line, then (when the model has a tokenizer) prompt and text.
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
@@ -11,6 +12,7 @@
 #include "cuda/cuda_runtime.h"
 #include "cuda/device.h"
 #include "formats/mapped_file.h"
+#include "formats/token_ids_file.h"
 #include "formats/tokenizer.h"
 #include "formats/utf8.h"
 #include "model/model_loader.h"
@@ -18,8 +20,10 @@
 #include "tool_cli.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"sq-run: generate text with a model (prompt and generated text on stdout; logs and speed on stderr)."};
-  std::string model_path, tokenizer_path, prompt, prompt_file;
+  CLI::App app{"sq-run: generate text with a model (prompt and generated text on stdout; logs and speed on stderr).\n"
+               "With --token-ids: stdout has the generated ids on one line (space-separated), then, when the model has a "
+               "tokenizer, the prompt and generated text decoded."};
+  std::string model_path, tokenizer_path, prompt, prompt_file, ids_path;
   int64_t n = 256;
   int threads = 0;
   bool quiet = false;
@@ -31,6 +35,10 @@ int main(int argc, char** argv) {
   auto* prompt_opt = app.add_option("-p,--prompt", prompt, "Prompt text");
   auto* file_opt = app.add_option("-f,--file", prompt_file, "Read the prompt from this file (UTF-8; as llama.cpp's -f)");
   prompt_opt->excludes(file_opt);
+  app.add_option("--token-ids", ids_path,
+                 "The prompt as token ids instead of text: whitespace-separated non-negative integers or a JSON array, used "
+                 "exactly as given (no BOS added; no tokenizer needed)")
+      ->type_name("FILE");
   app.add_option("-n,--n-predict", n, "Number of tokens to generate")->capture_default_str();
   app.add_option("--temp", so.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
   app.add_option("--top-k", so.top_k, "Top-k sampling; 0 = off")->capture_default_str();
@@ -61,27 +69,46 @@ int main(int argc, char** argv) {
     const bool on_cuda = sq::select_device(device) == sq::Device::Cuda;  // throws first when CUDA is missing
     if (threads > 0) omp_set_num_threads(threads);
     if (n < 0) throw sq::UsageError("-n must be >= 0, got " + std::to_string(n));
-    if (app.count("--prompt") == 0 && app.count("--file") == 0) throw sq::UsageError("give the prompt with -p TEXT or -f FILE");
+    const bool from_ids = app.count("--token-ids") > 0;
+    const bool from_text = app.count("--prompt") > 0 || app.count("--file") > 0;
+    if (from_ids && from_text) throw sq::UsageError("give either the prompt text (-p TEXT or -f FILE) or --token-ids FILE, not both");
+    if (!from_ids && !from_text) throw sq::UsageError("give the prompt with -p TEXT or -f FILE, or its token ids with --token-ids FILE");
+    // Pre-tokenized input is read (and its syntax checked) before the model is loaded.
+    std::vector<int32_t> prompt_tokens = from_ids ? sq::read_token_ids_file(ids_path) : std::vector<int32_t>{};
     if (app.count("--file")) {
       prompt = sq::read_file_to_string(prompt_file);
       if (prompt.empty()) throw sq::InputError(prompt_file + ": the prompt file is empty");
     }
-    if (const std::string w = sq::text_encoding_warning(prompt, app.count("--file") ? prompt_file : "the prompt"); !w.empty())
-      std::fprintf(stderr, "sq-run: warning: %s\n", w.c_str());
+    if (from_text)
+      if (const std::string w = sq::text_encoding_warning(prompt, app.count("--file") ? prompt_file : "the prompt"); !w.empty())
+        std::fprintf(stderr, "sq-run: warning: %s\n", w.c_str());
     sq::Sampler sampler(so);
     sq::LoadedModel loaded = sq::load_model(model_path);
-    auto tokenizer = sq::open_tokenizer_for(loaded, tokenizer_path);
-    const std::vector<int> ids = tokenizer->encode(prompt, tokenizer->default_add_bos(), /*add_eos=*/false);
-    const std::vector<int32_t> prompt_tokens(ids.begin(), ids.end());
-
-    std::fputs(prompt.c_str(), stdout);
-    std::fflush(stdout);
+    // Token ids need no tokenizer; the model's (or --tokenizer) is used, when there is one, to print the text too.
+    std::unique_ptr<sq::Tokenizer> tokenizer =
+        from_ids ? sq::open_tokenizer_if_any(loaded, tokenizer_path) : sq::open_tokenizer_for(loaded, tokenizer_path);
+    if (from_ids) {
+      sq::check_token_ids_in_vocabulary(prompt_tokens, loaded.model->config().vocab_size, ids_path);
+    } else {
+      const std::vector<int> ids = tokenizer->encode(prompt, tokenizer->default_add_bos(), /*add_eos=*/false);
+      prompt_tokens.assign(ids.begin(), ids.end());
+      std::fputs(prompt.c_str(), stdout);
+      std::fflush(stdout);
+    }
     const int64_t context = loaded.model->config().max_seq_len;
     go.policy = sq::parse_kv_policy(policy);
     const sq::KVQuantization kvq = sq::select_kv_format(loaded.kv, kv, kv_group, kv_sink, kv_keys, loaded.model->config());
     go.kv = kvq.spec;
     go.kv_params = &kvq.params;
+    std::string generated_text;  // --token-ids with a tokenizer: printed after the ids
+    int64_t generated = 0;
     const auto print_token = [&](int32_t prev, int32_t tok) {
+      if (from_ids) {
+        std::fprintf(stdout, generated++ ? " %d" : "%d", static_cast<int>(tok));
+        std::fflush(stdout);
+        if (tokenizer) generated_text += tokenizer->decode_token(prev, tok);
+        return;
+      }
       const std::string piece = tokenizer->decode_token(prev, tok);
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
@@ -91,6 +118,11 @@ int main(int argc, char** argv) {
     const sq::GenerationStats st = gpu ? sq::generate_cuda(*gpu, prompt_tokens, n, context, sampler, print_token, go)
                                        : sq::generate(*loaded.model, prompt_tokens, n, context, sampler, print_token, go);
     std::fputc('\n', stdout);
+    if (from_ids && tokenizer) {
+      const std::string text = tokenizer->decode(std::vector<int>(prompt_tokens.begin(), prompt_tokens.end())) + generated_text;
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fputc('\n', stdout);
+    }
     std::fflush(stdout);
     if (!quiet) {
       if (st.hit_context_limit)

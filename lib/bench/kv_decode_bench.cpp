@@ -46,7 +46,7 @@ void fill(KVCache& cache, int64_t T, const std::vector<float>& kblock, const std
     std::copy(kblock.begin(), kblock.begin() + n * w, k.begin());
     if (!cache.keys_pre_rope()) {
       for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = static_cast<int32_t>(r + i);
-      ops::rope(k.data(), pos.data(), n, c.n_kv_heads, c.head_dim, cache.rope_inv_freq().data(), c.rope_layout);
+      ops::rope(k.data(), pos.data(), n, c.n_kv_heads, c.head_dim, cache.rope_inv_freq(0).data(), c.rope_layout);
     }
     for (int l = 0; l < c.n_layers; ++l) cache.write(l, k.data(), vblock.data(), n);
     cache.advance(n);

@@ -50,6 +50,13 @@ bool DecoderSpec::operator==(const DecoderSpec& o) const {
          layer_window == o.layer_window && rope_local_theta == o.rope_local_theta;
 }
 
+void ModelConfig::require_llama_structure(const std::string& what) const {
+  if (!is_llama_structure())
+    throw UnsupportedError(what + " supports only the LLaMA layer structure so far; architecture '" + architecture +
+                           "' (" + norm_kind_name(spec.norm) + ", " + position_kind_name(spec.position) +
+                           (spec.n_experts > 0 ? ", mixture of experts" : "") + ") is not");
+}
+
 void ModelConfig::validate(const std::string& source) const {
   auto positive = [&](int v, const char* name) {
     if (v <= 0) throw InputError(source + ": model config field '" + name + "' must be positive, got " + std::to_string(v));

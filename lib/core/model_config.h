@@ -162,6 +162,10 @@ struct ModelConfig {
   /// True for the plain LLaMA structure (DecoderSpec defaults, the only one the CUDA runner,
   /// the packed-model writer and the FP64 backward pass handle today).
   bool is_llama_structure() const { return spec == DecoderSpec{}; }
+  /// Throws UnsupportedError "<what> supports only the LLaMA layer structure so far; architecture
+  /// '<architecture>' is not" (one line) unless is_llama_structure(): the refusal of every part of
+  /// sqkit not yet driven by the DecoderSpec.
+  void require_llama_structure(const std::string& what) const;
 };
 
 }  // namespace sq

@@ -30,7 +30,13 @@ namespace sq {
 template <typename T>
 std::vector<T> rope_inv_freq(float theta, int head_dim, const RopeScaling& scaling);
 
-/// rope_inv_freq<float>(c.rope_theta, c.head_dim, c.rope_scaling): [head_dim/2].
+/// rope_inv_freq<float>(c.rope_theta, c.rope_dim(), c.rope_scaling): [rope_dim/2], the
+/// frequencies of the model's global layers (every layer of a model without rope_local_theta).
 std::vector<float> rope_inv_freq(const ModelConfig& c);
+
+/// The frequencies of layer `layer`: a sliding-window layer (c.window(layer) > 0) of a model with
+/// spec.rope_local_theta > 0 uses that base without scaling (Gemma 3's local layers), every other
+/// layer rope_inv_freq(c). Empty when the model has no RoPE (ALiBi, learned positions).
+std::vector<float> rope_inv_freq(const ModelConfig& c, int layer);
 
 }  // namespace sq

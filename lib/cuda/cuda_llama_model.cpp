@@ -11,6 +11,7 @@
 namespace sq {
 
 CudaLlamaModel::CudaLlamaModel(const Decoder& model) : config_(model.config()), rope_inv_freq_(rope_inv_freq(config_)) {
+  config_.require_llama_structure("The CUDA runner");
   require_cuda("CUDA runner");
   const ModelConfig& c = config_;
   // The FP32 embedding table, dequantized when stored INT8 (Decoder::embed does either).

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <stdexcept>
 
 #include "core/rope_frequencies.h"
@@ -40,43 +41,86 @@ void run_sharing_input(std::initializer_list<std::pair<const Linear*, float*>> l
   first->quantize_input_u8(x, n, qx);
   for (const auto& [lin, y] : linears) static_cast<const W8A8Linear*>(lin)->forward_prequantized(qx, y);
 }
+
+
+/// ALiBi slopes (Press et al. 2022 §3): for n a power of two, slope_h = 2^(−8(h+1)/n); otherwise
+/// the slopes of the closest power of two p below n followed by the odd-indexed slopes of 2p
+/// (BLOOM's build_alibi_tensor; MPT's gen_slopes with alibi_bias_max 8 gives the same values).
+std::vector<float> make_alibi_slopes(int n_heads) {
+  int p = 1;
+  while (p * 2 <= n_heads) p *= 2;
+  std::vector<float> s;
+  const double base = std::pow(2.0, -8.0 / p);
+  for (int h = 1; h <= p; ++h) s.push_back(static_cast<float>(std::pow(base, h)));
+  const double extra = std::pow(2.0, -4.0 / p);  // 2^(−8/(2p))
+  for (int h = 1; static_cast<int>(s.size()) < n_heads; h += 2) s.push_back(static_cast<float>(std::pow(extra, h)));
+  return s;
+}
 }  // namespace
 
 Decoder::Decoder(ModelConfig config, Tensor embed, std::vector<DecoderLayer> layers, Tensor final_norm,
-                       std::unique_ptr<Linear> lm_head)
+                 std::unique_ptr<Linear> lm_head, DecoderGlobals globals)
     : config_(std::move(config)),
-      rope_inv_freq_(rope_inv_freq(config_)),
+      globals_(std::move(globals)),
       embed_(std::move(embed)),
       layers_(std::move(layers)),
       final_norm_(std::move(final_norm)),
-      lm_head_(std::move(lm_head)) {}
+      lm_head_(std::move(lm_head)) {
+  for (int l = 0; l < config_.n_layers; ++l) rope_inv_freq_.push_back(rope_inv_freq(config_, l));
+  if (config_.spec.position == PositionKind::Alibi) alibi_slopes_ = make_alibi_slopes(config_.n_heads);
+}
 
 Decoder Decoder::from_checkpoint(const Checkpoint& ck) {
   const ModelConfig& c = ck.config;
+  const DecoderSpec& sp = c.spec;
   const int64_t d = c.dim, q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim, h = c.hidden_dim;
-  auto dense = [&](const std::string& name, std::vector<int64_t> shape, const std::string& bias = "") {
+  auto dense = [&](const std::string& name, std::vector<int64_t> shape, bool bias) {
     Tensor b;
-    if (!bias.empty()) b = ck.get(bias, {shape[0]});
-    return std::make_unique<DenseLinear>(ck.get(name, shape), b);
+    if (bias) b = ck.get(name + ".bias", {shape[0]});
+    return std::make_unique<DenseLinear>(ck.get(name + ".weight", shape), b);
   };
+  auto optional = [&](bool present, const std::string& name, int64_t n) { return present ? ck.get(name, {n}) : Tensor(); };
   std::vector<DecoderLayer> layers(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = names::layer(l);
     const std::string a = p + "self_attn.";
     DecoderLayer& L = layers[static_cast<size_t>(l)];
     L.attn_norm = ck.get(p + "input_layernorm.weight", {d});
-    L.q_proj = dense(a + "q_proj.weight", {q, d}, c.qkv_bias ? a + "q_proj.bias" : "");
-    L.k_proj = dense(a + "k_proj.weight", {kv, d}, c.qkv_bias ? a + "k_proj.bias" : "");
-    L.v_proj = dense(a + "v_proj.weight", {kv, d}, c.qkv_bias ? a + "v_proj.bias" : "");
-    L.o_proj = dense(a + "o_proj.weight", {d, q});
-    L.ffn_norm = ck.get(p + "post_attention_layernorm.weight", {d});
-    L.gate_proj = dense(p + "mlp.gate_proj.weight", {h, d});
-    L.up_proj = dense(p + "mlp.up_proj.weight", {h, d});
-    L.down_proj = dense(p + "mlp.down_proj.weight", {d, h});
+    L.attn_norm_bias = optional(sp.norm_bias, p + "input_layernorm.bias", d);
+    L.q_proj = dense(a + "q_proj", {q, d}, c.qkv_bias);
+    L.k_proj = dense(a + "k_proj", {kv, d}, c.qkv_bias);
+    L.v_proj = dense(a + "v_proj", {kv, d}, c.qkv_bias);
+    L.q_norm = optional(sp.qk_norm, a + "q_norm.weight", c.head_dim);
+    L.k_norm = optional(sp.qk_norm, a + "k_norm.weight", c.head_dim);
+    L.o_proj = dense(a + "o_proj", {d, q}, sp.o_bias);
+    L.attn_post_norm = optional(sp.post_attn_norm, p + "attn_post_norm.weight", d);
+    L.attn_post_norm_bias = optional(sp.post_attn_norm && sp.norm_bias, p + "attn_post_norm.bias", d);
+    L.ffn_norm = optional(!sp.shared_input_norm, p + "post_attention_layernorm.weight", d);
+    L.ffn_norm_bias = optional(!sp.shared_input_norm && sp.norm_bias, p + "post_attention_layernorm.bias", d);
+    if (sp.n_experts > 0) {
+      L.router = dense(p + "mlp.router", {sp.n_experts, d}, false);
+      for (int e = 0; e < sp.n_experts; ++e) {
+        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        L.experts.push_back({dense(x + "gate_proj", {h, d}, false), dense(x + "up_proj", {h, d}, false),
+                             dense(x + "down_proj", {d, h}, false)});
+      }
+    } else {
+      if (sp.mlp_gated) L.gate_proj = dense(p + "mlp.gate_proj", {h, d}, sp.mlp_bias);
+      L.up_proj = dense(p + "mlp.up_proj", {h, d}, sp.mlp_bias);
+      L.down_proj = dense(p + "mlp.down_proj", {d, h}, sp.mlp_bias);
+    }
+    L.ffn_post_norm = optional(sp.post_ffn_norm, p + "mlp_post_norm.weight", d);
+    L.ffn_post_norm_bias = optional(sp.post_ffn_norm && sp.norm_bias, p + "mlp_post_norm.bias", d);
   }
+  DecoderGlobals g;
+  g.final_norm_bias = optional(sp.norm_bias, names::kFinalNormBias, d);
+  g.embed_norm = optional(sp.embed_norm, names::kEmbedNorm, d);
+  g.embed_norm_bias = optional(sp.embed_norm && sp.norm_bias, names::kEmbedNormBias, d);
+  if (sp.position == PositionKind::Learned)
+    g.embed_positions = ck.get(names::kEmbedPositions, {int64_t(c.max_seq_len) + sp.learned_position_offset, d});
   Tensor embed = ck.get(names::kEmbed, {c.vocab_size, d});
   auto head = std::make_unique<DenseLinear>(c.tied_embeddings ? embed : ck.get(names::kLmHead, {c.vocab_size, d}));
-  return Decoder(c, embed, std::move(layers), ck.get(names::kFinalNorm, {d}), std::move(head));
+  return Decoder(c, embed, std::move(layers), ck.get(names::kFinalNorm, {d}), std::move(head), std::move(g));
 }
 
 void Decoder::set_quantized_embedding(std::vector<int8_t> q, std::vector<float> scales) {
@@ -99,13 +143,14 @@ void Decoder::prepare(Workspace& ws, int64_t n, int64_t p0) const {
   ensure(ws.v, n * kvw);
   ensure(ws.att, n * qw);
   ensure(ws.proj, n * d);
+  ensure(ws.proj2, n * d);
   ensure(ws.gate, n * hid);
   ensure(ws.up, n * hid);
   ws.positions.resize(static_cast<size_t>(n));
   for (int64_t t = 0; t < n; ++t) ws.positions[static_cast<size_t>(t)] = static_cast<int32_t>(p0 + t);
 }
 
-void Decoder::embed(const int32_t* tokens, int64_t n, float* x) const {
+void Decoder::embed(const int32_t* tokens, int64_t n, float* x, int64_t first_position) const {
   const ModelConfig& c = config_;
   const int64_t d = c.dim;
   for (int64_t t = 0; t < n; ++t) {
@@ -120,11 +165,29 @@ void Decoder::embed(const int32_t* tokens, int64_t n, float* x) const {
       for (int64_t j = 0; j < d; ++j) x[t * d + j] = static_cast<float>(row[j]) * scale;
     }
   }
+  const DecoderSpec& sp = c.spec;
+  if (sp.embed_scale != 1.0f)
+    for (int64_t i = 0; i < n * d; ++i) x[i] *= sp.embed_scale;
+  if (sp.position == PositionKind::Learned) {
+    // Learned absolute positions are the tokens' text positions; row p + offset of the table.
+    const int64_t t0 = first_position, rows = globals_.embed_positions.shape()[0];
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t r = t0 + t + sp.learned_position_offset;
+      if (r >= rows)
+        throw std::length_error("position " + std::to_string(t0 + t) + " beyond the " + std::to_string(c.max_seq_len) +
+                                " learned positions of the model");
+      const float* pe = globals_.embed_positions.data() + r * d;
+      for (int64_t j = 0; j < d; ++j) x[t * d + j] += pe[j];
+    }
+  }
+  if (sp.embed_norm)
+    ops::norm(sp.norm, x, globals_.embed_norm.data(), globals_.embed_norm_bias.data(), x, n, static_cast<int>(d), c.norm_eps);
 }
 
 void Decoder::forward(const int32_t* tokens, int64_t n, KVCache& cache, Workspace& ws, float* logits,
-                         LogitsFor which, ActivationObserver* obs) const {
+                      LogitsFor which, ActivationObserver* obs) const {
   const ModelConfig& c = config_;
+  const DecoderSpec& sp = c.spec;
   const int64_t d = c.dim;
   const int64_t p0 = cache.length();
   if (n <= 0) return;
@@ -132,8 +195,8 @@ void Decoder::forward(const int32_t* tokens, int64_t n, KVCache& cache, Workspac
     throw std::length_error("KV cache full: " + std::to_string(p0) + " + " + std::to_string(n) + " positions exceed capacity " +
                             std::to_string(cache.capacity()));
   prepare(ws, n, p0);
-  float* x = ws.x.data();  // x[n, dim] = embedding rows of the tokens
-  embed(tokens, n, x);
+  float* x = ws.x.data();  // x[n, dim] = embedding rows of the tokens (× embed_scale)
+  embed(tokens, n, x, p0);
   for (int l = 0; l < c.n_layers; ++l) run_layer(l, layers_[static_cast<size_t>(l)], x, n, cache, ws, obs);
   cache.advance(n);
 
@@ -141,12 +204,12 @@ void Decoder::forward(const int32_t* tokens, int64_t n, KVCache& cache, Workspac
   const int64_t first = which == LogitsFor::AllTokens ? 0 : n - 1;
   const int64_t rows = n - first;
   float* xn = ws.xn.data();
-  ops::rms_norm(x + first * d, final_norm_.data(), xn, rows, static_cast<int>(d), c.norm_eps);
+  ops::norm(sp.norm, x + first * d, final_norm_.data(), globals_.final_norm_bias.data(), xn, rows, static_cast<int>(d), c.norm_eps);
   lm_head_->forward(xn, rows, logits);  // logits[rows, vocab]
 }
 
 void Decoder::forward_layer(int l, const DecoderLayer& L, float* x, int64_t n, KVCache& cache, Workspace& ws,
-                               ActivationObserver* obs) const {
+                            ActivationObserver* obs) const {
   if (l < 0 || l >= config_.n_layers) throw std::out_of_range("layer " + std::to_string(l) + " out of range");
   const int64_t p0 = cache.length();
   if (n <= 0) return;
@@ -158,14 +221,15 @@ void Decoder::forward_layer(int l, const DecoderLayer& L, float* x, int64_t n, K
 }
 
 void Decoder::run_layer(int l, const DecoderLayer& L, float* x, int64_t n, KVCache& cache, Workspace& ws,
-                           ActivationObserver* obs) const {
+                        ActivationObserver* obs) const {
   const ModelConfig& c = config_;
-  const int64_t d = c.dim, hd = c.head_dim, qw = int64_t(c.n_heads) * hd, kvw = int64_t(c.n_kv_heads) * hd,
-                hid = c.hidden_dim;
+  const DecoderSpec& sp = c.spec;
+  const int dd = c.dim;
+  const int64_t d = c.dim, hd = c.head_dim, qw = int64_t(c.n_heads) * hd, kvw = int64_t(c.n_kv_heads) * hd;
   const int64_t p0 = cache.length();
   float* xn = ws.xn.data();
-  // --- attention block: x += o_proj(attention(rope(q), rope(k), v)) on RMSNorm(x) ---
-  ops::rms_norm(x, L.attn_norm.data(), xn, n, static_cast<int>(d), c.norm_eps);
+  // --- attention block on h = norm(x) ---
+  ops::norm(sp.norm, x, L.attn_norm.data(), L.attn_norm_bias.data(), xn, n, dd, c.norm_eps);
   // q[n, n_heads*hd], k[n, n_kv*hd], v[n, n_kv*hd]
   run_sharing_input({{L.q_proj.get(), ws.q.data()}, {L.k_proj.get(), ws.k.data()}, {L.v_proj.get(), ws.v.data()}}, xn, n);
   if (obs) {
@@ -173,57 +237,151 @@ void Decoder::run_layer(int l, const DecoderLayer& L, float* x, int64_t n, KVCac
     obs->on_linear_output(l, Projection::Q, ws.q.data(), n, qw);
     obs->on_linear_output(l, Projection::K, ws.k.data(), n, kvw);
     obs->on_linear_output(l, Projection::V, ws.v.data(), n, kvw);
-    obs->on_kv(l, ws.k.data(), ws.v.data(), n, kvw);  // keys still pre-RoPE here
   }
+  if (sp.qk_norm) {  // RMSNorm of every head over head_dim (rows of width hd)
+    ops::rms_norm(ws.q.data(), L.q_norm.data(), ws.q.data(), n * c.n_heads, static_cast<int>(hd), c.norm_eps);
+    ops::rms_norm(ws.k.data(), L.k_norm.data(), ws.k.data(), n * c.n_kv_heads, static_cast<int>(hd), c.norm_eps);
+  }
+  if (obs) obs->on_kv(l, ws.k.data(), ws.v.data(), n, kvw);  // keys still pre-RoPE here
   // Queries (and post-RoPE keys) are rotated at their cache positions p0 … p0+n−1; the cache
   // stores the new rows (quantizing them in its format) and returns every row's key rotated at its
   // cache position, dequantized, with the values (runtime/kv_cache.h).
-  ops::rope(ws.q.data(), ws.positions.data(), n, c.n_heads, static_cast<int>(hd), rope_inv_freq_.data(), c.rope_layout);
-  if (!cache.keys_pre_rope())
-    ops::rope(ws.k.data(), ws.positions.data(), n, c.n_kv_heads, static_cast<int>(hd), rope_inv_freq_.data(), c.rope_layout);
+  const std::vector<float>& inv_freq = rope_inv_freq_[static_cast<size_t>(l)];
+  if (sp.position == PositionKind::Rope) {
+    const int rd = c.rope_dim();
+    ops::rope(ws.q.data(), ws.positions.data(), n, c.n_heads, static_cast<int>(hd), rd, inv_freq.data(), c.rope_layout);
+    if (!cache.keys_pre_rope())
+      ops::rope(ws.k.data(), ws.positions.data(), n, c.n_kv_heads, static_cast<int>(hd), rd, inv_freq.data(), c.rope_layout);
+  }
   cache.write(l, ws.k.data(), ws.v.data(), n);
-  // Decode steps over a nuq cache attend over the packed rows directly (runtime/kv_decode_attention.h);
-  // every other case (prefill, FP32/int caches) dequantizes the rows and runs sgemm attention.
-  const bool fused = n == 1 && ws.fused_decode_attention && nuq_decode_attention(cache, l, p0 + 1, ws.q.data(), c.n_heads, ws.att.data(),
-                                                    ws.kv_decode, ws.attention_mass);
+  // Decode steps over a nuq cache attend over the packed rows directly (runtime/kv_decode_attention.h)
+  // when the layer is plain causal attention with 1/√d; every other case dequantizes the rows and
+  // runs sgemm attention.
+  const int window = c.window(l);
+  const bool plain = window == 0 && sp.position == PositionKind::Rope && sp.attn_scale == 0.0f;
+  const bool fused = n == 1 && plain && ws.fused_decode_attention &&
+                     nuq_decode_attention(cache, l, p0 + 1, ws.q.data(), c.n_heads, ws.att.data(), ws.kv_decode, ws.attention_mass);
   if (!fused) {
     const KVCache::View kv = cache.read(l, p0 + n, ws.kbuf, ws.vbuf);
-    attention(ws.q.data(), kv.keys, kv.values, n, p0, ws.att.data(), ws);  // att[n, n_heads*hd]
+    attention(ws.q.data(), kv.keys, kv.values, n, p0, ws.att.data(), ws, window);  // att[n, n_heads*hd]
   }
   L.o_proj->forward(ws.att.data(), n, ws.proj.data());
   if (obs) {
     obs->on_linear_input(l, ActivationSite::AttnOutput, ws.att.data(), n, qw);
     obs->on_linear_output(l, Projection::O, ws.proj.data(), n, d);
   }
-  ops::add_inplace(x, ws.proj.data(), n * d);
+  if (sp.post_attn_norm)
+    ops::norm(sp.norm, ws.proj.data(), L.attn_post_norm.data(), L.attn_post_norm_bias.data(), ws.proj.data(), n, dd, c.norm_eps);
 
-  // --- FFN block: x += down(silu(gate(xn)) * up(xn)) on RMSNorm(x) ---
-  ops::rms_norm(x, L.ffn_norm.data(), xn, n, static_cast<int>(d), c.norm_eps);
-  run_sharing_input({{L.gate_proj.get(), ws.gate.data()}, {L.up_proj.get(), ws.up.data()}}, xn, n);  // [n, hidden] each
-  if (obs) {
-    obs->on_linear_input(l, ActivationSite::FfnInput, xn, n, d);
-    obs->on_linear_output(l, Projection::Gate, ws.gate.data(), n, hid);
-    obs->on_linear_output(l, Projection::Up, ws.up.data(), n, hid);
+  if (sp.parallel_residual) {
+    // --- parallel block: x += attn(norm1(x)) + mlp(norm2(x)) (norm2 = norm1 when shared) ---
+    if (!sp.shared_input_norm) ops::norm(sp.norm, x, L.ffn_norm.data(), L.ffn_norm_bias.data(), xn, n, dd, c.norm_eps);
+    run_mlp(l, L, xn, ws.proj2.data(), n, ws, obs);
+    // transformers adds mlp + attention first, then the residual (GPT-NeoX, Falcon)
+    ops::add_inplace(ws.proj2.data(), ws.proj.data(), n * d);
+    ops::add_inplace(x, ws.proj2.data(), n * d);
+    return;
   }
-  ops::swiglu(ws.gate.data(), ws.up.data(), n * hid);
-  L.down_proj->forward(ws.gate.data(), n, ws.proj.data());  // [n, dim]
-  if (obs) {
-    obs->on_linear_input(l, ActivationSite::FfnHidden, ws.gate.data(), n, hid);
-    obs->on_linear_output(l, Projection::Down, ws.proj.data(), n, d);
-  }
+  ops::add_inplace(x, ws.proj.data(), n * d);
+  // --- FFN block: x += [post-norm] mlp(norm(x)) ---
+  ops::norm(sp.norm, x, L.ffn_norm.data(), L.ffn_norm_bias.data(), xn, n, dd, c.norm_eps);
+  run_mlp(l, L, xn, ws.proj.data(), n, ws, obs);
+  if (sp.post_ffn_norm)
+    ops::norm(sp.norm, ws.proj.data(), L.ffn_post_norm.data(), L.ffn_post_norm_bias.data(), ws.proj.data(), n, dd, c.norm_eps);
   ops::add_inplace(x, ws.proj.data(), n * d);
 }
 
+void Decoder::run_mlp(int l, const DecoderLayer& L, const float* h, float* y, int64_t n, Workspace& ws,
+                      ActivationObserver* obs) const {
+  const ModelConfig& c = config_;
+  const DecoderSpec& sp = c.spec;
+  const int64_t d = c.dim, hid = c.hidden_dim;
+  if (sp.n_experts > 0) {
+    if (obs) obs->on_linear_input(l, ActivationSite::FfnInput, h, n, d);
+    run_experts(L, h, y, n, ws);
+    return;
+  }
+  if (sp.mlp_gated) {
+    run_sharing_input({{L.gate_proj.get(), ws.gate.data()}, {L.up_proj.get(), ws.up.data()}}, h, n);  // [n, hidden] each
+    if (obs) {
+      obs->on_linear_input(l, ActivationSite::FfnInput, h, n, d);
+      obs->on_linear_output(l, Projection::Gate, ws.gate.data(), n, hid);
+      obs->on_linear_output(l, Projection::Up, ws.up.data(), n, hid);
+    }
+    ops::gated_activation(sp.activation, ws.gate.data(), ws.up.data(), n * hid);
+  } else {
+    L.up_proj->forward(h, n, ws.gate.data());  // fc1 [n, hidden]
+    if (obs) {
+      obs->on_linear_input(l, ActivationSite::FfnInput, h, n, d);
+      obs->on_linear_output(l, Projection::Up, ws.gate.data(), n, hid);
+    }
+    ops::activation(sp.activation, ws.gate.data(), n * hid);
+  }
+  L.down_proj->forward(ws.gate.data(), n, y);  // [n, dim]
+  if (obs) {
+    obs->on_linear_input(l, ActivationSite::FfnHidden, ws.gate.data(), n, hid);
+    obs->on_linear_output(l, Projection::Down, y, n, d);
+  }
+}
+
+void Decoder::run_experts(const DecoderLayer& L, const float* h, float* y, int64_t n, Workspace& ws) const {
+  // Mixture of experts (Mixtral, Jiang et al. 2024 §2.1, transformers MixtralSparseMoeBlock):
+  // p = softmax(router(h)) per token; the top-k experts by p run on the token and their outputs
+  // are summed weighted by p renormalized over the top k.
+  const ModelConfig& c = config_;
+  const int E = c.spec.n_experts, K = c.spec.experts_per_token;
+  const int64_t d = c.dim, hid = c.hidden_dim;
+  ensure(ws.router_logits, n * E);
+  L.router->forward(h, n, ws.router_logits.data());  // [n, E]
+  std::vector<float> weight(static_cast<size_t>(n * E), 0.0f);  // [n, E] routing weight, 0 = not routed
+  std::vector<int> order(static_cast<size_t>(E));
+  for (int64_t t = 0; t < n; ++t) {
+    float* p = ws.router_logits.data() + t * E;
+    ops::softmax_row(p, E);
+    std::iota(order.begin(), order.end(), 0);
+    // torch.topk order: larger probability first; ties keep the lower index
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
+    float sum = 0.0f;
+    for (int k = 0; k < K; ++k) sum += p[order[static_cast<size_t>(k)]];
+    for (int k = 0; k < K; ++k) {
+      const int e = order[static_cast<size_t>(k)];
+      weight[static_cast<size_t>(t * E + e)] = p[e] / sum;
+    }
+  }
+  std::fill(y, y + n * d, 0.0f);
+  for (int e = 0; e < E; ++e) {
+    ws.moe_rows.clear();
+    for (int64_t t = 0; t < n; ++t)
+      if (weight[static_cast<size_t>(t * E + e)] != 0.0f) ws.moe_rows.push_back(static_cast<int32_t>(t));
+    const int64_t m = static_cast<int64_t>(ws.moe_rows.size());
+    if (m == 0) continue;
+    ensure(ws.moe_x, m * d);
+    ensure(ws.moe_out, m * d);
+    for (int64_t i = 0; i < m; ++i)
+      std::memcpy(ws.moe_x.data() + i * d, h + int64_t(ws.moe_rows[static_cast<size_t>(i)]) * d, static_cast<size_t>(d) * sizeof(float));
+    const Expert& X = L.experts[static_cast<size_t>(e)];
+    run_sharing_input({{X.gate_proj.get(), ws.gate.data()}, {X.up_proj.get(), ws.up.data()}}, ws.moe_x.data(), m);
+    ops::gated_activation(c.spec.activation, ws.gate.data(), ws.up.data(), m * hid);
+    X.down_proj->forward(ws.gate.data(), m, ws.moe_out.data());
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t t = ws.moe_rows[static_cast<size_t>(i)];
+      const float w = weight[static_cast<size_t>(t * E + e)];
+      for (int64_t j = 0; j < d; ++j) y[t * d + j] += ws.moe_out[static_cast<size_t>(i * d + j)] * w;
+    }
+  }
+}
+
 void Decoder::attention(const float* q, const float* keys, const float* values, int64_t n, int64_t p0, float* out,
-                           Workspace& ws) const {
+                        Workspace& ws, int window) const {
   // Causal grouped-query attention for n new queries at positions p0..p0+n-1 over cache rows
   // 0..p0+n-1. Query head h reads KV head h / (n_heads / n_kv_heads).
-  //   S[i, j] = q_h[i] · k_g[j] / sqrt(hd)   (j ≤ p0 + i)
+  //   S[i, j] = s · q_h[i] · k_g[j] − slope_h · (i − j)   (lo(i) ≤ j ≤ i; the ALiBi term only for ALiBi models)
   //   out_h[i] = softmax(S[i]) · V_g
+  // with lo(i) = max(0, i − window + 1) on sliding-window layers, 0 otherwise.
   const ModelConfig& c = config_;
   const int64_t hd = c.head_dim, qw = int64_t(c.n_heads) * hd, kvw = int64_t(c.n_kv_heads) * hd;
   const int group = c.n_heads / c.n_kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = c.spec.attn_scale > 0.0f ? c.spec.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t n_blocks = (n + kQueryBlock - 1) / kQueryBlock;
   const int64_t tasks = int64_t(c.n_heads) * n_blocks;
   // Parallel over (head, query block) only when there is enough work to pay for waking threads
@@ -233,6 +391,7 @@ void Decoder::attention(const float* q, const float* keys, const float* values, 
   const int threads = (omp_in_parallel() || work < double(1 << 20) || mass) ? 1 : omp_get_max_threads();
   if (mass && static_cast<int64_t>(mass->size()) < p0 + n) mass->resize(static_cast<size_t>(p0 + n), 0.0);
   if (static_cast<int>(ws.scores.size()) < threads) ws.scores.resize(static_cast<size_t>(threads));
+  const float* slopes = alibi_slopes_.empty() ? nullptr : alibi_slopes_.data();
 
 #pragma omp parallel for schedule(dynamic) num_threads(threads) if (threads > 1 && tasks > 1)
   for (int64_t task = 0; task < tasks; ++task) {
@@ -251,11 +410,18 @@ void Decoder::attention(const float* q, const float* keys, const float* values, 
                 static_cast<blasint>(n_keys));
     for (int64_t i = 0; i < rows; ++i) {
       float* row = S.data() + i * n_keys;
-      const int64_t visible = p0 + r0 + i + 1;  // causal mask
-      ops::softmax_row(row, static_cast<int>(visible));
+      const int64_t pos = p0 + r0 + i;
+      const int64_t visible = pos + 1;  // causal mask
+      const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+      if (slopes) {
+        const float m = slopes[h];
+        for (int64_t j = lo; j < visible; ++j) row[j] -= m * static_cast<float>(pos - j);
+      }
+      ops::softmax_row(row + lo, static_cast<int>(visible - lo));
+      std::fill(row, row + lo, 0.0f);
       std::fill(row + visible, row + n_keys, 0.0f);
       if (mass)
-        for (int64_t j = 0; j < visible; ++j) (*mass)[static_cast<size_t>(j)] += row[j];
+        for (int64_t j = lo; j < visible; ++j) (*mass)[static_cast<size_t>(j)] += row[j];
     }
     // out_h[rows, hd] = P[rows, n_keys] · V_g[n_keys, hd]
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows), static_cast<blasint>(hd),

@@ -1,5 +1,10 @@
-// The LLaMA decoder (Touvron et al. 2023): RMSNorm, RoPE, grouped-query causal attention with a KV
-// cache, SwiGLU FFN, final norm, LM head. FP32 activations; projections are `Linear`s.
+// The decoder of every architecture sqkit runs: one layer structure configured by the model's
+// DecoderSpec (core/model_config.h: norm kind and placement, RoPE / ALiBi / learned positions,
+// MHA/GQA/MQA with optional biases, QK-norm and per-layer sliding windows, sequential or parallel
+// residual, gated or plain MLP or a mixture of experts, embedding scale and norm), not a subclass
+// per architecture. With DecoderSpec's defaults it is the LLaMA decoder (Touvron et al. 2023):
+// RMSNorm, RoPE, grouped-query causal attention with a KV cache, SwiGLU FFN, final norm, LM head.
+// FP32 activations; projections are `Linear`s (dense or quantized).
 #pragma once
 
 #include <cstdint>
@@ -16,17 +21,32 @@
 
 namespace sq {
 
-/// Weights of one decoder layer.
+/// One expert of a mixture-of-experts FFN: a gated MLP down(act(gate(x)) ⊙ up(x)).
+struct Expert {
+  std::unique_ptr<Linear> gate_proj;  ///< dim -> hidden_dim
+  std::unique_ptr<Linear> up_proj;    ///< dim -> hidden_dim
+  std::unique_ptr<Linear> down_proj;  ///< hidden_dim -> dim
+};
+
+/// Weights of one decoder layer. Which members are set follows the model's DecoderSpec; the rest
+/// are empty tensors / null pointers (a newcomer checks `spec`, not the pointers).
 struct DecoderLayer {
-  Tensor attn_norm;                 ///< [dim] RMSNorm weight before attention
+  Tensor attn_norm;                 ///< [dim] weight of the norm before attention
+  Tensor attn_norm_bias;            ///< [dim] LayerNorm bias (spec.norm_bias)
   std::unique_ptr<Linear> q_proj;   ///< dim -> n_heads*head_dim (rows ordered per config.rope_layout)
   std::unique_ptr<Linear> k_proj;   ///< dim -> n_kv_heads*head_dim
   std::unique_ptr<Linear> v_proj;   ///< dim -> n_kv_heads*head_dim
+  Tensor q_norm, k_norm;            ///< [head_dim] per-head RMSNorm weights of q and k (spec.qk_norm)
   std::unique_ptr<Linear> o_proj;   ///< n_heads*head_dim -> dim
-  Tensor ffn_norm;                  ///< [dim] RMSNorm weight before the FFN
-  std::unique_ptr<Linear> gate_proj;  ///< dim -> hidden_dim (llama2.c w1)
-  std::unique_ptr<Linear> up_proj;    ///< dim -> hidden_dim (llama2.c w3)
-  std::unique_ptr<Linear> down_proj;  ///< hidden_dim -> dim (llama2.c w2)
+  Tensor attn_post_norm, attn_post_norm_bias;  ///< [dim] norm of the attention output (spec.post_attn_norm)
+  Tensor ffn_norm;                  ///< [dim] weight of the norm before the FFN (absent with a shared input norm)
+  Tensor ffn_norm_bias;             ///< [dim] (spec.norm_bias)
+  std::unique_ptr<Linear> gate_proj;  ///< dim -> hidden_dim (llama2.c w1); null for a plain MLP or experts
+  std::unique_ptr<Linear> up_proj;    ///< dim -> hidden_dim (llama2.c w3; fc1 of a plain MLP); null with experts
+  std::unique_ptr<Linear> down_proj;  ///< hidden_dim -> dim (llama2.c w2; fc2); null with experts
+  std::unique_ptr<Linear> router;     ///< dim -> n_experts router logits (spec.n_experts > 0)
+  std::vector<Expert> experts;        ///< [n_experts]
+  Tensor ffn_post_norm, ffn_post_norm_bias;  ///< [dim] norm of the FFN output (spec.post_ffn_norm)
 };
 
 /// Which rows of logits `Decoder::forward` computes.
@@ -39,6 +59,9 @@ enum class LogitsFor {
 /// Scratch buffers of one forward pass; reuse one per thread across calls to avoid allocation.
 struct Workspace {
   std::vector<float> x, xn, q, k, v, att, proj, gate, up;
+  std::vector<float> proj2;  ///< FFN output of a parallel block / post-norm scratch [n, dim]
+  std::vector<float> moe_x, moe_out, router_logits;  ///< mixture-of-experts gather / scatter buffers
+  std::vector<int32_t> moe_rows;                      ///< token rows routed to the current expert
   std::vector<float> kbuf, vbuf;  ///< dequantized keys/values of one layer (quantized KV caches)
   /// When set, attention adds, for every cache row j, Σ over layers, heads and the block's queries
   /// of the softmax probability P[i, j] to (*attention_mass)[j] (resized to the cache length).
@@ -52,13 +75,23 @@ struct Workspace {
   KVDecodeScratch kv_decode;  ///< buffers of the fused kernel
 };
 
-/// A LLaMA-family decoder ready to run.
+/// Tensors outside the layers besides the token embedding and final norm weight; which are set
+/// follows the DecoderSpec (empty tensors otherwise).
+struct DecoderGlobals {
+  Tensor final_norm_bias;   ///< [dim] (spec.norm_bias)
+  Tensor embed_norm;        ///< [dim] norm right after the embedding (spec.embed_norm)
+  Tensor embed_norm_bias;   ///< [dim]
+  Tensor embed_positions;   ///< [max_seq_len + offset, dim] learned positions (PositionKind::Learned)
+};
+
+/// A decoder ready to run (any DecoderSpec).
 class Decoder {
  public:
   Decoder(ModelConfig config, Tensor embed, std::vector<DecoderLayer> layers, Tensor final_norm,
-             std::unique_ptr<Linear> lm_head);
+             std::unique_ptr<Linear> lm_head, DecoderGlobals globals = {});
 
-  /// Builds an FP32 model (DenseLinear everywhere) from a checkpoint's canonical tensors.
+  /// Builds an FP32 model (DenseLinear everywhere) from a checkpoint's canonical tensors
+  /// (core/checkpoint.h), reading the tensors its config's DecoderSpec implies.
   /// Throws InputError naming the checkpoint and tensor when one is missing or mis-shaped.
   static Decoder from_checkpoint(const Checkpoint& checkpoint);
 
@@ -71,6 +104,10 @@ class Decoder {
   /// token; nothing else changes. Throws std::invalid_argument on a size mismatch.
   void set_quantized_embedding(std::vector<int8_t> q, std::vector<float> scales);
   const Tensor& final_norm() const { return final_norm_; }
+  const DecoderGlobals& globals() const { return globals_; }
+  /// [n_heads] ALiBi slopes (Press et al. 2022 §3: the geometric sequence 2^(−8h/n) for n a power of
+  /// two, BLOOM's interleaving otherwise); empty unless PositionKind::Alibi.
+  const std::vector<float>& alibi_slopes() const { return alibi_slopes_; }
   const Linear& lm_head() const { return *lm_head_; }
 
   /// Runs `n` tokens at positions cache.length() … cache.length()+n−1 (one block: prefill when
@@ -82,9 +119,15 @@ class Decoder {
   void forward(const int32_t* tokens, int64_t n, KVCache& cache, Workspace& ws, float* logits, LogitsFor which,
                ActivationObserver* observer = nullptr) const;
 
-  /// x [n, dim] row-major = the embedding rows of `tokens` (dequantized when the embedding is
-  /// INT8). Throws std::out_of_range for a token id outside the vocabulary.
-  void embed(const int32_t* tokens, int64_t n, float* x) const;
+  /// x [n, dim] row-major = the input of layer 0 for `tokens` at text positions first_position …:
+  /// the embedding rows (dequantized when the embedding is INT8) × spec.embed_scale, plus the
+  /// learned position rows (PositionKind::Learned), then the embedding norm (spec.embed_norm).
+  /// forward() passes the cache length p0: a token's learned position is the cache row it is
+  /// written to, which equals its text position until a streaming policy evicts rows, and then
+  /// stays inside the trained table (docs/protocols.md, streaming on learned positions). Throws
+  /// std::out_of_range for a token id outside the vocabulary and std::length_error for a position
+  /// beyond a learned position table.
+  void embed(const int32_t* tokens, int64_t n, float* x, int64_t first_position = 0) const;
   /// Runs one decoder layer `l` with weights `L` (normally layers()[l]; a converter may pass a
   /// quantized replacement) on the hidden states x [n, dim] in place, for positions
   /// cache.length() … cache.length()+n−1, writing that layer's keys/values into `cache` without
@@ -96,10 +139,13 @@ class Decoder {
   /// Causal grouped-query attention (the generic path of every layer): n new queries q [n,
   /// n_heads·head_dim] at cache positions p0 … p0+n−1 over FP32 rows keys/values [p0+n,
   /// n_kv_heads·head_dim] (keys rotated at their cache positions) → out [n, n_heads·head_dim];
-  /// softmax(q·Kᵀ/√d)·V per head with sgemm (Vaswani et al. 2017, Eq. 1). Public so that
-  /// benchmarks can time it against the fused nuq decode kernel.
+  /// softmax(s·q·Kᵀ + B)·V per head with sgemm (Vaswani et al. 2017, Eq. 1), s = the spec's
+  /// attention scale (1/√d by default), B the ALiBi bias −slope_h·(i − j) of cache positions (ALiBi
+  /// models), and query i seeing keys j ∈ (i − window, i] where `window` > 0 (sliding-window
+  /// layers), every j ≤ i otherwise. Public so that benchmarks can time it against the fused nuq
+  /// decode kernel.
   void attention(const float* q, const float* keys, const float* values, int64_t n, int64_t p0, float* out,
-                 Workspace& ws) const;
+                 Workspace& ws, int window = 0) const;
   /// Mutable access for converters that rebuild layers (e.g. replacing DenseLinear by a quantized Linear).
   std::vector<DecoderLayer>& mutable_layers() { return layers_; }
   void set_lm_head(std::unique_ptr<Linear> head) { lm_head_ = std::move(head); }
@@ -108,9 +154,14 @@ class Decoder {
  private:
   void prepare(Workspace& ws, int64_t n, int64_t p0) const;
   void run_layer(int l, const DecoderLayer& L, float* x, int64_t n, KVCache& cache, Workspace& ws, ActivationObserver* obs) const;
+  /// y [n, dim] = the FFN of layer l on h [n, dim] (dense MLP or mixture of experts).
+  void run_mlp(int l, const DecoderLayer& L, const float* h, float* y, int64_t n, Workspace& ws, ActivationObserver* obs) const;
+  void run_experts(const DecoderLayer& L, const float* h, float* y, int64_t n, Workspace& ws) const;
 
   ModelConfig config_;
-  std::vector<float> rope_inv_freq_;  ///< [head_dim/2] rope_inv_freq(config_): θ and RoPE scaling
+  std::vector<std::vector<float>> rope_inv_freq_;  ///< [n_layers][rope_dim/2] rope_inv_freq(config_, l)
+  std::vector<float> alibi_slopes_;                ///< [n_heads] (ALiBi models)
+  DecoderGlobals globals_;
   Tensor embed_;
   std::vector<int8_t> embed_q_;      ///< [vocab, dim] when quantized
   std::vector<float> embed_scales_;  ///< [vocab] when quantized

@@ -283,6 +283,7 @@ struct DecoderKVBackward<T>::Tape {
 
 template <typename T>
 DecoderKVBackward<T>::DecoderKVBackward(const Decoder& model) : model_(model), w_(std::make_unique<Weights>()) {
+  model.config().require_llama_structure("The K/V backward pass (Fisher information)");
   const ModelConfig& c = model.config();
   if (model.embedding().numel() == 0)
     throw UnsupportedError("K/V gradients (Fisher information) need the FP32 model, but its token embedding is stored "

@@ -85,4 +85,12 @@ std::unique_ptr<Tokenizer> open_tokenizer_for(const LoadedModel& loaded, const s
   return tok;
 }
 
+std::unique_ptr<Tokenizer> open_tokenizer_if_any(const LoadedModel& loaded, const std::string& tokenizer_path) {
+  if (tokenizer_path.empty()) {
+    if (loaded.sqm && !tokenizer_from_sqm(*loaded.sqm)) return nullptr;
+    if (!loaded.sqm && loaded.default_tokenizer.empty()) return nullptr;
+  }
+  return open_tokenizer_for(loaded, tokenizer_path);
+}
+
 }  // namespace sq

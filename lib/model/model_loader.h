@@ -53,4 +53,10 @@ class Tokenizer;
 /// .sqm written without a tokenizer and no `tokenizer_path`, and InputError when its vocabulary
 /// size differs from the model's (naming both sizes and files).
 std::unique_ptr<Tokenizer> open_tokenizer_for(const LoadedModel& loaded, const std::string& tokenizer_path);
+
+/// Like open_tokenizer_for, but returns nullptr instead of throwing when the model has no tokenizer
+/// at all (no `tokenizer_path`, none embedded in a .sqm, none found beside the model): for
+/// pre-tokenized input (`--token-ids`), where a tokenizer is optional. A tokenizer that exists but
+/// cannot be read, or whose vocabulary differs from the model's, still throws as above.
+std::unique_ptr<Tokenizer> open_tokenizer_if_any(const LoadedModel& loaded, const std::string& tokenizer_path);
 }  // namespace sq

@@ -26,8 +26,42 @@ void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_d
   rope(x, positions, n, n_heads, head_dim, inv_freq.data(), layout);
 }
 
+void layer_norm(const float* x, const float* w, const float* b, float* y, int64_t n, int d, float eps) {
+#pragma omp parallel for schedule(static) if (n * d >= (1 << 16))
+  for (int64_t t = 0; t < n; ++t) {
+    const float* xr = x + t * d;
+    float* yr = y + t * d;
+    // Two passes (mean, then the mean squared deviation) in double: exact enough that the result
+    // is the FP32 rounding of the true normalization, whatever the row's offset.
+    double mean = 0.0;
+    for (int j = 0; j < d; ++j) mean += xr[j];
+    mean /= d;
+    double var = 0.0;
+    for (int j = 0; j < d; ++j) {
+      const double c = xr[j] - mean;
+      var += c * c;
+    }
+    var /= d;
+    const float m = static_cast<float>(mean);
+    const float inv = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(eps)));
+    for (int j = 0; j < d; ++j) yr[j] = (xr[j] - m) * inv * w[j] + (b ? b[j] : 0.0f);
+  }
+}
+
+void norm(NormKind kind, const float* x, const float* w, const float* b, float* y, int64_t n, int d, float eps) {
+  if (kind == NormKind::LayerNorm)
+    layer_norm(x, w, b, y, n, d, eps);
+  else
+    rms_norm(x, w, y, n, d, eps);
+}
+
 void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim, const float* inv_freq, RopeLayout layout) {
-  const int half = head_dim / 2;
+  rope(x, positions, n, n_heads, head_dim, head_dim, inv_freq, layout);
+}
+
+void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim, int rot_dim, const float* inv_freq,
+          RopeLayout layout) {
+  const int half = rot_dim / 2;
   const int64_t width = int64_t(n_heads) * head_dim;
 #pragma omp parallel for schedule(static) if (n * width >= (1 << 16))
   for (int64_t t = 0; t < n; ++t) {
@@ -54,6 +88,34 @@ void swiglu(float* gate, const float* up, int64_t count) {
     const float g = gate[i];
     gate[i] = g / (1.0f + fast_exp(-g)) * up[i];
   }
+}
+
+namespace {
+inline float gelu_tanh(float x) {
+  constexpr float k = 0.7978845608028654f;  // sqrt(2/π)
+  return 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x)));
+}
+inline float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f)); }
+inline float apply(Activation act, float x) {
+  switch (act) {
+    case Activation::GeluTanh: return gelu_tanh(x);
+    case Activation::Gelu: return gelu_erf(x);
+    case Activation::ReLU: return x > 0.0f ? x : 0.0f;
+    case Activation::SiLU: break;
+  }
+  return x / (1.0f + fast_exp(-x));
+}
+}  // namespace
+
+void activation(Activation act, float* x, int64_t count) {
+#pragma omp parallel for schedule(static) if (count >= (1 << 16))
+  for (int64_t i = 0; i < count; ++i) x[i] = apply(act, x[i]);
+}
+
+void gated_activation(Activation act, float* gate, const float* up, int64_t count) {
+  if (act == Activation::SiLU) return swiglu(gate, up, count);
+#pragma omp parallel for schedule(static) if (count >= (1 << 16))
+  for (int64_t i = 0; i < count; ++i) gate[i] = apply(act, gate[i]) * up[i];
 }
 
 void add_inplace(float* out, const float* x, int64_t count) {

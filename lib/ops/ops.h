@@ -1,4 +1,4 @@
-// Device-neutral elementwise and normalization ops of the LLaMA decoder (FP32, CPU).
+// Device-neutral elementwise and normalization ops of the decoder (FP32, CPU).
 //
 // Layout convention: activations are row-major [n_tokens, width] (one token per row).
 #pragma once
@@ -12,6 +12,22 @@ namespace sq::ops {
 /// RMSNorm (Zhang & Sennrich 2019), as in LLaMA: y[t, j] = x[t, j] / sqrt(mean_j x[t, j]^2 + eps) * w[j].
 /// x, y: [n, d] (may alias); w: [d].
 void rms_norm(const float* x, const float* w, float* y, int64_t n, int d, float eps);
+
+/// LayerNorm (Ba et al. 2016) over each row: y[t, j] = (x[t, j] − μ_t) / sqrt(σ²_t + eps) · w[j] + b[j]
+/// with μ_t, σ²_t the mean and (biased) variance of row t. x, y: [n, d] (may alias); w: [d];
+/// b: [d] or nullptr (no bias, as MPT's `no_bias`).
+void layer_norm(const float* x, const float* w, const float* b, float* y, int64_t n, int d, float eps);
+
+/// The decoder's normalization (core/model_config.h NormKind): rms_norm (b ignored, must be null or
+/// unused) or layer_norm. Shapes as above.
+void norm(NormKind kind, const float* x, const float* w, const float* b, float* y, int64_t n, int d, float eps);
+
+/// Partial rotary embedding: the overload below applied to the first `rot_dim` channels of every
+/// head (GPT-NeoX `rotary_pct`, Phi `partial_rotary_factor`); inv_freq [rot_dim/2] (rope_inv_freq
+/// with head_dim = rot_dim); pairs are (2i, 2i+1) or (i, i + rot_dim/2) inside those channels; the
+/// other head_dim − rot_dim channels are left unchanged. rot_dim even, 0 < rot_dim ≤ head_dim.
+void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim, int rot_dim, const float* inv_freq,
+          RopeLayout layout);
 
 /// Rotary position embedding (Su et al. 2021) applied in place to `x` [n, n_heads * head_dim].
 /// Row t has position positions[t]. Pair i (i < head_dim/2) is rotated by the angle
@@ -28,6 +44,15 @@ void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_d
 /// SwiGLU gate (Shazeer 2020): gate[i] = silu(gate[i]) * up[i] = gate/(1+exp(-gate)) * up, in place
 /// on `gate`; both [count].
 void swiglu(float* gate, const float* up, int64_t count);
+
+/// The activation `act` in place on x [count]: SiLU x·σ(x); GeluTanh 0.5·x·(1 + tanh(√(2/π)(x +
+/// 0.044715·x³))) (Hendrycks & Gimpel 2016, transformers `gelu_new`/`gelu_pytorch_tanh`); Gelu
+/// 0.5·x·(1 + erf(x/√2)); ReLU max(x, 0).
+void activation(Activation act, float* x, int64_t count);
+
+/// Gated activation in place on `gate`: gate[i] = act(gate[i]) · up[i] (SwiGLU for SiLU, GeGLU for
+/// the GELUs; Shazeer 2020). Both [count]. SiLU is exactly swiglu().
+void gated_activation(Activation act, float* gate, const float* up, int64_t count);
 
 /// out[i] += x[i] for i < count (residual connection).
 void add_inplace(float* out, const float* x, int64_t count);

@@ -25,7 +25,11 @@ void KVCache::init(const ModelConfig& c, const std::vector<NuqLayerParams>* nuq)
   n_layers_ = c.n_layers;
   n_kv_heads_ = c.n_kv_heads;
   head_dim_ = c.head_dim;
-  rope_inv_freq_ = sq::rope_inv_freq(c);
+  layer_inv_freq_.clear();
+  for (int l = 0; l < c.n_layers; ++l) layer_inv_freq_.push_back(sq::rope_inv_freq(c, l));
+  rope_dim_ = c.spec.position == PositionKind::Rope ? c.rope_dim() : 0;
+  uniform_full_rope_ = rope_dim_ == c.head_dim;
+  for (const auto& f : layer_inv_freq_) uniform_full_rope_ = uniform_full_rope_ && f == layer_inv_freq_[0];
   rope_layout_ = c.rope_layout;
   pre_rope_ = spec_.keys == KVKeyRope::PreRope;
   sparse_ = spec_.kind == KVKind::Nuq && spec_.outlier_fraction > 0;
@@ -205,7 +209,9 @@ KVCache::View KVCache::read(int l, int64_t rows, std::vector<float>& kbuf, std::
     rotate = rotate || delta[ri] != 0;
   }
   // RoPE after dequantization (KVQuant §3.2): R(r) = R(r − stored) · R(stored).
-  if (rotate) ops::rope(kbuf.data(), delta.data(), rows, n_kv_heads_, head_dim_, rope_inv_freq_.data(), rope_layout_);
+  if (rotate && rope_dim_ > 0)
+    ops::rope(kbuf.data(), delta.data(), rows, n_kv_heads_, head_dim_, rope_dim_, layer_inv_freq_[static_cast<size_t>(l)].data(),
+              rope_layout_);
   return {kbuf.data(), vbuf.data()};
 }
 

@@ -126,9 +126,15 @@ class KVCache {
   }
   int n_kv_heads() const { return n_kv_heads_; }
   int head_dim() const { return head_dim_; }
-  /// [head_dim/2] RoPE inverse frequencies of the model (rope_inv_freq: θ and scaling); keys
-  /// stored before RoPE (or at another position) are rotated with these when read.
-  const std::vector<float>& rope_inv_freq() const { return rope_inv_freq_; }
+  /// [rope_dim/2] RoPE inverse frequencies of layer `l` (rope_inv_freq(config, l): θ of the layer
+  /// and scaling); keys stored before RoPE (or at another position) are rotated with these when
+  /// read. Empty for models without RoPE (ALiBi, learned positions), whose keys are never rotated.
+  const std::vector<float>& rope_inv_freq(int l) const { return layer_inv_freq_[static_cast<size_t>(l)]; }
+  /// Rotated channels per head (ModelConfig::rope_dim()); 0 without RoPE.
+  int rope_dim() const { return rope_dim_; }
+  /// True when every layer rotates all head_dim channels with the same frequencies (what the fused
+  /// nuq decode kernel of runtime/kv_decode_attention.h assumes).
+  bool uniform_full_rope() const { return uniform_full_rope_; }
   RopeLayout rope_layout() const { return rope_layout_; }
 
  private:
@@ -144,7 +150,9 @@ class KVCache {
   KVSpec spec_;
   int64_t capacity_ = 0, width_ = 0, length_ = 0, pending_ = 0, tokens_seen_ = 0;
   int n_layers_ = 0, n_kv_heads_ = 0, head_dim_ = 0;
-  std::vector<float> rope_inv_freq_;
+  std::vector<std::vector<float>> layer_inv_freq_;  ///< [n_layers][rope_dim/2]
+  int rope_dim_ = 0;
+  bool uniform_full_rope_ = true;
   RopeLayout rope_layout_ = RopeLayout::Interleaved;
   bool pre_rope_ = false, sparse_ = false;
   int64_t k_row_bytes_ = 0, v_row_bytes_ = 0, table_bytes_ = 0;

@@ -40,7 +40,7 @@ struct Plan {
 };
 
 /// cos/sin(p·inv_freq_i) for p < positions, with the angle computed exactly as ops::rope computes
-/// it (float position × float inverse frequency, from the cache's rope_inv_freq()), so rotations
+/// it (float position × float inverse frequency, from the cache's rope_inv_freq(layer)), so rotations
 /// match KVCache::read bit for bit.
 void ensure_rope_table(KVDecodeScratch& sc, int64_t positions, int hd, const std::vector<float>& inv_freq) {
   if (sc.rope_dim != hd || sc.rope_inv_freq != inv_freq) {
@@ -530,7 +530,8 @@ bool nuq_decode_attention_uses_simd(const KVCache& cache, int n_heads) {
 
 bool nuq_decode_attention(const KVCache& cache, int layer, int64_t rows, const float* q, int n_heads, float* out,
                           KVDecodeScratch& sc, std::vector<double>* attention_mass, KVDecodeIsa isa) {
-  if (cache.spec().kind != KVKind::Nuq || n_heads <= 0 || cache.n_kv_heads() <= 0 || n_heads % cache.n_kv_heads() != 0)
+  if (cache.spec().kind != KVKind::Nuq || n_heads <= 0 || cache.n_kv_heads() <= 0 || n_heads % cache.n_kv_heads() != 0 ||
+      !cache.uniform_full_rope())
     return false;
   if (rows < 1 || rows > cache.rows_written())
     throw std::out_of_range("nuq decode attention over " + std::to_string(rows) + " rows; " +
@@ -594,7 +595,7 @@ bool nuq_decode_attention(const KVCache& cache, int layer, int64_t rows, const f
     sc.value_scale[i] = f16(vr + P.v_code_bytes);
     sc.value_offset[i] = f16(vr + P.v_code_bytes + 2);
   }
-  ensure_rope_table(sc, max_delta + 1, P.hd, cache.rope_inv_freq());
+  ensure_rope_table(sc, max_delta + 1, P.hd, cache.rope_inv_freq(layer));
   P.cos = sc.rope_cos.data();
   P.sin = sc.rope_sin.data();
 

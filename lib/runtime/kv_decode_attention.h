@@ -62,7 +62,8 @@ enum class KVDecodeIsa {
 /// visible: the query is the last row). When `attention_mass` is given, Σ_h p_hj is added to
 /// (*attention_mass)[j] (resized to `rows` if shorter), as Decoder's attention does for H2O.
 /// Runs on all OpenMP threads when not already inside a parallel region and the work is large.
-/// Returns false, touching nothing, when the cache is not a nuq cache or n_heads is not a multiple
+/// Returns false, touching nothing, when the cache is not a nuq cache, its layers do not all rotate
+/// every channel with the same frequencies (uniform_full_rope), or n_heads is not a multiple
 /// of its KV heads (the caller then runs the generic KVCache::read + attention path); otherwise
 /// computes the result and returns true. Throws std::out_of_range for a bad layer or rows ∉
 /// [1, cache.rows_written()].

@@ -28,6 +28,7 @@
 #include "formats/mapped_file.h"
 #include "formats/safetensors.h"
 #include "formats/sqm_file.h"
+#include "formats/token_ids_file.h"
 #include "model/observer.h"  // kActivationSites, kProjections (constants only)
 #include "tests/support/gguf_writer.h"
 
@@ -43,6 +44,7 @@ constexpr const char* kCheckpointSource = "fuzz-input-llama2c.bin";
 constexpr const char* kTokenizerSource = "fuzz-input-tokenizer.bin";
 constexpr const char* kSqmSource = "fuzz-input.sqm";
 constexpr const char* kCalibrationSource = "fuzz-input.h5";
+constexpr const char* kTokenIdsSource = "fuzz-input-ids.txt";
 constexpr const char* kGgufSource = "fuzz-input.gguf";
 
 /// Keeps the compiler from dropping reads whose only purpose is to let AddressSanitizer check them.
@@ -336,15 +338,21 @@ void safetensors(const uint8_t* data, size_t size) {
 void hf_config(const uint8_t* data, size_t size) {
   expect_input_error_or_success(kConfigSource, [&] {
     const ModelConfig c = parse_hf_config_text(as_text(data, size), kConfigSource);
-    // An accepted config must round-trip through the writer unchanged.
-    const nlohmann::json again = nlohmann::json::parse(make_hf_config_json(c, "float32").dump());
+    // An accepted config must round-trip through the writer unchanged, where sqkit writes its
+    // architecture and structure (llama, mistral, qwen2; others are read-only).
+    nlohmann::json again;
+    try {
+      again = nlohmann::json::parse(make_hf_config_json(c, "float32").dump());
+    } catch (const UnsupportedError&) {
+      return;
+    }
     const ModelConfig r = parse_hf_config(again, kConfigSource);
     const bool same = r.architecture == c.architecture && r.dim == c.dim && r.hidden_dim == c.hidden_dim &&
                       r.n_layers == c.n_layers && r.n_heads == c.n_heads && r.n_kv_heads == c.n_kv_heads &&
                       r.head_dim == c.head_dim && r.vocab_size == c.vocab_size && r.max_seq_len == c.max_seq_len &&
                       r.norm_eps == c.norm_eps && r.rope_theta == c.rope_theta && r.rope_scaling == c.rope_scaling &&
                       r.tied_embeddings == c.tied_embeddings && r.qkv_bias == c.qkv_bias && r.bos_id == c.bos_id &&
-                      r.eos_id == c.eos_id;
+                      r.eos_id == c.eos_id && r.spec == c.spec;
     if (!same) throw FuzzFinding("accepted config.json does not round-trip through make_hf_config_json: " + again.dump());
   });
 }
@@ -670,6 +678,29 @@ void tokenizer_json(const uint8_t* data, size_t size) {
   });
 }
 
+void token_ids(const uint8_t* data, size_t size) {
+  const int64_t vocab = size > 0 ? 4 * int64_t(data[0]) : 0;
+  const std::string_view text = size > 0 ? as_text(data + 1, size - 1) : std::string_view();
+  expect_input_error_or_success(kTokenIdsSource, [&] {
+    const std::vector<int32_t> ids = parse_token_ids(text, kTokenIdsSource, vocab);
+    if (ids.empty()) throw FuzzFinding("accepted an input without token ids");
+    std::string spaced, array = "[";
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0 || (vocab > 0 && ids[i] >= vocab))
+        throw FuzzFinding("accepted token id " + std::to_string(ids[i]) + " outside [0, " + std::to_string(vocab) + ")");
+      if (i) {
+        spaced += ' ';
+        array += ',';
+      }
+      spaced += std::to_string(ids[i]);
+      array += std::to_string(ids[i]);
+    }
+    array += "]";
+    if (parse_token_ids(spaced, kTokenIdsSource, vocab) != ids || parse_token_ids(array, kTokenIdsSource, vocab) != ids)
+      throw FuzzFinding("accepted token ids do not round-trip through the whitespace and JSON forms");
+  });
+}
+
 void gguf_tokenizer(const uint8_t* data, size_t size) {
   expect_input_error_or_success(kGgufTokSource, [&] {
     if (size < 4 || std::memcmp(data, "GGUF", 4) != 0) return;  // other formats have their own targets
@@ -873,6 +904,12 @@ std::vector<std::string> tokenizer_json_seeds() {
  "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\s+|\\p{L}+"}, "behavior": "Isolated", "invert": false}})"};
 }
 
+std::vector<std::string> token_ids_seeds() {
+  using namespace std::string_literals;
+  return {"\0"s + "1 2 3\n", "\x80"s + "[1, 345, 7]\n", "\x01"s + "0 1 2 3 4", "\0"s + " \n\t[\n 4 ,5 ]  ", "\0"s + "[]",
+          "\0"s + "1 -2", "\0"s + "[1, 2.5]", "\0"s + "99999999999 1", "\x02"s + "[7, 8]"};
+}
+
 std::vector<std::string> gguf_tokenizer_seeds() { return {bpe_vocab_gguf("smollm"), spm_vocab_gguf(false)}; }
 
 std::vector<std::string> convert_spec_seeds() {
@@ -898,6 +935,7 @@ const std::vector<FuzzTarget>& fuzz_targets() {
       {"spm_text", spm_text, spm_text_seeds, {}},
       {"tokenizer_json", tokenizer_json, tokenizer_json_seeds, {}},
       {"gguf_tokenizer", gguf_tokenizer, gguf_tokenizer_seeds, {}},
+      {"token_ids", token_ids, token_ids_seeds, {}},
   };
   return targets;
 }

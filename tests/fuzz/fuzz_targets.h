@@ -78,6 +78,10 @@ void tokenizer_json(const uint8_t* data, size_t size);
 /// GGUF tokenizer metadata: load_tokenizer_from_bytes of the bytes as a GGUF file (gpt2 or llama
 /// vocabularies built from tokenizer.ggml.*), then encode / decode of a fixed text.
 void gguf_tokenizer(const uint8_t* data, size_t size);
+/// Token ids file (`--token-ids`): parse_token_ids of bytes 1.. with the vocabulary 4·byte 0 (0 =
+/// none). Accepted ids must be non-empty, in range, and round-trip through both formats (whitespace
+/// and JSON array) unchanged.
+void token_ids(const uint8_t* data, size_t size);
 
 /// One fuzz target: its name (= tests/fuzz/<name>_fuzz.cpp, tests/fuzz/regressions/<name>/), entry
 /// point, generated seeds and real seed files (paths relative to the shared data directory).

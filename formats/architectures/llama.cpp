@@ -1,0 +1,74 @@
+// Llama (transformers models/llama: configuration_llama.py LlamaConfig, modeling_llama.py
+// LlamaForCausalLM). Its tensor names are sqkit's canonical names.
+#include "core/error.h"
+#include "formats/architectures/architectures.h"
+#include "formats/architectures/common.h"
+
+namespace sq::hf {
+namespace {
+
+/// LlamaConfig keys (configure_llama_like) plus attention_bias (q/k/v and o_proj biases) and
+/// mlp_bias (gate/up/down biases).
+void configure(const HfConfigReader& r, ModelConfig& c) {
+  configure_llama_like(r, c, {.vocab_size = 32000, .max_position_embeddings = 2048, .rms_norm_eps = 1e-6f, .bos = 1, .eos = 2});
+  c.qkv_bias = r.boolean("attention_bias", false);
+  c.spec.o_bias = c.qkv_bias;  // map_tensors drops all-zero o_proj biases
+  c.spec.mlp_bias = r.boolean("mlp_bias", false);
+}
+
+/// Canonical names as stored. With attention_bias, o_proj biases that are all zero (what
+/// save_hf_checkpoint writes for a model with q/k/v biases only) leave spec.o_bias false, so such
+/// a model keeps the plain LLaMA structure.
+void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& out) {
+  if (c.spec.o_bias) {
+    bool nonzero = false;
+    for (int l = 0; l < c.n_layers && !nonzero; ++l) {
+      const Tensor b = src.get(names::layer(l) + "self_attn.o_proj.bias", {c.dim});
+      for (int64_t i = 0; i < b.numel() && !nonzero; ++i) nonzero = b.data()[i] != 0.0f;
+    }
+    c.spec.o_bias = nonzero;
+  }
+  copy_llama_globals(src, c, out);
+  for (int l = 0; l < c.n_layers; ++l) {
+    copy_llama_norms(src, c, l, out);
+    copy_llama_attention(src, c, l, out);
+    copy_llama_mlp(src, c, l, out);
+  }
+}
+
+nlohmann::ordered_json make_config(const ModelConfig& c) {
+  nlohmann::ordered_json j = llama_like_config_json(c, "LlamaForCausalLM", "llama", false, true);
+  j["attention_bias"] = c.qkv_bias;
+  j["mlp_bias"] = false;
+  return j;
+}
+
+/// attention_bias gives HF's o_proj a bias too: zeros when sqkit's model has none.
+std::vector<std::pair<std::string, Tensor>> hf_tensors(const Checkpoint& ck) {
+  auto out = llama_like_hf_tensors(ck);
+  if (!ck.config.qkv_bias || ck.config.spec.o_bias) return out;
+  std::vector<std::pair<std::string, Tensor>> with_bias;
+  for (auto& [name, t] : out) {
+    with_bias.emplace_back(name, t);
+    const std::string suffix = "self_attn.o_proj.weight";
+    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      with_bias.emplace_back(name.substr(0, name.size() - 6) + "bias", Tensor::zeros({ck.config.dim}));
+  }
+  return with_bias;
+}
+
+}  // namespace
+
+HfArchitecture llama_architecture() {
+  HfArchitecture a;
+  a.name = "llama";
+  a.classes = {"LlamaForCausalLM"};
+  a.model_types = {"llama"};
+  a.configure = configure;
+  a.map_tensors = map_tensors;
+  a.make_config = make_config;
+  a.hf_tensors = hf_tensors;
+  return a;
+}
+
+}  // namespace sq::hf

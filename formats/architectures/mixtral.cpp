@@ -1,0 +1,68 @@
+// Mixtral (transformers models/mixtral: configuration_mixtral.py MixtralConfig,
+// modeling_mixtral.py MixtralForCausalLM): Llama's attention with a sparse mixture of SwiGLU
+// experts, top-k routing by softmax with renormalized weights (MixtralTopKRouter).
+#include "formats/architectures/architectures.h"
+#include "formats/architectures/common.h"
+
+namespace sq::hf {
+namespace {
+
+/// MixtralConfig keys (configure_llama_like) plus num_local_experts (default 8),
+/// num_experts_per_tok (default 2) and sliding_window (default null; every layer).
+void configure(const HfConfigReader& r, ModelConfig& c) {
+  configure_llama_like(r, c, {.vocab_size = 32000, .max_position_embeddings = 4096 * 32, .rms_norm_eps = 1e-5f, .bos = 1, .eos = 2});
+  c.spec.n_experts = r.integer("num_local_experts", 8);
+  c.spec.experts_per_token = r.integer("num_experts_per_tok", 2);
+  set_windows(c, all_layers(c, r.source()), r.integer("sliding_window", 0), r.source());
+}
+
+/// Two layouts of the experts: the checkpoint one (transformers < 5 and what 5 saves),
+///   block_sparse_moe.gate.weight [E, d] -> mlp.router.weight
+///   block_sparse_moe.experts.{e}.w1 / w3 / w2 -> mlp.experts.{e}.gate_proj / up_proj / down_proj,
+/// and transformers 5's fused in-memory one, mlp.gate.weight, mlp.experts.gate_up_proj [E, 2h, d]
+/// (per expert [gate; up]) and mlp.experts.down_proj [E, d, h].
+void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& out) {
+  const int64_t d = c.dim, h = c.hidden_dim, E = c.spec.n_experts;
+  copy_llama_globals(src, c, out);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = names::layer(l);
+    copy_llama_norms(src, c, l, out);
+    copy_llama_attention(src, c, l, out);
+    if (src.has(p + "mlp.experts.gate_up_proj")) {
+      copy(src, out, p + "mlp.router.weight", p + "mlp.gate.weight", {E, d});
+      const Tensor gate_up = src.get(p + "mlp.experts.gate_up_proj", {E, 2 * h, d});
+      const Tensor down = src.get(p + "mlp.experts.down_proj", {E, d, h});
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        const Tensor gu = Tensor::view({2 * h, d}, gate_up.data() + e * 2 * h * d, std::make_shared<const Tensor>(gate_up));
+        const auto parts = split_rows(gu, {h, h});
+        out[x + "gate_proj.weight"] = parts[0];
+        out[x + "up_proj.weight"] = parts[1];
+        out[x + "down_proj.weight"] = Tensor::view({d, h}, down.data() + e * d * h, std::make_shared<const Tensor>(down));
+      }
+      continue;
+    }
+    const std::string m = p + "block_sparse_moe.";
+    copy(src, out, p + "mlp.router.weight", m + "gate.weight", {E, d});
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string from = m + "experts." + std::to_string(e) + ".", to = p + "mlp.experts." + std::to_string(e) + ".";
+      copy(src, out, to + "gate_proj.weight", from + "w1.weight", {h, d});
+      copy(src, out, to + "up_proj.weight", from + "w3.weight", {h, d});
+      copy(src, out, to + "down_proj.weight", from + "w2.weight", {d, h});
+    }
+  }
+}
+
+}  // namespace
+
+HfArchitecture mixtral_architecture() {
+  HfArchitecture a;
+  a.name = "mixtral";
+  a.classes = {"MixtralForCausalLM"};
+  a.model_types = {"mixtral"};
+  a.configure = configure;
+  a.map_tensors = map_tensors;
+  return a;
+}
+
+}  // namespace sq::hf
