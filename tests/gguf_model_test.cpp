@@ -460,7 +460,8 @@ TEST_F(GgufModelGemma3, NormsAndQkRowsAreTheFileTensorsUnchanged) {
 // rounding. The bound 2e-3 covers the worst case with headroom for other BLAS/libm builds and stays
 // far below what a mapping error does (same float64 evaluation: norms shifted by 1 twice → max
 // |Δlogit| 43 and 0/16 argmaxes; the global base 1e6 on the local layers too → 7.3 and 13/16).
-// Measured here: see the [ measured ] line.
+// Measured here (Release, 2-core machine): max |Δlogit| 4.0e-5 (1.5e-6 relative), mean |ΔNLL|
+// 3.4e-6, max |ΔNLL| 2.2e-5; see the [ measured ] line.
 constexpr double kGemmaMaxLogitDiff = 2e-3;
 // |ΔNLL| ≤ 2 max |Δlogit| per position; the mean over 63 positions is typically far smaller.
 constexpr double kGemmaMeanNllDiff = 2e-4;
