@@ -3,8 +3,10 @@
 // sqkit's ModelConfig and canonical tensor names (core/checkpoint.h).
 //
 // Everything architecture-specific is data in a GgufArchitecture table; formats/gguf_checkpoint.cpp
-// interprets the table. A new architecture (issue 16: gemma3) is one more table entry (plus
-// whatever ModelConfig fields its math needs).
+// interprets the table. A new architecture is one more table entry: its metadata keys, its tensor
+// names, its layer structure (DecoderSpec) and what llama.cpp hard-codes for it rather than storing
+// in the file (sliding-window pattern, local RoPE base, embedding and attention scales).
+// Supported: `llama`, `gemma3` (issue 16).
 #pragma once
 
 #include <string>
@@ -21,6 +23,7 @@ enum class GgufDim {
   KvWidth,  ///< n_kv_heads * head_dim
   Hidden,   ///< ModelConfig::hidden_dim (feed_forward_length)
   Vocab,    ///< ModelConfig::vocab_size
+  HeadDim,  ///< ModelConfig::head_dim (per-head q/k norms)
 };
 
 /// Which head count a q/k projection's RoPE row order is permuted over (llama.cpp's converter
@@ -58,6 +61,35 @@ struct GgufFloatKey {
   float default_value = 0.0f;          ///< value used when the key is absent and not required
 };
 
+/// A floating-point metadata key "ARCH.SUFFIX" naming a feature sqkit's decoder does not have:
+/// present with a non-zero value -> UnsupportedError naming the key, the value and `feature`.
+struct GgufRefusedKey {
+  const char* suffix;   ///< e.g. "final_logit_softcapping"
+  const char* feature;  ///< e.g. "final logit soft-capping"
+};
+
+/// How the token embedding is scaled (DecoderSpec::embed_scale).
+enum class GgufEmbedScale {
+  None,     ///< 1
+  SqrtDim,  ///< sqrt(embedding_length) in FP32 (Gemma; llama.cpp `ggml_scale(inpL, sqrtf(n_embd))`)
+};
+
+/// Sliding-window attention as llama.cpp derives it for an architecture (llama_hparams::swa_type
+/// STANDARD and set_swa_pattern): the window size comes from a metadata key, which layers use it
+/// and their RoPE base are hard-coded per architecture in llama.cpp (src/llama-model.cpp,
+/// load_hparams), not stored in the file.
+struct GgufSlidingWindow {
+  /// Integer key "ARCH.SUFFIX" holding the window in tokens; absent or 0 = no sliding window (every
+  /// layer global, rope_local_theta unused), as llama.cpp reads it for gemma3. nullptr = the
+  /// architecture has no sliding window.
+  const char* key_suffix = nullptr;
+  /// llama.cpp set_swa_pattern(pattern) (dense_first false): layer l is local (windowed) iff
+  /// l % pattern < pattern - 1, i.e. every pattern-th layer is global; 0 = every layer local.
+  int pattern = 0;
+  /// RoPE base of the local layers (llama.cpp rope_freq_base_train_swa); 0 = rope_theta.
+  float local_rope_theta = 0.0f;
+};
+
 /// The mapping of one GGUF architecture.
 struct GgufArchitecture {
   const char* name;                          ///< `general.architecture` value, e.g. "llama"
@@ -66,6 +98,15 @@ struct GgufArchitecture {
   std::vector<GgufFloatKey> float_keys;
   std::vector<GgufTensorRule> global_tensors;  ///< tensors outside the blocks
   std::vector<GgufTensorRule> layer_tensors;   ///< tensors of every block "blk.{i}."
+  /// The layer structure. embed_scale, attn_scale, layer_window and rope_local_theta are then set
+  /// from the fields below (whatever this holds for them is replaced).
+  DecoderSpec spec = {};
+  GgufEmbedScale embed_scale = GgufEmbedScale::None;
+  /// Softmax scale of q·kᵀ from the config being built (sizes set); nullptr = 0, i.e.
+  /// 1/sqrt(head_dim). llama.cpp's f_attention_scale where it hard-codes one.
+  float (*attn_scale)(const ModelConfig&) = nullptr;
+  GgufSlidingWindow sliding_window = {};
+  std::vector<GgufRefusedKey> refused_keys = {};
 };
 
 /// The architecture named `name` (`general.architecture`), or nullptr when sqkit has no mapping.

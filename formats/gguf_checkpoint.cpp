@@ -64,8 +64,38 @@ int64_t resolve(GgufDim d, const ModelConfig& c) {
     case GgufDim::KvWidth: return int64_t(c.n_kv_heads) * c.head_dim;
     case GgufDim::Hidden: return c.hidden_dim;
     case GgufDim::Vocab: return c.vocab_size;
+    case GgufDim::HeadDim: return c.head_dim;
   }
   return 0;
+}
+
+/// The DecoderSpec of architecture `a` for config `c` (sizes, rope_theta already set): the table's
+/// layer structure plus what llama.cpp derives or hard-codes (formats/gguf_architecture.h).
+DecoderSpec spec_of(const GgufFile& f, const GgufArchitecture& a, const ModelConfig& c) {
+  const std::string p = std::string(a.name) + ".";
+  for (const GgufRefusedKey& k : a.refused_keys) {
+    const std::string key = p + k.suffix;
+    if (!f.has(key)) continue;
+    const float v = f.get_f32(key);
+    if (v != 0.0f)
+      throw UnsupportedError(f.path() + ": metadata key '" + key + "' = " + std::to_string(v) + ": " + k.feature +
+                             " is not supported");
+  }
+  DecoderSpec s = a.spec;
+  s.embed_scale = a.embed_scale == GgufEmbedScale::SqrtDim ? std::sqrt(static_cast<float>(c.dim)) : 1.0f;
+  s.attn_scale = a.attn_scale ? a.attn_scale(c) : 0.0f;
+  s.layer_window.clear();
+  s.rope_local_theta = 0.0f;
+  const GgufSlidingWindow& w = a.sliding_window;
+  const std::string window_key = w.key_suffix ? p + w.key_suffix : std::string();
+  if (w.key_suffix && f.has(window_key) && f.get_i32(window_key) != 0) {
+    const int window = size_key(f, window_key);
+    s.layer_window.resize(static_cast<size_t>(c.n_layers));
+    for (int l = 0; l < c.n_layers; ++l)
+      s.layer_window[static_cast<size_t>(l)] = w.pattern == 0 || l % w.pattern < w.pattern - 1 ? window : 0;
+    s.rope_local_theta = w.local_rope_theta;
+  }
+  return s;
 }
 
 /// One tensor to load: its GGUF info, canonical name, expected row-major shape and rule.
@@ -156,7 +186,10 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   }
 
   c.rope_scaling = rope_scaling_of(f, arch);
-  c.rope_layout = RopeLayout::HalfSplit;  // q/k rows are restored to the HF order (see the header)
+  // llama: q/k rows are restored to the HF order (see the header); NEOX-RoPE architectures
+  // (gemma3) store them in that order already.
+  c.rope_layout = RopeLayout::HalfSplit;
+  c.spec = spec_of(f, a, c);
   c.qkv_bias = false;
   c.tied_embeddings = true;
   for (const GgufTensorRule& r : a.global_tensors)

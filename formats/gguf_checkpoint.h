@@ -3,7 +3,10 @@
 //
 // The per-architecture mapping (metadata keys -> ModelConfig fields, GGUF tensor names ->
 // canonical names, shapes) is the data in formats/gguf_architecture.h; this file interprets it.
-// Supported: `llama` (SmolLM2, Llama 1/2/3 without rope_freqs, Mistral-style llama files).
+// Supported: `llama` (SmolLM2, Llama 1/2/3 without rope_freqs, Mistral-style llama files) and
+// `gemma3` (Gemma 3 text models such as Gemma 3 270M: sliding-window local layers and global layers,
+// QK-norm, pre+post norms, GeGLU, sqrt(dim) embedding scale; q/k rows are stored in the half-split
+// order already, and the norms hold 1 + w already, see formats/gguf_architecture.cpp).
 //
 // Q/K row order. llama.cpp's convert_hf_to_gguf.py (Decoder.permute) reorders the rows of every
 // HF q_proj / k_proj from transformers' half-split RoPE layout (pairs (i, i + d/2), `rotate_half`)
@@ -46,11 +49,15 @@ bool looks_like_gguf(const std::string& path);
 ///   "linear" with ARCH.rope.scaling.factor (else the legacy ARCH.rope.scale_linear; absent or 0
 ///   = 1, no scaling); ARCH.rope.scaling.original_context_length only matters to yarn;
 ///   bos_id / eos_id = tokenizer.ggml.bos_token_id / eos_token_id when present;
-///   rope_layout HalfSplit (see the Q/K note above); tied_embeddings = no `output.weight` tensor.
-/// Throws UnsupportedError "FILE: GGUF architecture 'gemma3' is not supported yet (supported:
-/// llama)" for an architecture without a mapping, UnsupportedError naming the key for a RoPE
-/// scaling type other than none/linear (yarn, longrope, ...) or partial rotary / a value_length
-/// other than head_dim; InputError naming the file and the key when a required key is missing, of
+///   rope_layout HalfSplit (see the Q/K note above); tied_embeddings = no `output.weight` tensor;
+///   spec = the architecture's DecoderSpec with embed_scale, attn_scale, and the per-layer sliding
+///   windows (ARCH.attention.sliding_window for gemma3; absent or 0 = every layer global) and the
+///   local RoPE base that llama.cpp derives from them (GgufArchitecture).
+/// Throws UnsupportedError "FILE: GGUF architecture 'qwen3' is not supported yet (supported:
+/// llama, gemma3)" for an architecture without a mapping, UnsupportedError naming the key for a RoPE
+/// scaling type other than none/linear (yarn, longrope, ...), partial rotary / a value_length
+/// other than head_dim, or a feature key the decoder lacks with a non-zero value (gemma3
+/// final_logit_softcapping, attn_logit_softcapping); InputError naming the file and the key when a required key is missing, of
 /// the wrong type or out of range, and ModelConfig::validate's InputError.
 ModelConfig gguf_model_config(const GgufFile& file);
 
@@ -64,8 +71,8 @@ ModelConfig gguf_model_config(const GgufFile& file);
 /// must be present (InputError naming the GGUF and canonical names) with the expected row-major
 /// shape (GGUF dims reversed; InputError naming both shapes) and a type formats/gguf_dequantize.h
 /// handles (UnsupportedError naming the tensor and the type).
-/// Then each tensor is dequantized straight into its own owned FP32 Tensor (q/k rows restored to
-/// the half-split order on the way, see above), one at a time: peak memory is the FP32 model plus
+/// Then each tensor is dequantized straight into its own owned FP32 Tensor (llama's q/k rows
+/// restored to the half-split order on the way, see above), one at a time: peak memory is the FP32 model plus
 /// the mapped file, with no second copy of any tensor. The returned Checkpoint owns all its
 /// storage and does not keep `file` alive. Non-finite values are not checked here
 /// (load_model calls check_checkpoint_finite).

