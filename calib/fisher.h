@@ -5,13 +5,14 @@
 // codebooks on the stored (activation, weight) pairs.
 //
 // Definition used here. Every calibration window w (N windows of L tokens) gives one loss
-// L_w = mean next-token NLL of the window (lib/model/decoder_backward.h). The K (before RoPE) and V
-// element a = A[w, t, c] at layer l exists in window w only, so the expectation over calibration
-// samples that defines the empirical Fisher, F = E_w[(∂L_w/∂a)²], has a single non-zero term for
-// it. We store that term, F(a) = (∂L_w/∂a)², per element, and do not divide by N: the factor 1/N
-// (or the (L−1)² that relates the mean-NLL to the summed-NLL gradient) is one constant for the
-// whole file, and a constant factor on all weights changes neither the weighted k-means centroids
-// nor its assignments.
+// L_w = mean next-token NLL of the window (lib/model/decoder_backward.h, any DecoderSpec). The K
+// (as the KV cache receives it: after QK-norm, before RoPE) and V element a = A[w, t, c] at layer l
+// exists in window w only, so the expectation over calibration samples that defines the
+// empirical Fisher, F = E_w[(∂L_w/∂a)²], has a single non-zero term for it. We store that term,
+// F(a) = (∂L_w/∂a)², per element, and do not divide by N: the factor 1/N (or the (L−1)² that
+// relates the mean-NLL to the summed-NLL gradient) is one constant for the whole file, and a
+// constant factor on all weights changes neither the weighted k-means centroids nor its
+// assignments.
 //
 // Subsampling. Tokens at position L−1 (the last of their window) have ∂L_w/∂a = 0 exactly (their
 // K/V reach only the last position's logits, which L_w does not score), so the candidates are the

@@ -1,11 +1,13 @@
 #include "calib/hessian.h"
 
 #include "calib/window_runner.h"
+#include "ops/ops.h"
 
 #include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <numeric>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -66,6 +68,8 @@ HessianCollector::HessianCollector(const ModelConfig& c) {
     for (int s = 0; s < kActivationSites; ++s) sites_.emplace_back(widths[s]);
 }
 
+HessianCollector::HessianCollector(const Decoder& model) : HessianCollector(model.config()) { model_ = &model; }
+
 void HessianCollector::on_linear_input(int layer, ActivationSite site, const float* x, int64_t n, int64_t width) {
   HessianAccumulator& a = at(layer, site);
   if (width != a.width())
@@ -73,6 +77,42 @@ void HessianCollector::on_linear_input(int layer, ActivationSite site, const flo
                                 std::to_string(layer) + " has width " + std::to_string(width) + ", expected " +
                                 std::to_string(a.width()));
   a.observe(x, n);
+  if (site == ActivationSite::FfnInput && model_ && model_->config().spec.n_experts > 0) observe_expert_hidden(layer, x, n);
+}
+
+void HessianCollector::observe_expert_hidden(int layer, const float* h, int64_t n) {
+  // Decoder::run_experts' routing, step for step: p = softmax(router(h)) per token (ops::softmax_row),
+  // the top K by p in torch.topk order (std::stable_sort), then act(gate(x)) ⊙ up(x) per expert.
+  const ModelConfig& c = model_->config();
+  const int E = c.spec.n_experts, K = c.spec.experts_per_token;
+  const int64_t d = c.dim, hid = c.hidden_dim;
+  const DecoderLayer& L = model_->layers()[static_cast<size_t>(layer)];
+  std::vector<float> p(static_cast<size_t>(n * E));  // [n, E]
+  L.router->forward(h, n, p.data());
+  std::vector<std::vector<int64_t>> rows(static_cast<size_t>(E));  // tokens routed to each expert
+  std::vector<int> order(static_cast<size_t>(E));
+  for (int64_t t = 0; t < n; ++t) {
+    float* pt = p.data() + t * E;
+    ops::softmax_row(pt, E);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return pt[a] > pt[b]; });
+    for (int k = 0; k < K; ++k) rows[static_cast<size_t>(order[static_cast<size_t>(k)])].push_back(t);
+  }
+  std::vector<float> x, gate, up;
+  for (int e = 0; e < E; ++e) {
+    const std::vector<int64_t>& r = rows[static_cast<size_t>(e)];
+    const int64_t m = static_cast<int64_t>(r.size());
+    if (m == 0) continue;
+    x.resize(static_cast<size_t>(m * d));  // [m, d] gathered inputs
+    gate.resize(static_cast<size_t>(m * hid));
+    up.resize(static_cast<size_t>(m * hid));
+    for (int64_t i = 0; i < m; ++i) std::copy_n(h + r[static_cast<size_t>(i)] * d, d, x.begin() + i * d);
+    const Expert& X = L.experts[static_cast<size_t>(e)];
+    X.gate_proj->forward(x.data(), m, gate.data());  // [m, hid]
+    X.up_proj->forward(x.data(), m, up.data());
+    ops::gated_activation(c.spec.activation, gate.data(), up.data(), m * hid);  // down_proj's input
+    at(layer, ActivationSite::FfnHidden).observe(gate.data(), m);
+  }
 }
 
 void HessianCollector::merge(const HessianCollector& o) {

@@ -53,9 +53,24 @@ class HessianAccumulator {
 /// same four sites as StatsCollector: AttnInput (shared by q/k/v_proj, width dim), AttnOutput
 /// (o_proj, n_heads·head_dim), FfnInput (shared by gate/up_proj, dim), FfnHidden (down_proj,
 /// hidden_dim). Memory: 8·width² bytes per site and layer.
+///
+/// Every DecoderSpec has these four sites: a plain MLP's fc1 reads FfnInput (no gate_proj) and its
+/// fc2 reads FfnHidden. Mixture of experts (spec.n_experts > 0): FfnInput is the input of every
+/// expert's gate/up_proj and of the router, so its Hessian (over all tokens) is the one Hessian
+/// of all of them. Each expert's down_proj reads only the tokens routed to it, and the Decoder
+/// shows no observer those per-expert rows; a collector built from the Decoder
+/// (HessianCollector(model)) therefore recomputes them from the FfnInput rows — the same router,
+/// softmax and stable top-k as Decoder::run_experts (bit-identical selection), then
+/// act(gate) ⊙ up of each selected expert — and accumulates them into FfnHidden: one pooled
+/// Hessian for all experts' down_proj, 2/M·Σ hhᵀ over the M = experts_per_token·N (token,
+/// selected expert) pairs, unweighted by the routing weights. Per-expert Hessians are not stored
+/// (the calibration file holds one Hessian per site). A collector built from the config alone
+/// leaves FfnHidden of expert layers empty.
 class HessianCollector final : public ActivationObserver {
  public:
   explicit HessianCollector(const ModelConfig& config);
+  /// As above, and observes expert layers' down_proj inputs from `model` (which must outlive it).
+  explicit HessianCollector(const Decoder& model);
   void on_linear_input(int layer, ActivationSite site, const float* x, int64_t n, int64_t width) override;
   /// Adds `other` (same config) into this collector. Throws std::invalid_argument on a mismatch.
   void merge(const HessianCollector& other);
@@ -65,11 +80,16 @@ class HessianCollector final : public ActivationObserver {
   int n_layers() const { return static_cast<int>(sites_.size() / kActivationSites); }
 
  private:
+  /// Adds the down_proj input rows of every selected expert of layer `layer` for FfnInput rows
+  /// h [n, dim] to the FfnHidden accumulator (see the class comment).
+  void observe_expert_hidden(int layer, const float* h, int64_t n);
+
   std::vector<HessianAccumulator> sites_;  ///< [layer * kActivationSites + site]
+  const Decoder* model_ = nullptr;         ///< set by HessianCollector(model): expert layers
 };
 
 /// Runs `model` over each window (fresh KV cache per window, all positions) and returns the
-/// accumulated Hessians. As collect_activation_stats: small models (dim < 1024) run windows in
+/// accumulated Hessians (HessianCollector(model): expert layers' FfnHidden included). As collect_activation_stats: small models (dim < 1024) run windows in
 /// parallel groups and merge them in window order, so the result does not depend on the thread
 /// count. `progress(done, total)` is called after each group. Throws std::length_error for a
 /// window longer than the model's context.

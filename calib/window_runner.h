@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "core/finite.h"
@@ -15,8 +16,18 @@
 
 namespace sq {
 
+/// A fresh collector: Collector(model) when it can be built from the Decoder (one that needs the
+/// weights, as HessianCollector for mixture-of-experts layers), Collector(model.config()) otherwise.
+template <typename Collector>
+Collector make_collector(const Decoder& model) {
+  if constexpr (std::is_constructible_v<Collector, const Decoder&>)
+    return Collector(model);
+  else
+    return Collector(model.config());
+}
+
 /// Runs `model` over each window (fresh KV cache, all positions, no logits) with a fresh
-/// `Collector(config)` as its ActivationObserver, and merges every window's collector into the
+/// collector (make_collector) as its ActivationObserver, and merges every window's collector into the
 /// total in window order (`total.merge(per_window)`). Small models (dim < 1024) run windows in
 /// parallel, one per thread, in groups of the thread count; large ones run one window at a time with
 /// parallel ops inside. Because merging follows window order, the result is bit-identical for any
@@ -26,14 +37,14 @@ namespace sq {
 /// to the window's forward pass); the first window (in order) that fails is re-run layer by layer
 /// and NonFiniteError "non-finite activation in layer 3 (...) in calibration window 5 of 64 (...)"
 /// is thrown (model/nonfinite.h).
-/// Collector: constructible from `const ModelConfig&`, derived from ActivationObserver, with
+/// Collector: constructible from `const ModelConfig&` or `const Decoder&`, derived from ActivationObserver, with
 /// `void merge(const Collector&)`.
 template <typename Collector>
 Collector observe_windows(const Decoder& model, const std::vector<std::vector<int32_t>>& windows,
                           const std::function<void(int64_t, int64_t)>& progress = {}) {
   const ModelConfig& c = model.config();
   const int threads = c.dim < 1024 ? omp_get_max_threads() : 1;
-  Collector total(c);
+  Collector total = make_collector<Collector>(model);
   std::vector<std::unique_ptr<Collector>> per_window(static_cast<size_t>(threads));
   const int64_t n = static_cast<int64_t>(windows.size());
   for (int64_t g0 = 0; g0 < n; g0 += threads) {
@@ -42,7 +53,7 @@ Collector observe_windows(const Decoder& model, const std::vector<std::vector<in
 #pragma omp parallel for num_threads(group) schedule(static, 1) if (group > 1)
     for (int i = 0; i < group; ++i) {
       const auto& w = windows[static_cast<size_t>(g0 + i)];
-      auto col = std::make_unique<Collector>(c);
+      auto col = std::make_unique<Collector>(make_collector<Collector>(model));
       KVCache cache(c, std::max<int64_t>(1, static_cast<int64_t>(w.size())));
       Workspace ws;
       model.forward(w.data(), static_cast<int64_t>(w.size()), cache, ws, nullptr, LogitsFor::None, col.get());

@@ -2,7 +2,8 @@
 // Decoder::forward (logits) and an ActivationObserver's K/V; the backward agrees with central
 // finite differences of the loss in double precision on sampled K and V elements of every layer
 // of stories260K (interleaved RoPE, tied head) and of a small synthetic model with half-split RoPE,
-// q/k/v biases and an untied head; the FP32 backward agrees with the FP64 one.
+// q/k/v biases and an untied head; the FP32 backward agrees with the FP64 one. The same checks on
+// every architecture of the DecoderSpec (the 14 tiny Hugging Face checkpoints): tests/hf_tiny_backward_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -224,7 +225,7 @@ TEST(DecoderBackward, Fp32GradientsAgreeWithFp64) {
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
   const Decoder model = Decoder::from_checkpoint(ck);
   const std::vector<int32_t> tokens = story_tokens(256);
-  const KVGradients g32 = llama_kv_gradients(model, tokens.data(), 256);
+  const KVGradients g32 = kv_gradients(model, tokens.data(), 256);
   const BasicKVGradients<double> g64 = DecoderKVBackward<double>(model).gradients(tokens.data(), 256);
   // FP32 rounding (ε = 6e−8) amplified through 5 layers, two softmaxes and the residual stream:
   // measured worst 1.7e−5 of each tensor's largest gradient; bound 2e−4, 12× that (the FP32 Fisher

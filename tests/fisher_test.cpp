@@ -123,7 +123,7 @@ TEST_F(KVFisher, StoredRowsAreObserverKVAndSquaredGradients) {
     Workspace ws;
     KVRecorder rec(c.n_layers);
     model_->forward(win.data(), 64, cache, ws, nullptr, LogitsFor::None, &rec);
-    const KVGradients g = llama_kv_gradients(*model_, win.data(), 64);
+    const KVGradients g = kv_gradients(*model_, win.data(), 64);
     loss_sum += g.loss;
     for (int l = 0; l < c.n_layers; ++l) {
       const KVFisherSamples& s = r.layers[size_t(l)];
@@ -169,7 +169,7 @@ TEST_F(KVFisher, StoredRowsAreObserverKVAndSquaredGradients) {
 TEST_F(KVFisher, OneWindowUncappedSumsTheBackwardsSquaredGradients) {
   const std::vector<std::vector<int32_t>> one(windows_->begin(), windows_->begin() + 1);
   const KVFisherResult r = collect_kv_fisher(*model_, one, 1000, 3);
-  const KVGradients g = llama_kv_gradients(*model_, one[0].data(), 64);
+  const KVGradients g = kv_gradients(*model_, one[0].data(), 64);
   for (size_t l = 0; l < r.layers.size(); ++l) {
     const KVFisherSamples& s = r.layers[l];
     ASSERT_EQ(s.tokens, 63);  // every position but the last

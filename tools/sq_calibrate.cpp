@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   app.add_option("-s,--seed", opt.seed, "Sampling seed")->capture_default_str();
   app.add_flag("--hessian", opt.hessian, "Also record GPTQ Hessians 2XᵀX of every linear input (for sq-convert --gptq)");
   app.add_flag("--fisher", opt.fisher,
-               "Also record K (before RoPE) and V activations of sampled tokens with their diagonal Fisher information "
+               "Also record K (before RoPE, after QK-norm) and V activations of sampled tokens with their diagonal Fisher information "
                "(∂L/∂a)², from a backward pass per window (KVQuant §3.3 weights; FP32 models only)");
   app.add_option("--fisher-tokens", opt.fisher_tokens,
                  "With --fisher: at most this many tokens per layer, sampled uniformly from all windows with the seed "

@@ -48,10 +48,16 @@ template std::vector<double> rope_inv_freq<double>(float, int, const RopeScaling
 
 std::vector<float> rope_inv_freq(const ModelConfig& c) { return rope_inv_freq<float>(c.rope_theta, c.rope_dim(), c.rope_scaling); }
 
-std::vector<float> rope_inv_freq(const ModelConfig& c, int layer) {
+template <typename T>
+std::vector<T> rope_inv_freq(const ModelConfig& c, int layer) {
   if (c.spec.position != PositionKind::Rope) return {};
-  if (c.spec.rope_local_theta > 0.0f && c.window(layer) > 0) return rope_inv_freq<float>(c.spec.rope_local_theta, c.rope_dim(), RopeScaling{});
-  return rope_inv_freq(c);
+  if (c.spec.rope_local_theta > 0.0f && c.window(layer) > 0) return rope_inv_freq<T>(c.spec.rope_local_theta, c.rope_dim(), RopeScaling{});
+  return rope_inv_freq<T>(c.rope_theta, c.rope_dim(), c.rope_scaling);
 }
+
+template std::vector<float> rope_inv_freq<float>(const ModelConfig&, int);
+template std::vector<double> rope_inv_freq<double>(const ModelConfig&, int);
+
+std::vector<float> rope_inv_freq(const ModelConfig& c, int layer) { return rope_inv_freq<float>(c, layer); }
 
 }  // namespace sq

@@ -38,5 +38,9 @@ std::vector<float> rope_inv_freq(const ModelConfig& c);
 /// spec.rope_local_theta > 0 uses that base without scaling (Gemma 3's local layers), every other
 /// layer rope_inv_freq(c). Empty when the model has no RoPE (ALiBi, learned positions).
 std::vector<float> rope_inv_freq(const ModelConfig& c, int layer);
+/// The same per-layer choice of base and scaling, evaluated in T (double: the FP64 backward pass);
+/// rope_inv_freq<float>(c, layer) == rope_inv_freq(c, layer).
+template <typename T>
+std::vector<T> rope_inv_freq(const ModelConfig& c, int layer);
 
 }  // namespace sq

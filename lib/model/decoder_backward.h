@@ -1,19 +1,34 @@
-// Reverse-mode gradients of the LLaMA decoder's next-token loss with respect to every layer's keys
-// (before RoPE) and values, for KVQuant's Fisher-weighted codebooks (Hooper et al. 2024, "KVQuant",
-// §3.3, Eq. 2: F_ii = (∂L/∂A_i)², the diagonal Fisher information of an activation A).
+// Reverse-mode gradients of the decoder's next-token loss with respect to every layer's keys and
+// values, for KVQuant's Fisher-weighted codebooks (Hooper et al. 2024, "KVQuant", §3.3, Eq. 2:
+// F_ii = (∂L/∂A_i)², the diagonal Fisher information of an activation A).
 //
-// The module carries its own forward pass that saves the activations the backward needs (it does
-// not touch Decoder's KV cache or workspace), then walks the decoder in reverse: LM head → final
-// RMSNorm → per layer (last to first) SwiGLU FFN → RMSNorm → o_proj → causal grouped-query softmax
-// attention → RoPE → q/k/v projections → RMSNorm, with the residual stream's gradient carried
-// through. Only activation gradients are formed; no weight gradient is ever computed. Every
-// matrix product is a BLAS gemm (sgemm in FP32, dgemm in FP64) on the [out, in] row-major weights:
-// forward Y = X·Wᵀ, backward dX = dY·W.
+// The module carries its own forward pass — the one of lib/model/decoder.cpp (Decoder::run_layer,
+// run_mlp, run_experts, attention), configured by the same DecoderSpec and mirrored operation by
+// operation — that saves the activations the backward needs (it does not touch Decoder's KV cache or
+// workspace), then walks the decoder in reverse: LM head → final norm → per layer (last to first)
+// [post-FFN norm] → MLP / experts → FFN norm → [post-attention norm] → o_proj → causal attention
+// (scale, ALiBi bias, sliding window) → RoPE (partial, per-layer frequencies) → [QK-norm] → q/k/v
+// projections → input norm, with the residual stream's gradient carried through (sequential or
+// parallel residual, one or two input norms). Only activation gradients are formed; no weight
+// gradient is ever computed. Every matrix product is a BLAS gemm (sgemm in FP32, dgemm in FP64) on
+// the [out, in] row-major weights: forward Y = X·Wᵀ, backward dX = dY·W. No branch names an
+// architecture; every branch reads a DecoderSpec field.
+//
+// "Keys" and "values" are exactly what the KV cache stores before any position enters and what
+// KVQuant quantizes (and what an ActivationObserver's on_kv sees): K = k_proj(h) (+ bias), after
+// the per-head QK-norm when the spec has one, before RoPE; V = v_proj(h) (+ bias). Under ALiBi and
+// learned positions keys are never rotated, so K is the cached key itself.
 //
 // Loss: L = −1/(n−1) · Σ_{t=0}^{n−2} log softmax(logits[t])[tokens[t+1]], the mean next-token NLL of
 // one window of n tokens at positions 0 … n−1 (the llama2.c / HF convention; the last position's
 // logits are not part of L). Consequences: the last token's K and V (every layer) only reach the
 // last position's logits, so their gradients are exactly zero; K/V of token t reach positions ≥ t.
+//
+// Mixture of experts: the top-k choice of experts is piecewise constant in the activations, so the
+// gradient is that of the selected experts' outputs and of their routing weights (router softmax
+// renormalized over the top k) with the selection held fixed — the derivative wherever it exists.
+// A finite-difference check must use perturbations small enough not to change any token's top-k
+// set (tests/decoder_backward_test.cpp checks that the selection is unchanged).
 //
 // Scalar type T is float (the calibration path) or double (finite-difference checks, where the
 // loss must be accurate to ~1e−13 for a difference quotient to resolve 1e−7-sized gradients).
@@ -30,9 +45,10 @@ namespace sq {
 /// Which KV-cache tensor of a layer.
 enum class KVTensor { Key, Value };
 
-/// One K/V activation element changed by `delta` inside the forward pass, right where the
-/// projection produced it (the key before RoPE, the value as is) — the hook finite-difference
-/// gradient checks use. The stored K/V and everything downstream see the perturbed value.
+/// One K/V activation element changed by `delta` inside the forward pass, right where the cache
+/// would receive it (the key after the projection and QK-norm, before RoPE; the value as the
+/// projection produced it) — the hook finite-difference gradient checks use. The stored K/V and
+/// everything downstream see the perturbed value.
 struct KVPerturbation {
   int layer = 0;
   KVTensor tensor = KVTensor::Key;
@@ -45,9 +61,9 @@ struct KVPerturbation {
 /// row-major (channel = kv_head·head_dim + i, as the k/v projections' output rows).
 template <typename T>
 struct KVLayerGradients {
-  std::vector<T> keys;      ///< K before RoPE (the forward activations; an ActivationObserver's on_kv keys)
+  std::vector<T> keys;      ///< K before RoPE, after QK-norm (the forward activations; an ActivationObserver's on_kv keys)
   std::vector<T> values;    ///< V
-  std::vector<T> d_keys;    ///< ∂L/∂K (pre-RoPE)
+  std::vector<T> d_keys;    ///< ∂L/∂K (that same K)
   std::vector<T> d_values;  ///< ∂L/∂V
 };
 
@@ -61,16 +77,16 @@ struct BasicKVGradients {
 };
 using KVGradients = BasicKVGradients<float>;
 
-/// Forward pass with saved activations and reverse-mode K/V gradients for one FP32 Decoder,
-/// evaluated in scalar type T (float or double). The model must outlive this object (float reads
+/// Forward pass with saved activations and reverse-mode K/V gradients for one FP32 Decoder of any
+/// DecoderSpec, evaluated in scalar type T (float or double). The model must outlive this object (float reads
 /// its weights in place; double keeps a widened copy, 2× the model's FP32 size).
 /// Thread-safe: the const methods allocate their own buffers, so several windows may run
 /// concurrently on one instance. Inside an OpenMP parallel region the attention runs serially.
 template <typename T>
 class DecoderKVBackward {
  public:
-  /// Throws UnsupportedError when a projection or the LM head is not a DenseLinear, or the token
-  /// embedding is stored quantized: the gradients need the FP32 model (load the original checkpoint).
+  /// Throws UnsupportedError when a projection (router and experts included) or the LM head is not
+  /// a DenseLinear, or the token embedding is stored quantized: the gradients need the FP32 model (load the original checkpoint).
   explicit DecoderKVBackward(const Decoder& model);
   ~DecoderKVBackward();
   DecoderKVBackward(const DecoderKVBackward&) = delete;
@@ -84,6 +100,7 @@ class DecoderKVBackward {
               std::vector<T>* logits = nullptr) const;
 
   /// Forward + backward: the loss and, per layer, K (pre-RoPE), V, ∂L/∂K, ∂L/∂V. Throws as loss().
+  /// (The backward stops at layer 0's K and V: nothing below them needs a gradient.)
   BasicKVGradients<T> gradients(const int32_t* tokens, int64_t n) const;
 
  private:
@@ -98,6 +115,6 @@ extern template class DecoderKVBackward<float>;
 extern template class DecoderKVBackward<double>;
 
 /// Convenience: DecoderKVBackward<float>(model).gradients(tokens, n). Throws as the class does.
-KVGradients llama_kv_gradients(const Decoder& model, const int32_t* tokens, int64_t n);
+KVGradients kv_gradients(const Decoder& model, const int32_t* tokens, int64_t n);
 
 }  // namespace sq
