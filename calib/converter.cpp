@@ -10,6 +10,7 @@
 #include "calib/calibration_text.h"
 #include "calib/channel_reorder.h"
 #include "calib/layerwise_runner.h"
+#include "calib/smoothing_mappings.h"
 #include "calib/window_sampler.h"
 #include "core/error.h"
 #include "formats/calibration_h5.h"
@@ -27,8 +28,6 @@
 namespace sq {
 
 namespace {
-
-constexpr ActivationSite kSmoothedSites[] = {ActivationSite::AttnInput, ActivationSite::FfnInput, ActivationSite::AttnOutput};
 
 /// Writes a float tensor in the scheme's float dtype.
 void write_float(SqmWriter& w, const std::string& name, const Tensor& t, ConvertScheme scheme) {
@@ -320,27 +319,15 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
       if (name.rfind(p, 0) == 0) layer.tensors[name] = t;
     std::map<ActivationSite, std::vector<float>> factors;
     if (w8a8 && o.smooth) {
-      const Checkpoint original = layer;
-      for (ActivationSite site : kSmoothedSites) {
-        if (site == ActivationSite::AttnOutput && !o.smooth_vo) continue;
-        float alpha = o.alpha;
-        if (capture) {
-          double best = -1;  // grid 0.30, 0.35, ..., 0.95; the first minimum wins
-          for (int k = 0; k <= 13; ++k) {
-            const float a = 0.30f + 0.05f * static_cast<float>(k);
-            const auto s = compute_group_factors(original, calib.layers[size_t(l)], l, site, a);
-            const double e = group_mse(original, l, site, &s, capture->get(l, site), calib.layers[size_t(l)], o);
-            if (best < 0 || e < best) {
-              best = e;
-              alpha = a;
-            }
-          }
-        }
-        const auto s = compute_group_factors(original, calib.layers[size_t(l)], l, site, alpha);
-        apply_smoothing(layer, l, site, s);
-        factors[site] = s;
-        summary.groups.push_back({l, site, alpha, s});
-        alphas.push_back({{"layer", l}, {"site", activation_site_name(site)}, {"alpha", alpha}});
+      SmoothingOptions so{o.alpha, {o.smooth_vo, false}, {}};
+      if (capture)  // --alpha auto: α per mapping minimizing the W8A8 output MSE on the captured rows
+        so.alpha_objective = [&](const Checkpoint& original, const SmoothingMapping& m, const std::vector<float>& s) {
+          return group_mse(original, l, m.site, &s, capture->get(l, m.site), calib.layers[size_t(l)], o);
+        };
+      for (SmoothingGroup& g : smooth_layer(layer, l, calib.layers[size_t(l)], so)) {
+        factors[g.site] = g.factors;
+        alphas.push_back({{"layer", l}, {"site", activation_site_name(g.site)}, {"alpha", g.alpha}});
+        summary.groups.push_back(std::move(g));
       }
     }
     write_float(out, p + "input_layernorm.weight", layer.tensors.at(p + "input_layernorm.weight"), keep_f32 ? ConvertScheme::F32 : o.scheme);

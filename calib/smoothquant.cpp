@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "calib/smoothing_mappings.h"
 #include "core/error.h"
 
 namespace sq {
@@ -17,11 +18,6 @@ int64_t kv_channel(const ModelConfig& c, int64_t q_channel) {
   return (h / (c.n_heads / c.n_kv_heads)) * c.head_dim + i;
 }
 
-Tensor& owned(Checkpoint& ck, const std::string& name) {
-  Tensor& t = ck.tensors.at(name);
-  if (!t.owned()) t = t.clone();
-  return t;
-}
 }  // namespace
 
 std::vector<float> smoothing_factors(const std::vector<float>& act, const std::vector<float>& w, float alpha) {
@@ -62,57 +58,11 @@ std::vector<std::string> smoothing_linears(int layer, ActivationSite site) {
 }
 
 std::vector<float> compute_group_factors(const Checkpoint& ck, const LayerStats& stats, int layer, ActivationSite site, float alpha) {
-  const std::vector<float>& act = stats.inputs.at(static_cast<size_t>(site)).absmax;
-  std::vector<const Tensor*> ws;
-  for (const auto& n : smoothing_linears(layer, site)) ws.push_back(&ck.tensors.at(n + ".weight"));
-  std::vector<float> wmax = weight_column_absmax(ws);
-  if (site != ActivationSite::AttnOutput) return smoothing_factors(act, wmax, alpha);
-  // Grouped-query attention: reduce both maxima over the query heads sharing a KV channel.
-  const ModelConfig& c = ck.config;
-  const size_t kv = static_cast<size_t>(c.n_kv_heads) * c.head_dim;
-  std::vector<float> act_kv(kv, 0.0f), w_kv(kv, 0.0f);
-  for (size_t j = 0; j < act.size(); ++j) {
-    const size_t g = static_cast<size_t>(kv_channel(c, static_cast<int64_t>(j)));
-    act_kv[g] = std::max(act_kv[g], act[j]);
-    w_kv[g] = std::max(w_kv[g], wmax[j]);
-  }
-  return smoothing_factors(act_kv, w_kv, alpha);
+  return mapping_factors(ck, smoothing_mapping_at(ck.config, layer, site), stats, alpha);
 }
 
 void apply_smoothing(Checkpoint& ck, int layer, ActivationSite site, const std::vector<float>& s) {
-  const ModelConfig& c = ck.config;
-  const std::string p = names::layer(layer);
-  auto scale_columns = [&](const std::string& name, auto column_factor) {
-    Tensor& w = owned(ck, name);
-    float* d = w.mutable_data();
-    const int64_t out = w.dim(0), in = w.dim(1);
-    for (int64_t r = 0; r < out; ++r)
-      for (int64_t j = 0; j < in; ++j) d[r * in + j] *= column_factor(j);
-  };
-  if (site == ActivationSite::AttnInput || site == ActivationSite::FfnInput) {
-    const std::string norm = p + (site == ActivationSite::AttnInput ? "input_layernorm.weight" : "post_attention_layernorm.weight");
-    Tensor& g = owned(ck, norm);
-    if (g.numel() != static_cast<int64_t>(s.size())) throw std::invalid_argument("apply_smoothing: factor count mismatch for " + norm);
-    for (size_t j = 0; j < s.size(); ++j) g.mutable_data()[j] /= s[j];
-    for (const auto& lin : smoothing_linears(layer, site)) scale_columns(lin + ".weight", [&](int64_t j) { return s[size_t(j)]; });
-    return;
-  }
-  if (site == ActivationSite::AttnOutput) {
-    // V rows (output channels of v_proj) ÷ s; o_proj columns × s of their KV channel.
-    const int64_t kv = int64_t(c.n_kv_heads) * c.head_dim;
-    if (static_cast<int64_t>(s.size()) != kv) throw std::invalid_argument("apply_smoothing: --smooth-vo needs one factor per KV channel");
-    Tensor& v = owned(ck, p + "self_attn.v_proj.weight");
-    const int64_t in = v.dim(1);
-    for (int64_t r = 0; r < kv; ++r)
-      for (int64_t j = 0; j < in; ++j) v.mutable_data()[r * in + j] /= s[size_t(r)];
-    if (ck.has(p + "self_attn.v_proj.bias")) {
-      Tensor& b = owned(ck, p + "self_attn.v_proj.bias");
-      for (int64_t r = 0; r < kv; ++r) b.mutable_data()[r] /= s[size_t(r)];
-    }
-    scale_columns(p + "self_attn.o_proj.weight", [&](int64_t j) { return s[size_t(kv_channel(c, j))]; });
-    return;
-  }
-  throw std::invalid_argument("apply_smoothing: the down_proj input (ffn_hidden) is not smoothed");
+  apply_mapping(ck, smoothing_mapping_at(ck.config, layer, site), s);
 }
 
 std::vector<float> smoothed_absmax(const ModelConfig& c, ActivationSite site, const std::vector<float>& absmax,

@@ -5,14 +5,16 @@
 // output unchanged while moving activation outliers into the weights. With migration strength α
 // (Eq. 3.4):  s_j = max|X_j|^α / max|W_j|^(1−α),  max|W_j| over all linears that read X.
 //
-// Where the division by s is folded (no runtime cost):
+// Where the division by s is folded is data: calib/smoothing_mappings.h derives each layer's
+// mappings (smooth tensors → balance linears) from the model's DecoderSpec, for every architecture.
+// For LLaMA:
 //   attn_input (q/k/v)  → divide the input RMSNorm weight (input_layernorm) by s
 //   ffn_input (gate/up) → divide post_attention_layernorm by s
 //   attn_output (o_proj), with --smooth-vo → divide v_proj's output rows (and bias) by s: the
 //     attention output is softmax·V, linear in V, so channel c of V and every o_proj input column
 //     reading it (one per query head of that KV group under grouped-query attention) scale exactly.
-//   ffn_hidden (down_proj) → not smoothed (as in SmoothQuant's LLaMA recipe): its input is
-//     silu(gate)·up, which could be folded into up_proj's rows, but the reference does not do it.
+//   ffn_hidden (down_proj) → up_proj's rows (silu(gate)·up is linear in up); sq-convert does not
+//     apply it (as in SmoothQuant's LLaMA recipe).
 #pragma once
 
 #include <string>
@@ -40,18 +42,21 @@ struct SmoothingGroup {
   std::vector<float> factors;  ///< s [C]
 };
 
-/// The linears reading `site` (canonical names without ".weight"), e.g. {"...q_proj", ...}.
+/// The linears reading `site` in the LLaMA layer structure (canonical names without ".weight"),
+/// e.g. {"...q_proj", ...}. Other structures: smoothing_mapping_at(config, layer, site).balance.
 std::vector<std::string> smoothing_linears(int layer, ActivationSite site);
 
-/// Smoothing factors of `site` in `layer` from calibrated activation maxima and the checkpoint's
-/// (current) weights. For AttnOutput the factors are per KV channel [n_kv_heads*head_dim]: the
-/// activation and weight maxima are taken over all query heads that read the same KV channel.
+/// Smoothing factors of the mapping of `layer` whose balance linears read `site` (mapping_factors of
+/// smoothing_mapping_at(ck.config, layer, site)), from calibrated activation maxima and the
+/// checkpoint's (current) weights. For AttnOutput the factors are per KV channel
+/// [n_kv_heads*head_dim]: the activation and weight maxima are taken over all query heads that read
+/// the same KV channel.
 std::vector<float> compute_group_factors(const Checkpoint& ck, const LayerStats& stats, int layer, ActivationSite site,
                                          float alpha);
 
-/// Folds `factors` into the checkpoint (the tensors touched are replaced by owned copies; the
-/// function is exact in real arithmetic). Supported sites: AttnInput, FfnInput, AttnOutput.
-/// Throws std::invalid_argument for FfnHidden or a length mismatch.
+/// Folds `factors` into the checkpoint: apply_mapping of smoothing_mapping_at(ck.config, layer,
+/// site) (the tensors touched are replaced by private clones; exact in real arithmetic). Throws
+/// std::invalid_argument when the architecture has no mapping for the site or on a length mismatch.
 void apply_smoothing(Checkpoint& ck, int layer, ActivationSite site, const std::vector<float>& factors);
 
 /// Per-channel activation maxima after smoothing (absmax_j / s_j), i.e. what the smoothed
