@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
   app.add_option("--kv-outliers", kv_outliers, "nuq: fraction of per-vector dense-and-sparse FP16 outliers, e.g. 0.01");
   app.add_flag("--kv-qnorm", kv_qnorm, "nuq: Q-Norm centroids (KVQuant 3.5)");
   app.add_option("--kv-sink-fp16", kv_sink, "Keep the first N tokens in FP16 (KVQuant 3.6; nuq default 1, int default 0)");
-  app.add_option("--kv-keys", kv_keys, "Quantize keys pre-rope | post-rope (nuq default pre-rope, int post-rope)");
+  app.add_option("--kv-keys", kv_keys, "Quantize keys pre-rope | post-rope (nuq default pre-rope, int post-rope; RoPE models only)");
   std::string kv_weighting = "fisher";
   app.add_option("--kv-weighting", kv_weighting,
                  "nuq: k-means weights: fisher (KVQuant Eq. 2, from sq-calibrate --fisher) | uniform (ablation)")
@@ -159,6 +159,7 @@ int main(int argc, char** argv) {
     // metadata-only GGUF of its tokenizer.* keys (formats/gguf_tokenizer.h), never the weights.
     if (o.tokenizer_path.empty()) o.tokenizer_path = src.default_tokenizer;
     sq::check_kv_spec(kv_spec, src.model->config());
+    sq::check_kv_keys_option(kv_keys, src.model->config());
     if (kv_weighting != "fisher" && kv_weighting != "uniform")
       throw sq::UsageError("--kv-weighting '" + kv_weighting + "': expected fisher or uniform");
     if (app.count("--kv-weighting") && kv_spec.kind != sq::KVKind::Nuq) throw sq::UsageError("--kv-weighting applies to the nuq formats only");

@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
                  "(KVQuant; needs a model converted with sq-convert --kv nuqX). Default: the model file's format, else fp32");
   app.add_option("--kv-group", kv_group, "Uniform formats: channels per scale/zero-point group (default: head_dim)");
   app.add_option("--kv-sink-fp16", kv_sink, "Uniform formats: keep the first N tokens in FP16 (KVQuant 3.6; default 0)");
-  app.add_option("--kv-keys", kv_keys, "fp32/uniform formats: store keys pre-rope (RoPE applied after reading) | post-rope (default)");
+  app.add_option("--kv-keys", kv_keys, "fp32/uniform formats: store keys pre-rope (RoPE applied after reading) | post-rope (default); RoPE models only");
   app.add_flag("--allow-long-context", allow_long, "Allow -c larger than the model's trained context");
   app.add_flag("-q,--quiet", quiet, "No progress bar");
   std::string device = "cpu";
@@ -114,6 +114,9 @@ int main(int argc, char** argv) {
     if (!streaming && opt.ctx > cfg.max_seq_len && !allow_long)
       throw sq::UsageError("-c " + std::to_string(opt.ctx) + " exceeds the model's trained context of " +
                            std::to_string(cfg.max_seq_len) + " tokens (use --allow-long-context to force)");
+    if (!streaming && opt.ctx > cfg.max_seq_len && cfg.spec.position == sq::PositionKind::Learned)
+      throw sq::UsageError("-c " + std::to_string(opt.ctx) + ": model '" + cfg.architecture + "' has learned absolute positions for " +
+                           std::to_string(cfg.max_seq_len) + " tokens only; --allow-long-context cannot extend a learned position table");
 
     const sq::KVQuantization kvq = sq::select_kv_format(loaded.kv, kv, kv_group, kv_sink, kv_keys, cfg);
     opt.kv = kvq.spec;

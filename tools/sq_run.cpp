@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   app.add_option("--kv", kv, "KV-cache format: fp32 | int8 | int4 | int3 | int2 | nuq4 | nuq3 | nuq2 (default: the model file's)");
   app.add_option("--kv-group", kv_group, "Uniform KV formats: channels per scale/zero-point group (default: head_dim)");
   app.add_option("--kv-sink-fp16", kv_sink, "Keep the first N tokens' K/V in FP16");
-  app.add_option("--kv-keys", kv_keys, "Store keys pre-rope | post-rope");
+  app.add_option("--kv-keys", kv_keys, "Store keys pre-rope | post-rope (RoPE models only)");
   app.add_flag("--ignore-eos", go.ignore_eos, "Do not stop at end-of-text tokens");
   std::string device = "cpu";
   app.add_option("--device", device, "cpu | cuda (CUDA: needs a build with SQ_WITH_CUDA and a device; docs/cuda.md)")

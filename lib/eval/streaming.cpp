@@ -112,6 +112,9 @@ StreamingResult evaluate_streaming(const Decoder& model, const std::vector<int32
   if (len < 2 || streams == 0)
     throw UsageError("the text has " + std::to_string(n) + " tokens, fewer than one stream of " + std::to_string(std::max<int64_t>(len, 2)));
   const KVPolicy policy = resolve_kv_policy(o.policy, len);
+  // Learned positions are cache rows: the cache may not outgrow the position table (refused here,
+  // before any decoding, rather than failing at the first position past it).
+  check_cache_fits_learned_positions(model.config(), policy, policy.capacity(len), len);
 
   const int64_t total = streams * (len - 1);
   int64_t done = 0;

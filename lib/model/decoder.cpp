@@ -169,7 +169,8 @@ void Decoder::embed(const int32_t* tokens, int64_t n, float* x, int64_t first_po
   if (sp.embed_scale != 1.0f)
     for (int64_t i = 0; i < n * d; ++i) x[i] *= sp.embed_scale;
   if (sp.position == PositionKind::Learned) {
-    // Learned absolute positions are the tokens' text positions; row p + offset of the table.
+    // Learned absolute positions: row p + offset of the table, p = the cache row the token is written
+    // to (forward passes cache.length()): its text position until eviction (docs/protocols.md).
     const int64_t t0 = first_position, rows = globals_.embed_positions.shape()[0];
     for (int64_t t = 0; t < n; ++t) {
       const int64_t r = t0 + t + sp.learned_position_offset;

@@ -70,6 +70,7 @@ KVQuantization select_kv_format(const KVQuantization& file, const std::string& k
     return file;
   }
   KVSpec spec = parse_kv_spec(kv);
+  check_kv_keys_option(keys, config);
   if (spec.kind == KVKind::Nuq) {
     if (file.spec.kind != KVKind::Nuq || file.spec.bits != spec.bits)
       throw UsageError("--kv " + kv + " needs the model's KV codebooks: convert it with sq-convert --kv " + kv +

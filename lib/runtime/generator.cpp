@@ -109,6 +109,7 @@ GenerationStats generate(const Decoder& model, const std::vector<int32_t>& promp
   if (evicting && static_cast<int64_t>(prompt.size()) > capacity)
     throw UsageError("the prompt has " + std::to_string(prompt.size()) + " tokens, more than the " + std::to_string(capacity) +
                      " the KV policy " + kv_policy_name(policy) + " keeps");
+  if (evicting) check_cache_fits_learned_positions(c, policy, capacity);
   CpuGeneration backend(model, policy, capacity, o);
   return generate_with(backend, c.vocab_size, c.eos_id, c.bos_id, prompt, max_new_tokens, context_limit, !evicting,
                        o.ignore_eos, sampler, on_token);

@@ -80,6 +80,13 @@ void check_kv_spec(const KVSpec& s, const ModelConfig& c) {
   if (width > 65535) throw UsageError("KV width " + std::to_string(width) + " exceeds the 16-bit sparse outlier index");
 }
 
+void check_kv_keys_option(const std::string& keys, const ModelConfig& c) {
+  if (keys.empty() || c.spec.position == PositionKind::Rope) return;
+  throw UsageError("--kv-keys " + keys + ": model '" + c.architecture + "' has no rotary embedding (" +
+                   (c.spec.position == PositionKind::Alibi ? "ALiBi" : "learned absolute positions") +
+                   "), so its keys are never rotated and pre-rope and post-rope store the same keys; leave --kv-keys out");
+}
+
 std::string kv_spec_name(const KVSpec& s) {
   std::string name;
   switch (s.kind) {

@@ -64,6 +64,14 @@ void apply_kv_options(KVSpec& spec, int group, double outliers, bool qnorm, int 
 /// group size does not divide the width or the width exceeds what a sparse outlier index holds.
 void check_kv_spec(const KVSpec& spec, const ModelConfig& config);
 
+/// Refuses an explicit `--kv-keys` (`keys`, "" = not given) on a model without rotary embedding
+/// (ALiBi or learned positions): its keys are never rotated, so "pre-rope" and "post-rope" store the
+/// same keys and the option cannot mean anything. Throws UsageError (one line) naming the option,
+/// the architecture and its positions. Specs that say pre-rope without the user asking (nuq's
+/// default, .sqm headers) are accepted on such models and behave exactly like post-rope
+/// (docs/protocols.md, "Streaming on every architecture").
+void check_kv_keys_option(const std::string& keys, const ModelConfig& config);
+
 /// The spec as the short name used in tables and file headers, e.g. "nuq3-1%-qnorm", "int4-g64",
 /// "fp32"; with ",sink16:N" when sinks are kept and ",post-rope"/",per-token" for non-default
 /// ablation switches.

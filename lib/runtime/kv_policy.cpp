@@ -160,6 +160,18 @@ std::string kv_policy_name(const KVPolicy& p) {
   return "?";
 }
 
+void check_cache_fits_learned_positions(const ModelConfig& c, const KVPolicy& p, int64_t capacity, int64_t stream) {
+  if (c.spec.position != PositionKind::Learned || capacity <= c.max_seq_len) return;
+  const std::string table = "model '" + c.architecture + "' has learned absolute positions for " + std::to_string(c.max_seq_len) +
+                            " tokens only (a token takes the position of its cache row; docs/protocols.md)";
+  if (p.kind == KVPolicyKind::Dense)
+    throw UsageError("--kv-policy dense keeps all " + std::to_string(stream > 0 ? stream : capacity) + " tokens of the stream, but " +
+                     table + ": use -c " + std::to_string(c.max_seq_len) + " or less, or an eviction policy" +
+                     (c.max_seq_len > 8 ? " such as sink:4,window:" + std::to_string(c.max_seq_len - 4) : std::string()));
+  throw UsageError("--kv-policy " + kv_policy_name(p) + " keeps up to " + std::to_string(capacity) + " tokens, but " + table +
+                   ": use a cache of at most " + std::to_string(c.max_seq_len) + " tokens");
+}
+
 void evict_for_next_token(const KVPolicy& p, KVCache& cache, KVRowScores& scores) {
   const int64_t len = cache.length();
   std::vector<int64_t> keep;

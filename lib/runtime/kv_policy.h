@@ -15,7 +15,8 @@
 //
 // Budgets count every token attention sees, including the one being decoded: with window:W each
 // decoded token attends to itself and the W − 1 before it. B and R may be given as a percentage
-// ("20%") of the stream length (`sq-eval -c`). Positions are cache positions (runtime/kv_cache.h).
+// ("20%") of the stream length (`sq-eval -c`). Positions are cache positions (runtime/kv_cache.h;
+// every architecture: docs/protocols.md, "Streaming on every architecture").
 //
 // One eviction decision is made per token for all layers and heads (the cache keeps one row map):
 // H2O and Q-Hitter scores are summed over layers and heads. The papers keep per-head (H2O) or
@@ -25,6 +26,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "core/model_config.h"
 
 namespace sq {
 
@@ -59,6 +62,15 @@ KVPolicy resolve_kv_policy(KVPolicy policy, int64_t length);
 
 /// The policy as text, e.g. "sink:4,window:252".
 std::string kv_policy_name(const KVPolicy& policy);
+
+/// Learned absolute positions (GPT-2, OPT): a token is embedded at the position of the cache row it
+/// is written to (its text position until eviction; docs/protocols.md, "Streaming on every
+/// architecture"), so a cache of `capacity` rows needs that many rows of the position table.
+/// Throws UsageError (one line, naming `policy` and the table size) when the model has
+/// PositionKind::Learned and `capacity` > config.max_seq_len; `stream` > 0 is the stream length the
+/// capacity was derived from (named in the message when nothing is evicted). Nothing otherwise:
+/// RoPE and ALiBi models have no position table.
+void check_cache_fits_learned_positions(const ModelConfig& config, const KVPolicy& policy, int64_t capacity, int64_t stream = 0);
 
 /// Accumulated per-row state the score-based policies need, aligned with the cache's rows.
 struct KVRowScores {
