@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -61,16 +62,23 @@ nlohmann::json run_decoder_bench(const DecoderBenchOptions& o) {
   std::vector<TimedItem> pre = {{"decoder prefill", [&] { prefill(generic, logits_a.data()); }},
                                 {"baseline prefill", [&] { prefill(llama_baseline_forward, logits_b.data()); }}};
   time_interleaved(pre, o.min_seconds, 5);
-  // Decode steps need a filled cache, so each timed call runs prefill + steps; the decode time is
-  // that minus the prefill's best time.
-  std::vector<TimedItem> dec = {{"decoder prefill+decode", [&] { prefill(generic, logits_a.data()); decode(generic, logits_a.data()); }},
-                                {"baseline prefill+decode", [&] {
-                                   prefill(llama_baseline_forward, logits_b.data());
-                                   decode(llama_baseline_forward, logits_b.data());
-                                 }}};
-  time_interleaved(dec, o.min_seconds, 5);
+  // Decode steps need a filled cache: each round prefills (untimed) and times the steps alone,
+  // alternating the two contenders so load from other processes hits both alike; best of rounds.
+  double dec_a = 1e30, dec_b = 1e30;
+  const auto t_start = std::chrono::steady_clock::now();
+  for (int round = 0; round < 5 || std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count() < 2 * o.min_seconds;
+       ++round) {
+    for (int k = 0; k < 2; ++k) {
+      const Forward f = k == 0 ? generic : llama_baseline_forward;
+      prefill(f, logits_a.data());
+      const auto t0 = std::chrono::steady_clock::now();
+      decode(f, logits_a.data());
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      (k == 0 ? dec_a : dec_b) = std::min(k == 0 ? dec_a : dec_b, s);
+    }
+    if (round >= 10000) break;
+  }
   const double pre_a = pre[0].best, pre_b = pre[1].best;
-  const double dec_a = std::max(1e-9, dec[0].best - pre_a), dec_b = std::max(1e-9, dec[1].best - pre_b);
   std::printf("== decoder: generic Decoder vs the pre-issue-16 LLaMA layer (%s, %d threads, load %.2f) ==\n", name.c_str(),
               omp_get_max_threads(), load_average());
   std::printf("prefill %lld tokens: decoder %.1f tok/s, baseline %.1f tok/s, ratio %.3f\n", static_cast<long long>(n), n / pre_a,
