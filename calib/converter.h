@@ -61,7 +61,7 @@ struct ConvertSummary {
   std::vector<SmoothingGroup> groups;  ///< every smoothed input with its α and factors
   std::vector<Int4Projection> int4;    ///< W4A16: every projection's INT4 weights and Hessian error
   std::string hessian_source;          ///< W4A16 / W4A4 GPTQ: "sequential" or "file"
-  /// W4A4 (Atom): per projection (layer order, then kProjections order) its base name, outlier
+  /// W4A4 (Atom): per quantized linear (layer order, then decoder_layer_linears order) its base name, outlier
   /// channels, clipping ratios (and the --clip search objective) and Hessian-weighted error.
   struct AtomLinear {
     std::string name;

@@ -10,6 +10,7 @@
 
 #include "calib/converter.h"
 #include "calib/kv_calibration.h"
+#include "calib/recipe_kv.h"
 #include "core/error.h"
 #include "core/memory_probe.h"
 #include "core/progress.h"
@@ -162,7 +163,7 @@ int main(int argc, char** argv) {
     if (kv_weighting != "fisher" && kv_weighting != "uniform")
       throw sq::UsageError("--kv-weighting '" + kv_weighting + "': expected fisher or uniform");
     if (app.count("--kv-weighting") && kv_spec.kind != sq::KVKind::Nuq) throw sq::UsageError("--kv-weighting applies to the nuq formats only");
-    o.kv = sq::fit_kv_quantization(kv_spec, o.calib_path, src, nullptr, kv_weighting == "fisher");
+    o.kv = sq::fit_kv_for_conversion(kv_spec, o, src, kv_weighting == "fisher");
     std::unique_ptr<sq::ProgressBar> bar;
     o.progress = [&](int64_t done, int64_t total) {
       if (!bar) bar = std::make_unique<sq::ProgressBar>("sq-convert", total, "layers", !quiet);
