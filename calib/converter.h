@@ -87,7 +87,10 @@ struct ConvertSummary {
 /// The calibration text (--alpha auto, sequential GPTQ, --clip search) is options.calib_text or the
 /// calibration file's, found and SHA-256-verified by resolve_calibration_text; the header's
 /// `calibration.text` names the file actually re-read (else the recorded text_path).
-/// Throws UsageError (missing --calib, bad α, O3 with --quantize-head, GPTQ without --calib, bad
+/// Every architecture (DecoderSpec) converts: the recipe steps of calib/recipe.h enumerate each
+/// layer's linears from the spec (model/decoder_linears.h); biases stay FP32, a MoE router FP32.
+/// Throws UnsupportedError for SmoothQuant smoothing of a layer structure its folds do not cover
+/// (calib/recipe_smoothing.h: use --no-smooth), UsageError (missing --calib, bad α, O3 with --quantize-head, GPTQ without --calib, bad
 /// group size, bad W4A4 options, an outlier count ≥ a linear's width, calib_text without --calib or
 /// when nothing re-reads the text), InputError (calibration file for another model: fingerprint
 /// mismatch; layer count mismatch; GPTQ Hessians missing from the file; a Hessian not positive
