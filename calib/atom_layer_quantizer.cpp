@@ -5,6 +5,7 @@
 
 #include "calib/channel_reorder.h"
 #include "calib/gptq.h"
+#include "model/decoder_linears.h"
 #include "core/error.h"
 #include "formats/safetensors.h"
 #include "quant/int8_quantize.h"
@@ -113,7 +114,6 @@ AtomLayer quantize_layer_atom(const Checkpoint& ck, int layer, const AtomOptions
                               const std::array<const SiteRows*, kActivationSites>& rows) {
   validate_atom_options(o);
   const ModelConfig& c = ck.config;
-  if (c.qkv_bias) throw UnsupportedError("--scheme w4a4-atom does not support q/k/v biases yet");
   const int64_t widths[kActivationSites] = {c.dim, int64_t(c.n_heads) * c.head_dim, c.dim, c.hidden_dim};
   AtomLayer res;
   for (int s = 0; s < kActivationSites; ++s) {
@@ -137,11 +137,11 @@ AtomLayer quantize_layer_atom(const Checkpoint& ck, int layer, const AtomOptions
   const auto& hidden_order = res.orders[size_t(ActivationSite::FfnHidden)];
   if (!hidden_order.empty()) fold_ffn_hidden_order(lk, layer, hidden_order);
 
-  for (int k = 0; k < kProjections; ++k) {
-    const Projection proj = static_cast<Projection>(k);
-    const ActivationSite site = projection_input_site(proj);
+  for (const LinearSlot& slot : decoder_layer_linears(c, layer)) {
+    if (!slot.quantize) continue;  // the MoE router stays FP32
+    const ActivationSite site = slot.site;
     const size_t s = static_cast<size_t>(site);
-    const std::string name = p + (k < 4 ? "self_attn." : "mlp.") + projection_name(proj);
+    const std::string& name = slot.name;
     const auto& order = res.orders[s];
     const bool gathered = site != ActivationSite::FfnHidden && !order.empty();
     const Tensor& W = lk.tensors.at(name + ".weight");
@@ -197,7 +197,9 @@ AtomLayer quantize_layer_atom(const Checkpoint& ck, int layer, const AtomOptions
     double herr = 0;
     W4A4LinearData d = quantize_linear(Wr, n, o, clip.weight, clip.act, H, name, &herr);
     if (gathered) d.order = order;
+    if (slot.bias) d.bias = lk.get(name + ".bias", {slot.out});  // permuted with the rows by the ffn_hidden fold
     res.linears.emplace_back(name, std::move(d));
+    res.sites.push_back(site);
     res.clips.push_back(clip);
     res.hessian_errors.push_back(herr);
   }

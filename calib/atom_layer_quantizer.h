@@ -67,8 +67,10 @@ struct AtomLayer {
   /// gate/up rows (down_proj's data.order is empty).
   std::array<std::vector<int32_t>, kActivationSites> orders;
   std::array<int64_t, kActivationSites> n_outlier{};  ///< outlier channels per site
-  /// The seven projections in kProjections order: (canonical base name, data).
+  /// The quantized linears in decoder_layer_linears order (the seven projections in kProjections
+  /// order for LLaMA; no MoE router, which stays FP32): (canonical base name, data with its bias).
   std::vector<std::pair<std::string, W4A4LinearData>> linears;
+  std::vector<ActivationSite> sites;  ///< per linear, its input site
   std::vector<AtomClipChoice> clips;  ///< per projection
   std::vector<double> hessian_errors; ///< per projection, Σ(W−Ŵ)H(W−Ŵ)ᵀ in the reordered basis (0 without H)
 };
@@ -80,7 +82,9 @@ struct AtomLayer {
 ///   rows       [ActivationSite] calibration rows (required with clip "search")
 /// Throws UsageError for bad options or an explicit outlier count ≥ a width; InputError naming the
 /// projection when a Hessian / the statistics are missing or mis-sized or a Hessian is not positive
-/// definite; UnsupportedError for q/k/v biases.
+/// definite. Biases are kept in FP32 (W4A4LinearData::bias). Expert linears use their site's
+/// statistics: gate/up the ffn_input of every token, down the ffn_hidden pooled over experts (one
+/// reorder for every expert).
 AtomLayer quantize_layer_atom(const Checkpoint& ck, int layer, const AtomOptions& o, const LayerStats* stats,
                               const std::array<const std::vector<double>*, kActivationSites>& hessians,
                               const std::array<const SiteRows*, kActivationSites>& rows);

@@ -1,5 +1,7 @@
 #include "calib/channel_reorder.h"
 
+#include "model/decoder_linears.h"
+
 #include <algorithm>
 #include <numeric>
 #include <stdexcept>
@@ -72,15 +74,18 @@ std::vector<double> permute_hessian(const std::vector<double>& h, const std::vec
 }
 
 void fold_ffn_hidden_order(Checkpoint& ck, int layer, const std::vector<int32_t>& order) {
-  const std::string p = names::layer(layer) + "mlp.";
-  const int64_t hid = ck.config.hidden_dim, d = ck.config.dim;
-  for (const char* name : {"gate_proj", "up_proj"}) {
-    const std::string w = p + name + ".weight", b = p + name + ".bias";
-    ck.tensors[w] = permute_rows(ck.get(w, {hid, d}), order);
-    if (ck.has(b)) ck.tensors[b] = permute_rows(ck.get(b, {hid}), order);
+  // The producers of ffn_hidden (gate/up, fc1, every expert's gate/up) get their rows permuted;
+  // its readers (down_proj, fc2, every expert's down_proj) their columns.
+  for (const LinearSlot& s : decoder_layer_linears(ck.config, layer)) {
+    if (s.role == LinearRole::Router) continue;
+    const std::string w = s.name + ".weight", b = s.name + ".bias";
+    if (s.site == ActivationSite::FfnInput) {
+      ck.tensors[w] = permute_rows(ck.get(w, {s.out, s.in}), order);
+      if (ck.has(b)) ck.tensors[b] = permute_rows(ck.get(b, {s.out}), order);
+    } else if (s.site == ActivationSite::FfnHidden) {
+      ck.tensors[w] = permute_columns(ck.get(w, {s.out, s.in}), order);
+    }
   }
-  const std::string down = p + "down_proj.weight";
-  ck.tensors[down] = permute_columns(ck.get(down, {d, hid}), order);
 }
 
 }  // namespace sq

@@ -52,7 +52,9 @@ Tensor permute_rows(const Tensor& w, const std::vector<int32_t>& order);
 std::vector<double> permute_hessian(const std::vector<double>& h, const std::vector<int32_t>& order);
 
 /// Folds the reorder of layer `layer`'s ffn_hidden into `ck` (canonical names): rows of gate_proj
-/// and up_proj permuted by `order` (and their biases, if any), columns of down_proj permuted. The
+/// and up_proj permuted by `order` (and their biases, if any), columns of down_proj permuted; for a
+/// plain MLP fc1 (up_proj) rows and fc2 (down_proj) columns, with experts every expert's (one
+/// order for all: ffn_hidden statistics pool the experts). The
 /// layer computes exactly the same function; down_proj's input then arrives reordered. Throws
 /// InputError (Checkpoint::get) when a tensor is missing or mis-shaped.
 void fold_ffn_hidden_order(Checkpoint& ck, int layer, const std::vector<int32_t>& order);

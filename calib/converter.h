@@ -61,7 +61,7 @@ struct ConvertSummary {
   std::vector<SmoothingGroup> groups;  ///< every smoothed input with its α and factors
   std::vector<Int4Projection> int4;    ///< W4A16: every projection's INT4 weights and Hessian error
   std::string hessian_source;          ///< W4A16 / W4A4 GPTQ: "sequential" or "file"
-  /// W4A4 (Atom): per projection (layer order, then kProjections order) its base name, outlier
+  /// W4A4 (Atom): per quantized linear (layer order, then decoder_layer_linears order) its base name, outlier
   /// channels, clipping ratios (and the --clip search objective) and Hessian-weighted error.
   struct AtomLinear {
     std::string name;
@@ -87,6 +87,9 @@ struct ConvertSummary {
 /// The calibration text (--alpha auto, sequential GPTQ, --clip search) is options.calib_text or the
 /// calibration file's, found and SHA-256-verified by resolve_calibration_text; the header's
 /// `calibration.text` names the file actually re-read (else the recorded text_path).
+/// Every architecture (DecoderSpec) converts: the recipe steps of calib/recipe.h enumerate each
+/// layer's linears from the spec (model/decoder_linears.h); biases stay FP32, a MoE router FP32.
+/// SmoothQuant smoothing uses the mappings derived from the spec (calib/smoothing_mappings.h).
 /// Throws UsageError (missing --calib, bad α, O3 with --quantize-head, GPTQ without --calib, bad
 /// group size, bad W4A4 options, an outlier count ≥ a linear's width, calib_text without --calib or
 /// when nothing re-reads the text), InputError (calibration file for another model: fingerprint

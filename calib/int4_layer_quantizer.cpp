@@ -1,49 +1,55 @@
 #include "calib/int4_layer_quantizer.h"
 
 #include "core/error.h"
+#include "model/decoder_linears.h"
 
 namespace sq {
 
-std::vector<Int4Projection> quantize_layer_int4(const Checkpoint& ck, int layer, const Int4Options& o,
-                                                const std::array<const std::vector<double>*, kActivationSites>& hessians) {
+void validate_int4_options(const Int4Options& o) {
   if (o.group_size != 32 && o.group_size != 64 && o.group_size != 128)
     throw UsageError("--group-size must be 32, 64 or 128, got " + std::to_string(o.group_size));
   if (!(o.damp >= 0.0 && o.damp < 1e6)) throw UsageError("--damp must be a finite value ≥ 0, got " + std::to_string(o.damp));
+}
+
+Int4Projection quantize_linear_int4(const Tensor& W, const std::string& name, const Int4Options& o, const std::vector<double>* H) {
+  const int64_t rows = W.dim(0), in = W.dim(1);
+  GptqOptions g;
+  g.bits = 4;
+  g.group_size = o.group_size;
+  g.symmetric = !o.asym;
+  g.damp = o.damp;
+  g.act_order = o.act_order;
+  // With act_order, groups must be fixed before the permutation (static); without it, each group's
+  // scale comes from the error-updated weights when GPTQ reaches it (the reference default):
+  // static scales from the original weights clip the updated ones.
+  g.static_groups = o.act_order;
+  g.fp16_scales = true;
+  g.name = name;
+  if (H && static_cast<int64_t>(H->size()) != in * in)
+    throw InputError(name + ": the input Hessian has " + std::to_string(H->size()) + " entries, expected " + std::to_string(in) +
+                     "² = " + std::to_string(in * in));
+  Int4Projection p;
+  p.name = name;
+  if (o.gptq) {
+    if (!H) throw InputError(name + ": GPTQ needs the input Hessian of this layer (calibrate with --hessian)");
+    GptqResult r = gptq_quantize(W.data(), rows, in, *H, g);
+    p.hessian_error = r.hessian_error;
+    p.weights = to_int4_weights(r, !o.asym);
+  } else {
+    GptqResult r = rtn_quantize(W.data(), rows, in, g);
+    if (H) p.hessian_error = hessian_weighted_error(W.data(), r.dequantized.data(), rows, in, *H);
+    p.weights = to_int4_weights(r, !o.asym);
+  }
+  return p;
+}
+
+std::vector<Int4Projection> quantize_layer_int4(const Checkpoint& ck, int layer, const Int4Options& o,
+                                                const std::array<const std::vector<double>*, kActivationSites>& hessians) {
+  validate_int4_options(o);
   std::vector<Int4Projection> out;
-  for (int k = 0; k < kProjections; ++k) {
-    const Projection proj = static_cast<Projection>(k);
-    const std::string name = names::layer(layer) + (k < 4 ? "self_attn." : "mlp.") + projection_name(proj);
-    const Tensor& W = ck.tensors.at(name + ".weight");
-    const int64_t rows = W.dim(0), in = W.dim(1);
-    GptqOptions g;
-    g.bits = 4;
-    g.group_size = o.group_size;
-    g.symmetric = !o.asym;
-    g.damp = o.damp;
-    g.act_order = o.act_order;
-    // With act_order, groups must be fixed before the permutation (static); without it, each group's
-    // scale comes from the error-updated weights when GPTQ reaches it (the reference default):
-    // static scales from the original weights clip the updated ones.
-    g.static_groups = o.act_order;
-    g.fp16_scales = true;
-    g.name = name;
-    const std::vector<double>* H = hessians[static_cast<size_t>(projection_input_site(proj))];
-    if (H && static_cast<int64_t>(H->size()) != in * in)
-      throw InputError(name + ": the input Hessian has " + std::to_string(H->size()) + " entries, expected " + std::to_string(in) +
-                       "² = " + std::to_string(in * in));
-    Int4Projection p;
-    p.name = name;
-    if (o.gptq) {
-      if (!H) throw InputError(name + ": GPTQ needs the input Hessian of this layer (calibrate with --hessian)");
-      GptqResult r = gptq_quantize(W.data(), rows, in, *H, g);
-      p.hessian_error = r.hessian_error;
-      p.weights = to_int4_weights(r, !o.asym);
-    } else {
-      GptqResult r = rtn_quantize(W.data(), rows, in, g);
-      if (H) p.hessian_error = hessian_weighted_error(W.data(), r.dequantized.data(), rows, in, *H);
-      p.weights = to_int4_weights(r, !o.asym);
-    }
-    out.push_back(std::move(p));
+  for (const LinearSlot& s : decoder_layer_linears(ck.config, layer)) {
+    if (!s.quantize) continue;
+    out.push_back(quantize_linear_int4(ck.tensors.at(s.name + ".weight"), s.name, o, hessians[static_cast<size_t>(s.site)]));
   }
   return out;
 }

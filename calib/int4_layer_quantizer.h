@@ -30,8 +30,17 @@ struct Int4Projection {
   double hessian_error = 0;  ///< Σ (W−Ŵ)H(W−Ŵ)ᵀ with the H used (0 for RTN without H)
 };
 
-/// Quantizes the seven projections of decoder layer `layer` of `ck` (canonical names,
-/// core/checkpoint.h), in kProjections order. `hessians` [ActivationSite] are the (2/N)XᵀX of
+/// Throws UsageError for a group size other than 32/64/128 or a bad damp.
+void validate_int4_options(const Int4Options& o);
+
+/// Quantizes one linear's weight W [out, in] (`name` for messages) by RTN or GPTQ with the input
+/// Hessian H (width² doubles; required with options.gptq, optional for RTN: then hessian_error).
+Int4Projection quantize_linear_int4(const Tensor& W, const std::string& name, const Int4Options& o, const std::vector<double>* H);
+
+/// Quantizes every quantized linear of decoder layer `layer` of `ck` (canonical names,
+/// core/checkpoint.h), in decoder_layer_linears order (the seven projections in kProjections order
+/// for LLaMA; a MoE router is skipped: it stays FP32). Each linear uses the Hessian of its input
+/// site (expert gate/up: ffn_input over all tokens; expert down: ffn_hidden pooled over experts). `hessians` [ActivationSite] are the (2/N)XᵀX of
 /// each linear input (width² doubles each) — required with options.gptq, optional for RTN (then
 /// hessian_error is reported). Both RTN and GPTQ use GPTQ's quantizer with FP16-rounded steps, so
 /// the stored weights reproduce exactly what was optimized.

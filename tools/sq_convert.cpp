@@ -10,6 +10,7 @@
 
 #include "calib/converter.h"
 #include "calib/kv_calibration.h"
+#include "calib/recipe_kv.h"
 #include "core/error.h"
 #include "core/memory_probe.h"
 #include "core/progress.h"
@@ -163,7 +164,7 @@ int main(int argc, char** argv) {
     if (kv_weighting != "fisher" && kv_weighting != "uniform")
       throw sq::UsageError("--kv-weighting '" + kv_weighting + "': expected fisher or uniform");
     if (app.count("--kv-weighting") && kv_spec.kind != sq::KVKind::Nuq) throw sq::UsageError("--kv-weighting applies to the nuq formats only");
-    o.kv = sq::fit_kv_quantization(kv_spec, o.calib_path, src, nullptr, kv_weighting == "fisher");
+    o.kv = sq::fit_kv_for_conversion(kv_spec, o, src, kv_weighting == "fisher");
     std::unique_ptr<sq::ProgressBar> bar;
     o.progress = [&](int64_t done, int64_t total) {
       if (!bar) bar = std::make_unique<sq::ProgressBar>("sq-convert", total, "layers", !quiet);
@@ -183,7 +184,10 @@ int main(int argc, char** argv) {
     std::printf("sq-convert: %s -> %s (%s, %.2f MiB)\n", model_path.c_str(), out_path.c_str(), scheme.c_str(),
                 static_cast<double>(s.file_bytes) / (1 << 20));
     if (!s.groups.empty()) {
-      std::printf("smoothing alpha per layer (attn_input / ffn_input%s):", o.smooth_vo ? " / attn_output" : "");
+      std::string sites;  // the mappings of a layer (calib/smoothing_mappings.h), e.g. no ffn_input under a shared input norm
+      for (const auto& g : s.groups)
+        if (g.layer == s.groups.front().layer) sites += (sites.empty() ? "" : " / ") + std::string(sq::activation_site_name(g.site));
+      std::printf("smoothing alpha per layer (%s):", sites.c_str());
       int layer = -1;
       for (const auto& g : s.groups) {
         if (g.layer != layer) std::printf("\n  layer %d:", layer = g.layer);

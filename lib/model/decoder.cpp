@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "core/rope_frequencies.h"
+#include "model/decoder_linears.h"
 #include "model/w8a8_linear.h"
 #include "ops/ops.h"
 
@@ -70,57 +71,33 @@ Decoder::Decoder(ModelConfig config, Tensor embed, std::vector<DecoderLayer> lay
   if (config_.spec.position == PositionKind::Alibi) alibi_slopes_ = make_alibi_slopes(config_.n_heads);
 }
 
+namespace {
+/// A checkpoint's canonical FP32 tensors as a WeightSource: DenseLinear everywhere.
+class CheckpointSource final : public WeightSource {
+ public:
+  explicit CheckpointSource(const Checkpoint& ck) : ck_(ck) {}
+  Tensor tensor(const std::string& name, const std::vector<int64_t>& shape) const override { return ck_.get(name, shape); }
+  std::unique_ptr<Linear> linear(const LinearSlot& s) const override {
+    Tensor b;
+    if (s.bias) b = ck_.get(s.name + ".bias", {s.out});
+    return std::make_unique<DenseLinear>(ck_.get(s.name + ".weight", {s.out, s.in}), b);
+  }
+
+ private:
+  const Checkpoint& ck_;
+};
+}  // namespace
+
 Decoder Decoder::from_checkpoint(const Checkpoint& ck) {
   const ModelConfig& c = ck.config;
-  const DecoderSpec& sp = c.spec;
-  const int64_t d = c.dim, q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim, h = c.hidden_dim;
-  auto dense = [&](const std::string& name, std::vector<int64_t> shape, bool bias) {
-    Tensor b;
-    if (bias) b = ck.get(name + ".bias", {shape[0]});
-    return std::make_unique<DenseLinear>(ck.get(name + ".weight", shape), b);
-  };
-  auto optional = [&](bool present, const std::string& name, int64_t n) { return present ? ck.get(name, {n}) : Tensor(); };
-  std::vector<DecoderLayer> layers(static_cast<size_t>(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = names::layer(l);
-    const std::string a = p + "self_attn.";
-    DecoderLayer& L = layers[static_cast<size_t>(l)];
-    L.attn_norm = ck.get(p + "input_layernorm.weight", {d});
-    L.attn_norm_bias = optional(sp.norm_bias, p + "input_layernorm.bias", d);
-    L.q_proj = dense(a + "q_proj", {q, d}, c.qkv_bias);
-    L.k_proj = dense(a + "k_proj", {kv, d}, c.qkv_bias);
-    L.v_proj = dense(a + "v_proj", {kv, d}, c.qkv_bias);
-    L.q_norm = optional(sp.qk_norm, a + "q_norm.weight", c.head_dim);
-    L.k_norm = optional(sp.qk_norm, a + "k_norm.weight", c.head_dim);
-    L.o_proj = dense(a + "o_proj", {d, q}, sp.o_bias);
-    L.attn_post_norm = optional(sp.post_attn_norm, p + "attn_post_norm.weight", d);
-    L.attn_post_norm_bias = optional(sp.post_attn_norm && sp.norm_bias, p + "attn_post_norm.bias", d);
-    L.ffn_norm = optional(!sp.shared_input_norm, p + "post_attention_layernorm.weight", d);
-    L.ffn_norm_bias = optional(!sp.shared_input_norm && sp.norm_bias, p + "post_attention_layernorm.bias", d);
-    if (sp.n_experts > 0) {
-      L.router = dense(p + "mlp.router", {sp.n_experts, d}, false);
-      for (int e = 0; e < sp.n_experts; ++e) {
-        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
-        L.experts.push_back({dense(x + "gate_proj", {h, d}, false), dense(x + "up_proj", {h, d}, false),
-                             dense(x + "down_proj", {d, h}, false)});
-      }
-    } else {
-      if (sp.mlp_gated) L.gate_proj = dense(p + "mlp.gate_proj", {h, d}, sp.mlp_bias);
-      L.up_proj = dense(p + "mlp.up_proj", {h, d}, sp.mlp_bias);
-      L.down_proj = dense(p + "mlp.down_proj", {d, h}, sp.mlp_bias);
-    }
-    L.ffn_post_norm = optional(sp.post_ffn_norm, p + "mlp_post_norm.weight", d);
-    L.ffn_post_norm_bias = optional(sp.post_ffn_norm && sp.norm_bias, p + "mlp_post_norm.bias", d);
-  }
-  DecoderGlobals g;
-  g.final_norm_bias = optional(sp.norm_bias, names::kFinalNormBias, d);
-  g.embed_norm = optional(sp.embed_norm, names::kEmbedNorm, d);
-  g.embed_norm_bias = optional(sp.embed_norm && sp.norm_bias, names::kEmbedNormBias, d);
-  if (sp.position == PositionKind::Learned)
-    g.embed_positions = ck.get(names::kEmbedPositions, {int64_t(c.max_seq_len) + sp.learned_position_offset, d});
-  Tensor embed = ck.get(names::kEmbed, {c.vocab_size, d});
-  auto head = std::make_unique<DenseLinear>(c.tied_embeddings ? embed : ck.get(names::kLmHead, {c.vocab_size, d}));
-  return Decoder(c, embed, std::move(layers), ck.get(names::kFinalNorm, {d}), std::move(head), std::move(g));
+  const CheckpointSource src(ck);
+  std::vector<DecoderLayer> layers;
+  layers.reserve(static_cast<size_t>(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) layers.push_back(build_decoder_layer(c, l, src));
+  DecoderGlobals g = build_decoder_globals(c, src);
+  Tensor embed = ck.get(names::kEmbed, {c.vocab_size, c.dim});
+  auto head = std::make_unique<DenseLinear>(c.tied_embeddings ? embed : ck.get(names::kLmHead, {c.vocab_size, c.dim}));
+  return Decoder(c, embed, std::move(layers), ck.get(names::kFinalNorm, {c.dim}), std::move(head), std::move(g));
 }
 
 void Decoder::set_quantized_embedding(std::vector<int8_t> q, std::vector<float> scales) {
@@ -299,7 +276,7 @@ void Decoder::run_mlp(int l, const DecoderLayer& L, const float* h, float* y, in
   const int64_t d = c.dim, hid = c.hidden_dim;
   if (sp.n_experts > 0) {
     if (obs) obs->on_linear_input(l, ActivationSite::FfnInput, h, n, d);
-    run_experts(L, h, y, n, ws);
+    run_experts(l, L, h, y, n, ws, obs);
     return;
   }
   if (sp.mlp_gated) {
@@ -325,7 +302,8 @@ void Decoder::run_mlp(int l, const DecoderLayer& L, const float* h, float* y, in
   }
 }
 
-void Decoder::run_experts(const DecoderLayer& L, const float* h, float* y, int64_t n, Workspace& ws) const {
+void Decoder::run_experts(int l, const DecoderLayer& L, const float* h, float* y, int64_t n, Workspace& ws,
+                          ActivationObserver* obs) const {
   // Mixture of experts (Mixtral, Jiang et al. 2024 §2.1, transformers MixtralSparseMoeBlock):
   // p = softmax(router(h)) per token; the top-k experts by p run on the token and their outputs
   // are summed weighted by p renormalized over the top k.
@@ -363,6 +341,8 @@ void Decoder::run_experts(const DecoderLayer& L, const float* h, float* y, int64
     const Expert& X = L.experts[static_cast<size_t>(e)];
     run_sharing_input({{X.gate_proj.get(), ws.gate.data()}, {X.up_proj.get(), ws.up.data()}}, ws.moe_x.data(), m);
     ops::gated_activation(c.spec.activation, ws.gate.data(), ws.up.data(), m * hid);
+    // ffn_hidden of an MoE layer pools every expert's down_proj input (a token once per expert it is routed to)
+    if (obs) obs->on_linear_input(l, ActivationSite::FfnHidden, ws.gate.data(), m, hid);
     X.down_proj->forward(ws.gate.data(), m, ws.moe_out.data());
     for (int64_t i = 0; i < m; ++i) {
       const int64_t t = ws.moe_rows[static_cast<size_t>(i)];

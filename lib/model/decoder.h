@@ -156,7 +156,7 @@ class Decoder {
   void run_layer(int l, const DecoderLayer& L, float* x, int64_t n, KVCache& cache, Workspace& ws, ActivationObserver* obs) const;
   /// y [n, dim] = the FFN of layer l on h [n, dim] (dense MLP or mixture of experts).
   void run_mlp(int l, const DecoderLayer& L, const float* h, float* y, int64_t n, Workspace& ws, ActivationObserver* obs) const;
-  void run_experts(const DecoderLayer& L, const float* h, float* y, int64_t n, Workspace& ws) const;
+  void run_experts(int l, const DecoderLayer& L, const float* h, float* y, int64_t n, Workspace& ws, ActivationObserver* obs) const;
 
   ModelConfig config_;
   std::vector<std::vector<float>> rope_inv_freq_;  ///< [n_layers][rope_dim/2] rope_inv_freq(config_, l)

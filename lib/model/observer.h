@@ -11,6 +11,8 @@ enum class ActivationSite : int {
   AttnOutput = 1,  ///< attention output feeding o_proj                  [n, n_heads*head_dim]
   FfnInput = 2,    ///< RMSNorm output feeding gate_proj, up_proj        [n, dim]
   FfnHidden = 3,   ///< silu(gate)*up feeding down_proj                  [n, hidden_dim]
+                   ///< (mixture of experts: one call per expert with the m rows routed to it,
+                   ///< so statistics pool every expert's down_proj input)
 };
 inline constexpr int kActivationSites = 4;
 /// "attn_input", "attn_output", "ffn_input", "ffn_hidden" (HDF5 group names, docs/formats.md).

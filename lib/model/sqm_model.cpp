@@ -8,6 +8,7 @@
 #include "formats/config_tensor_check.h"
 #include "formats/safetensors.h"
 #include "formats/tokenizer.h"
+#include "model/decoder_linears.h"
 #include "model/w4a16_linear.h"
 #include "model/w4a4_linear.h"
 #include "model/w8a8_linear.h"
@@ -30,6 +31,32 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
       rs["original_max_position_embeddings"] = c.rope_scaling.original_max_position_embeddings;
     }
     j["rope_scaling"] = std::move(rs);
+  }
+  // Written only when the layer structure is not LLaMA's, so LLaMA headers are unchanged (files
+  // without it have the LLaMA structure).
+  if (c.spec != DecoderSpec{}) {
+    const DecoderSpec& sp = c.spec;
+    j["decoder"] = {{"norm", norm_kind_name(sp.norm)},
+                    {"norm_bias", sp.norm_bias},
+                    {"post_attn_norm", sp.post_attn_norm},
+                    {"post_ffn_norm", sp.post_ffn_norm},
+                    {"qk_norm", sp.qk_norm},
+                    {"parallel_residual", sp.parallel_residual},
+                    {"shared_input_norm", sp.shared_input_norm},
+                    {"position", position_kind_name(sp.position)},
+                    {"rope_dim", sp.rope_dim},
+                    {"learned_position_offset", sp.learned_position_offset},
+                    {"attn_scale", sp.attn_scale},
+                    {"o_bias", sp.o_bias},
+                    {"mlp_gated", sp.mlp_gated},
+                    {"activation", activation_name(sp.activation)},
+                    {"mlp_bias", sp.mlp_bias},
+                    {"n_experts", sp.n_experts},
+                    {"experts_per_token", sp.experts_per_token},
+                    {"embed_scale", sp.embed_scale},
+                    {"embed_norm", sp.embed_norm},
+                    {"layer_window", sp.layer_window},
+                    {"rope_local_theta", sp.rope_local_theta}};
   }
   return j;
 }
@@ -69,6 +96,71 @@ RopeScaling rope_scaling_from_json(const nlohmann::json& config, const std::stri
   return s;
 }
 
+/// model_config.decoder of a .sqm header (see model_config_to_json); absent -> the LLaMA structure.
+/// Every field is required (a file written by sqkit has all of them); an unknown field or enum
+/// value is an UnsupportedError (a newer sqkit), a missing or mistyped one an InputError.
+DecoderSpec decoder_spec_from_json(const nlohmann::json& config, const std::string& source) {
+  DecoderSpec sp;
+  auto it = config.find("decoder");
+  if (it == config.end()) return sp;
+  const nlohmann::json& j = *it;
+  const std::string where = source + ": model_config.decoder";
+  if (!j.is_object()) throw InputError(where + " must be an object");
+  const std::vector<std::string> keys = {"norm",         "norm_bias",        "post_attn_norm",          "post_ffn_norm",
+                                         "qk_norm",      "parallel_residual", "shared_input_norm",      "position",
+                                         "rope_dim",     "learned_position_offset", "attn_scale",       "o_bias",
+                                         "mlp_gated",    "activation",       "mlp_bias",                "n_experts",
+                                         "experts_per_token", "embed_scale", "embed_norm",              "layer_window",
+                                         "rope_local_theta"};
+  for (auto kv = j.begin(); kv != j.end(); ++kv)
+    if (std::find(keys.begin(), keys.end(), kv.key()) == keys.end())
+      throw UnsupportedError(where + "." + kv.key() + " is not a field this sqkit knows (written by a newer sqkit?)");
+  auto get = [&](const char* key, auto& out) {
+    if (!j.contains(key)) throw InputError(where + " has no '" + key + "'");
+    try {
+      out = j.at(key).get<std::remove_reference_t<decltype(out)>>();
+    } catch (const nlohmann::json::exception&) {
+      throw InputError(where + "." + key + " has the wrong type (" + j.at(key).dump() + ")");
+    }
+  };
+  auto choice = [&](const char* key, const std::vector<std::string>& allowed) {
+    std::string v;
+    get(key, v);
+    for (size_t i = 0; i < allowed.size(); ++i)
+      if (v == allowed[i]) return static_cast<int>(i);
+    std::string list;
+    for (const auto& a : allowed) list += (list.empty() ? "'" : ", '") + a + "'";
+    throw UnsupportedError(where + "." + key + " '" + v + "' is not supported (expected " + list + ")");
+  };
+  sp.norm = choice("norm", {norm_kind_name(NormKind::RMSNorm), norm_kind_name(NormKind::LayerNorm)}) == 0 ? NormKind::RMSNorm
+                                                                                                        : NormKind::LayerNorm;
+  const PositionKind positions[] = {PositionKind::Rope, PositionKind::Alibi, PositionKind::Learned};
+  sp.position = positions[choice("position", {position_kind_name(positions[0]), position_kind_name(positions[1]),
+                                              position_kind_name(positions[2])})];
+  const Activation acts[] = {Activation::SiLU, Activation::GeluTanh, Activation::Gelu, Activation::ReLU};
+  sp.activation = acts[choice("activation", {activation_name(acts[0]), activation_name(acts[1]), activation_name(acts[2]),
+                                             activation_name(acts[3])})];
+  get("norm_bias", sp.norm_bias);
+  get("post_attn_norm", sp.post_attn_norm);
+  get("post_ffn_norm", sp.post_ffn_norm);
+  get("qk_norm", sp.qk_norm);
+  get("parallel_residual", sp.parallel_residual);
+  get("shared_input_norm", sp.shared_input_norm);
+  get("rope_dim", sp.rope_dim);
+  get("learned_position_offset", sp.learned_position_offset);
+  get("attn_scale", sp.attn_scale);
+  get("o_bias", sp.o_bias);
+  get("mlp_gated", sp.mlp_gated);
+  get("mlp_bias", sp.mlp_bias);
+  get("n_experts", sp.n_experts);
+  get("experts_per_token", sp.experts_per_token);
+  get("embed_scale", sp.embed_scale);
+  get("embed_norm", sp.embed_norm);
+  get("layer_window", sp.layer_window);
+  get("rope_local_theta", sp.rope_local_theta);
+  return sp;
+}
+
 }  // namespace
 
 ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& source) {
@@ -91,6 +183,7 @@ ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& s
     c.norm_eps = field("norm_eps").get<float>();
     c.rope_theta = field("rope_theta").get<float>();
     c.rope_scaling = rope_scaling_from_json(j, source);
+    c.spec = decoder_spec_from_json(j, source);
     const std::string layout = field("rope_layout").get<std::string>();
     if (layout == "interleaved") c.rope_layout = RopeLayout::Interleaved;
     else if (layout == "half-split") c.rope_layout = RopeLayout::HalfSplit;
@@ -160,7 +253,7 @@ std::vector<uint8_t> load_bytes(const std::shared_ptr<SqmFile>& f, const std::st
 /// A W4A16 projection: weight I4x2/U4x2 [out, in], weight_scale F16 [out, ⌈in/g⌉], weight_zero
 /// U4x2 [out, ⌈in/g⌉] (asymmetric); g from the header's quantization.group_size.
 std::unique_ptr<Linear> load_int4_linear(const std::shared_ptr<SqmFile>& f, const std::string& base, int64_t out, int64_t in,
-                                         const nlohmann::json& quant) {
+                                         const nlohmann::json& quant, Tensor bias) {
   Int4Weights w;
   w.out = out;
   w.in = in;
@@ -177,7 +270,7 @@ std::unique_ptr<Linear> load_int4_linear(const std::shared_ptr<SqmFile>& f, cons
   std::memcpy(w.scales_f16.data(), scales.data(), scales.size());
   if (w.asym) w.zeros_packed = load_bytes(f, base + ".weight_zero", SqmDType::U4x2, {out, ng});
   try {
-    return std::make_unique<W4A16Linear>(std::move(w));
+    return std::make_unique<W4A16Linear>(std::move(w), std::move(bias));
   } catch (const std::invalid_argument& e) {
     throw InputError(f->path() + ": tensor '" + base + ".weight': " + e.what());
   }
@@ -188,7 +281,7 @@ std::unique_ptr<Linear> load_int4_linear(const std::shared_ptr<SqmFile>& f, cons
 /// act_clip F32 [1]; the reorder is the I32 tensor `order_name` (gathered sites; absent when the
 /// site has no outliers) or none (down_proj: folded into gate/up rows).
 std::unique_ptr<Linear> load_atom_linear(const std::shared_ptr<SqmFile>& f, const std::string& base, int64_t out, int64_t in,
-                                         const nlohmann::json& quant, const std::string& order_name) {
+                                         const nlohmann::json& quant, const std::string& order_name, Tensor bias) {
   W4A4LinearData d;
   d.out = out;
   d.in = in;
@@ -234,6 +327,7 @@ std::unique_ptr<Linear> load_atom_linear(const std::shared_ptr<SqmFile>& f, cons
     throw InputError(f->path() + ": tensor '" + order_name + "' is missing (the reorder of " + base + "'s " +
                      std::to_string(d.n_outlier) + " outlier channels)");
   }
+  d.bias = std::move(bias);
   try {
     return std::make_unique<W4A4Linear>(d);
   } catch (const std::invalid_argument& e) {
@@ -241,30 +335,22 @@ std::unique_ptr<Linear> load_atom_linear(const std::shared_ptr<SqmFile>& f, cons
   }
 }
 
-/// The reorder tensor of a projection's input site for Atom W4A4 (docs/formats.md), "" for down_proj.
-std::string atom_order_name(const std::string& base) {
-  const std::string layer = base.substr(0, base.rfind('.', base.rfind('.') - 1) + 1);  // "model.layers.N."
-  auto ends = [&](const char* sfx) { return base.size() >= std::strlen(sfx) && base.compare(base.size() - std::strlen(sfx), std::string::npos, sfx) == 0; };
-  if (ends("q_proj") || ends("k_proj") || ends("v_proj")) return layer + "attn_input.order";
-  if (ends("o_proj")) return layer + "attn_output.order";
-  if (ends("gate_proj") || ends("up_proj")) return layer + "ffn_input.order";
-  return "";
+/// The reorder tensor of a linear's input site for Atom W4A4 (docs/formats.md): "model.layers.N.<site>.order",
+/// "" for ffn_hidden (folded into the producing gate/up rows).
+std::string atom_order_name(int layer, ActivationSite site) {
+  if (site == ActivationSite::FfnHidden) return "";
+  return names::layer(layer) + activation_site_name(site) + ".order";
 }
 
 std::unique_ptr<Linear> load_linear(const std::shared_ptr<SqmFile>& f, const std::string& base, int64_t out, int64_t in,
-                                    bool has_bias, const nlohmann::json& quant) {
+                                    bool has_bias, const nlohmann::json& quant, const std::string& order_name = "") {
   const std::string wname = base + ".weight";
   Tensor bias = has_bias ? load_float(f, base + ".bias", {out}) : Tensor();
   if (!f->has(wname)) throw InputError(f->path() + ": tensor '" + wname + "' is missing");
   const SqmTensorInfo& info = f->info(wname);
-  if (info.dtype == SqmDType::I4x2 && quant.value("scheme", std::string()) == "w4a4-atom") {
-    if (has_bias) throw UnsupportedError(f->path() + ": '" + wname + "': W4A4 weights with a bias are not supported");
-    return load_atom_linear(f, base, out, in, quant, atom_order_name(base));
-  }
-  if (info.dtype == SqmDType::I4x2 || info.dtype == SqmDType::U4x2) {
-    if (has_bias) throw UnsupportedError(f->path() + ": '" + wname + "': INT4 weights with a bias are not supported");
-    return load_int4_linear(f, base, out, in, quant);
-  }
+  if (info.dtype == SqmDType::I4x2 && quant.value("scheme", std::string()) == "w4a4-atom")
+    return load_atom_linear(f, base, out, in, quant, order_name, bias);
+  if (info.dtype == SqmDType::I4x2 || info.dtype == SqmDType::U4x2) return load_int4_linear(f, base, out, in, quant, bias);
   if (info.dtype != SqmDType::I8) return std::make_unique<DenseLinear>(load_float(f, wname, {out, in}), bias);
   if (info.shape != std::vector<int64_t>{out, in})
     throw InputError(f->path() + ": tensor '" + wname + "' has shape " + shape_to_string(info.shape) + ", expected " +
@@ -288,28 +374,33 @@ std::unique_ptr<Linear> load_linear(const std::shared_ptr<SqmFile>& f, const std
                                       static_step, bias);
 }
 
+/// A .sqm file as a WeightSource: float tensors widened to FP32, linears by their weight dtype.
+class SqmSource final : public WeightSource {
+ public:
+  SqmSource(const std::shared_ptr<SqmFile>& f, const nlohmann::json& quant) : f_(f), quant_(quant) {}
+  Tensor tensor(const std::string& name, const std::vector<int64_t>& shape) const override { return load_float(f_, name, shape); }
+  std::unique_ptr<Linear> linear(const LinearSlot& s) const override {
+    return load_linear(f_, s.name, s.out, s.in, s.bias, quant_, atom_order_name(s.layer, s.site));
+  }
+
+ private:
+  const std::shared_ptr<SqmFile>& f_;
+  const nlohmann::json& quant_;
+};
+
 }  // namespace
 
 std::unique_ptr<Decoder> build_model_from_sqm(const std::shared_ptr<SqmFile>& f) {
   const nlohmann::json& h = f->header();
   const ModelConfig c = model_config_from_json(h.contains("model_config") ? h.at("model_config") : nlohmann::json(), f->path());
   const nlohmann::json quant = h.value("quantization", nlohmann::json::object());
-  const int64_t d = c.dim, q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim, hid = c.hidden_dim;
+  const int64_t d = c.dim;
   check_layer_count(c.n_layers, f->names(), f->path() + ": model_config", "n_layers");  // before allocating per layer
-  std::vector<DecoderLayer> layers(static_cast<size_t>(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = names::layer(l);
-    DecoderLayer& L = layers[static_cast<size_t>(l)];
-    L.attn_norm = load_float(f, p + "input_layernorm.weight", {d});
-    L.q_proj = load_linear(f, p + "self_attn.q_proj", q, d, c.qkv_bias, quant);
-    L.k_proj = load_linear(f, p + "self_attn.k_proj", kv, d, c.qkv_bias, quant);
-    L.v_proj = load_linear(f, p + "self_attn.v_proj", kv, d, c.qkv_bias, quant);
-    L.o_proj = load_linear(f, p + "self_attn.o_proj", d, q, false, quant);
-    L.ffn_norm = load_float(f, p + "post_attention_layernorm.weight", {d});
-    L.gate_proj = load_linear(f, p + "mlp.gate_proj", hid, d, false, quant);
-    L.up_proj = load_linear(f, p + "mlp.up_proj", hid, d, false, quant);
-    L.down_proj = load_linear(f, p + "mlp.down_proj", d, hid, false, quant);
-  }
+  const SqmSource src(f, quant);
+  std::vector<DecoderLayer> layers;
+  layers.reserve(static_cast<size_t>(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) layers.push_back(build_decoder_layer(c, l, src));
+  DecoderGlobals globals = build_decoder_globals(c, src);
   // --quantize-head: the embedding is INT8 rows (+ per-row scales); a tied LM head is the same
   // INT8 matrix run as a W8A8 linear with per-output-channel (= per-row) scales.
   const bool embed_q = f->has(names::kEmbed) && f->info(names::kEmbed).dtype == SqmDType::I8;
@@ -319,7 +410,8 @@ std::unique_ptr<Decoder> build_model_from_sqm(const std::shared_ptr<SqmFile>& f)
     head = embed_q ? load_linear(f, "model.embed_tokens", c.vocab_size, d, false, quant) : std::make_unique<DenseLinear>(embed);
   else
     head = load_linear(f, "lm_head", c.vocab_size, d, false, quant);
-  auto model = std::make_unique<Decoder>(c, embed, std::move(layers), load_float(f, names::kFinalNorm, {d}), std::move(head));
+  auto model = std::make_unique<Decoder>(c, embed, std::move(layers), load_float(f, names::kFinalNorm, {d}), std::move(head),
+                                         std::move(globals));
   if (embed_q) {
     const SqmBytes q = f->raw(names::kEmbed);
     const std::string sname = "model.embed_tokens.weight_scale";

@@ -18,10 +18,14 @@ class Tokenizer;
 /// a missing or mistyped field, UnsupportedError for an unknown scaling type or key.
 /// Throws InputError naming `source` and the missing/invalid field.
 ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& source);
-/// The inverse of model_config_from_json ("rope_scaling" written only when not plain RoPE).
+/// "decoder" is optional: absent is the LLaMA layer structure, else the DecoderSpec with every field
+/// (docs/formats.md); a missing or mistyped field is an InputError, an unknown field or enum value an
+/// UnsupportedError, each naming `source` and the field.
+/// The inverse of model_config_from_json ("rope_scaling" written only when not plain RoPE,
+/// "decoder" only when the structure is not LLaMA's, so LLaMA headers are unchanged).
 nlohmann::json model_config_to_json(const ModelConfig& c);
 
-/// Builds the model stored in `file`:
+/// Builds the model stored in `file` (every tensor its DecoderSpec implies, model/decoder_linears.h):
 ///  * linears whose `<name>.weight` is I8 become W8A8Linear with `<name>.weight_scale` (F32 [out] =
 ///    per-channel or [1] = per-tensor), the activation mode from header.quantization.act, and for
 ///    static activations `<name>.input_scale` (F32 [1], the step Δ);

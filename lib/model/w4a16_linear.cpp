@@ -216,8 +216,10 @@ Int4Weights pad_to_whole_groups(const Int4Weights& w) {
 
 W4A16Linear::W4A16Linear(const Tensor& weight, int64_t group, bool asym) : W4A16Linear(quantize_tensor(weight, group, asym)) {}
 
-W4A16Linear::W4A16Linear(Int4Weights weights) : w_(std::move(weights)), in_(w_.in) {
+W4A16Linear::W4A16Linear(Int4Weights weights, Tensor bias) : w_(std::move(weights)), in_(w_.in), bias_(std::move(bias)) {
   validate_int4(w_);
+  if (!bias_.empty() && bias_.numel() != w_.out)
+    throw std::invalid_argument("W4A16Linear: bias " + bias_.shape_string() + " does not match " + std::to_string(w_.out) + " outputs");
   if (w_.in % w_.group != 0) {
     stored_ = std::make_unique<Int4Weights>(std::move(w_));
     w_ = pad_to_whole_groups(*stored_);
@@ -247,6 +249,12 @@ void W4A16Linear::forward(const float* x, int64_t n, float* y) const {
 #else
   forward_scalar(x, n, y);
 #endif
+  if (!bias_.empty()) {
+    const float* b = bias_.data();
+    const int64_t out = w_.out;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t o = 0; o < out; ++o) y[i * out + o] += b[o];
+  }
 }
 
 void W4A16Linear::forward_scalar(const float* x, int64_t n, float* y) const {

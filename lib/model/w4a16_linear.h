@@ -45,9 +45,10 @@ class W4A16Linear final : public Linear {
   /// or the group size is unsupported (the message names in and g).
   W4A16Linear(const Tensor& weight, int64_t group = 128, bool asym = false);
 
-  /// From already-quantized weights (GPTQ output, a file). Throws std::invalid_argument when the
-  /// container is inconsistent (validate_int4).
-  explicit W4A16Linear(Int4Weights weights);
+  /// From already-quantized weights (GPTQ output, a file), with an optional FP32 bias [out] added
+  /// after the dequantized GEMM (y = x·Ŵᵀ + b). Throws std::invalid_argument when the container is
+  /// inconsistent (validate_int4) or the bias length differs from out.
+  explicit W4A16Linear(Int4Weights weights, Tensor bias = {});
 
   int64_t in_features() const override { return in_; }
   int64_t out_features() const override { return w_.out; }
@@ -63,6 +64,8 @@ class W4A16Linear final : public Linear {
 
   /// The quantized weights as stored (layouts in quant/int4_quantize.h; ragged groups unpadded).
   const Int4Weights& weights() const { return stored_ ? *stored_ : w_; }
+  /// FP32 bias [out], or an empty Tensor.
+  const Tensor& bias() const { return bias_; }
 
  private:
   void gemv(const float* x, float* y) const;
@@ -72,6 +75,7 @@ class W4A16Linear final : public Linear {
   Int4Weights w_;  ///< the kernels' weights: whole groups (padded copy when g ∤ in)
   int64_t in_;     ///< logical input features
   std::unique_ptr<Int4Weights> stored_;  ///< the unpadded weights, only when padding was needed
+  Tensor bias_;    ///< [out] or empty
 };
 
 }  // namespace sq

@@ -89,7 +89,7 @@ W4A4Linear::W4A4Linear(const W4A4Weights& weights, float act_clip, Tensor bias, 
     throw std::invalid_argument("W4A4Linear: bias " + bias_.shape_string() + " does not match " + std::to_string(out_) + " outputs");
 }
 
-W4A4Linear::W4A4Linear(const W4A4LinearData& d, W4A4Backend backend) : W4A4Linear(kernel_weights(d), d.act_clip, {}, backend) {
+W4A4Linear::W4A4Linear(const W4A4LinearData& d, W4A4Backend backend) : W4A4Linear(kernel_weights(d), d.act_clip, d.bias, backend) {
   x_in_ = d.in;
   const int64_t inn = d.in - d.n_outlier, padded = in_ - n_outlier_;
   auto channel = [&](int64_t p) { return d.order.empty() ? static_cast<int32_t>(p) : d.order[size_t(p)]; };

@@ -57,6 +57,7 @@ struct W4A4LinearData {
   std::vector<float> outlier_scales;  ///< Int8: [out] Δo, finite and > 0
   std::vector<float> outlier_weights; ///< Fp32: [out, n_outlier] FP32 weights of the outlier channels
   float act_clip = kW4A4ActClip;      ///< activation clipping ratio of the INT4 groups, (0, 1]
+  Tensor bias;                        ///< FP32 [out] added after the GEMM, or empty (no bias)
 };
 
 /// Kernel group size for a stored group (W4A4LinearData::group) over in_normal INT4 channels: the

@@ -33,8 +33,12 @@ class SchemeCliTest : public ::testing::Test {
   /// sq-convert --scheme Scheme with `extra` flags into `out`.
   static ProcessResult convert(std::vector<std::string> extra, const std::string& out) { return convert_stories(Scheme, extra, out); }
   /// Windows-protocol PPL at -c 256 over the first 40 windows of tinystories-valid-1000.
+  /// The JSON report is replaced: several tests of a suite evaluate the same model (sq-eval refuses
+  /// an existing --json file without --force).
   static double ppl(const std::string& model) {
-    return stories_ppl(model, dir_->file(std::filesystem::path(model).filename().string() + ".ppl.json"));
+    const std::string json = dir_->file(std::filesystem::path(model).filename().string() + ".ppl.json");
+    std::filesystem::remove(json);
+    return stories_ppl(model, json);
   }
   static void expect_error(const ProcessResult& r, const std::string& expected, const std::string& out_path) {
     expect_one_line_exit2(r, expected, out_path);

@@ -1,0 +1,129 @@
+// sq-convert as a pipeline of recipe steps, each in its own file and driven by the model's
+// DecoderSpec through model/decoder_linears.h (never by a hand-written list of projections):
+//
+//   calib/recipe_inputs.cpp     load: option checks, the calibration file (fingerprint-checked), the
+//                               calibration text and re-drawn windows (ConvertInputs)
+//   calib/recipe_layer_inputs.cpp  calibration data per layer: GPTQ Hessians (sequential, from the
+//                               already-converted layers, or the calibration file's), calibration rows
+//   calib/recipe_smoothing.cpp  transform: SmoothQuant smoothing (W8A8), --alpha auto
+//   calib/recipe_float.cpp, recipe_w8a8.cpp, recipe_int4.cpp, recipe_atom.cpp
+//                               per-linear quantizers (LinearQuantizer), one per scheme; Atom's channel
+//                               reordering is part of its quantizer (calib/atom_layer_quantizer.h)
+//   calib/recipe_kv.cpp         KV quantizer: the --kv format and its nuq tables
+//   calib/recipe_writer.cpp     writer: float tensors, header (model_config, source, tokenizer, calibration)
+//   calib/recipe_schemes.cpp    the table scheme -> quantizer factory
+//   calib/converter.cpp         convert_model: runs the steps in order
+//
+// Adding a scheme is one quantizer file plus a row in recipe_schemes.cpp; adding an architecture
+// touches none of these (its DecoderSpec drives decoder_layer_linears).
+#pragma once
+
+#include <array>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "calib/calibration_text.h"
+#include "calib/converter.h"
+#include "calib/layerwise_runner.h"
+#include "model/decoder_linears.h"
+
+namespace sq {
+
+/// The load and calibration-data steps' result: everything the other steps read.
+struct ConvertInputs {
+  const LoadedModel& src;
+  const ConvertOptions& o;
+  const Checkpoint& base;     ///< src.checkpoint (FP32 canonical tensors)
+  const ModelConfig& config;
+  CalibrationData calib;      ///< empty without --calib
+  bool can_redraw = false;    ///< the calibration windows can be re-drawn (token-ids calibration or a tokenizer)
+  std::string hessian_mode;   ///< "sequential" / "file" (resolved --gptq-hessians)
+  ResolvedCalibrationText text;  ///< the calibration text once something re-read it
+
+  ConvertInputs(const LoadedModel& s, const ConvertOptions& opt) : src(s), o(opt), base(s.checkpoint), config(s.checkpoint.config) {}
+  /// The calibration text (resolved and SHA-256-checked once; calib/calibration_text.h). `purpose`
+  /// names what needs it, `alternative` is a hint for the not-found message.
+  const std::string& calibration_text(const std::string& purpose, const std::string& alternative);
+  /// The calibration windows again (n of them, the calibration's seq_len and seed) from `path`.
+  std::vector<std::vector<int32_t>> redraw_windows(const std::string& path, int64_t n) const;
+  /// Statistics of layer l, or nullptr without a calibration file.
+  const LayerStats* stats(int l) const { return calib.layers.empty() ? nullptr : &calib.layers[size_t(l)]; }
+};
+
+/// Load step: checks the options against the model (UsageError / InputError as convert_model
+/// documents) and reads the calibration file.
+void load_convert_inputs(ConvertInputs& in);
+
+/// One layer on its way through the pipeline.
+struct LayerWork {
+  int layer = 0;
+  Checkpoint tensors;  ///< this layer's canonical FP32 tensors (transforms replace what they touch)
+  const DecoderLayer* fp32 = nullptr;  ///< the unconverted layer of the source model
+  /// SmoothQuant factors by input site: for every site a smoothing mapping's balance linears read,
+  /// the factors its activations were divided by, one per input channel of the site (v → o's
+  /// per-KV-channel factors expanded to o_proj's columns; under a shared input norm the FFN input
+  /// holds the attn_input mapping's factors). The O3 static steps read them.
+  std::map<ActivationSite, std::vector<float>> smoothing;
+  std::vector<LinearSlot> linears;  ///< decoder_layer_linears(config, layer)
+};
+
+/// Per-layer calibration data for the quantizers that need it (GPTQ's Hessians, Atom's --clip
+/// search rows), sequential (GPTQ §4: layer l's inputs come from the already-converted layers
+/// 0 … l−1) or from the calibration file.
+class LayerInputs {
+ public:
+  /// `sequential`: re-run the calibration windows layer by layer (needs re-drawable windows).
+  LayerInputs(ConvertInputs& in, bool sequential, const std::string& text_purpose, const std::string& text_alternative);
+  bool sequential() const { return runner_ != nullptr; }
+  /// Hessians of layer l's input sites computed on the current hidden states (sequential). Held until the next call.
+  std::array<const std::vector<double>*, kActivationSites> sequential_hessians(int l, const DecoderLayer& fp32);
+  /// Every k-th row of each input site of layer l (at most max_rows per site), on the current hidden states.
+  std::array<SiteRows, kActivationSites> rows(int l, const DecoderLayer& fp32, int64_t max_rows) const;
+  /// The converted layer l produces the next layer's inputs.
+  void advance(int l, const DecoderLayer& converted);
+
+ private:
+  std::unique_ptr<LayerwiseRunner> runner_;
+  std::array<std::vector<double>, kActivationSites> held_;
+};
+/// Hessians of layer l stored in the calibration file (sq-calibrate --hessian), or all null.
+std::array<const std::vector<double>*, kActivationSites> file_hessians(const ConvertInputs& in, int l);
+
+/// A per-linear quantizer: one scheme's treatment of every linear of a layer.
+class LinearQuantizer {
+ public:
+  virtual ~LinearQuantizer() = default;
+  /// Float encoding of norms, embeddings and FP linears (F32 for quantized schemes).
+  virtual ConvertScheme float_encoding() const { return ConvertScheme::F32; }
+  /// Option checks of the scheme before the calibration file is read (UsageError / UnsupportedError).
+  virtual void check(const ConvertInputs& in) const {}
+  /// Whether this scheme with these options re-reads the calibration text (--calib-text is refused otherwise).
+  virtual bool rereads_calibration_text(const ConvertInputs& in) const { return false; }
+  /// Before any layer (after load): option checks and calibration data of the scheme.
+  virtual void prepare(ConvertInputs& in, ConvertSummary& summary) {}
+  /// Whether the W8A8 smoothing transform runs (and its statistics are needed).
+  virtual bool smooths() const { return false; }
+  /// Writes the token embedding (default: the float tensor).
+  virtual void write_embedding(const ConvertInputs& in, SqmWriter& out);
+  /// Writes an untied LM head (default: the float tensor).
+  virtual void write_head(const ConvertInputs& in, SqmWriter& out);
+  /// Converts and writes layer `w`'s linears (its other tensors are already written).
+  virtual void convert_layer(ConvertInputs& in, LayerWork& w, SqmWriter& out, ConvertSummary& summary) = 0;
+  /// header.quantization ({"scheme": …} plus the scheme's parameters).
+  virtual nlohmann::json describe(const ConvertInputs& in, const ConvertSummary& summary) const = 0;
+};
+
+/// The quantizer of `scheme` (calib/recipe_schemes.cpp).
+std::unique_ptr<LinearQuantizer> make_linear_quantizer(ConvertScheme scheme);
+
+// --- shared helpers of the steps ---
+/// Writes a float tensor in the scheme's float dtype (F32 for any non-float scheme).
+void write_float(SqmWriter& w, const std::string& name, const Tensor& t, ConvertScheme encoding);
+/// Writes linear `s` unquantized (weight and bias) in `encoding`.
+void write_float_linear(SqmWriter& w, const Checkpoint& ck, const LinearSlot& s, ConvertScheme encoding);
+/// FP32 DenseLinear of `s` from `ck` (weight + bias): unquantized linears of a converted layer.
+std::unique_ptr<Linear> dense_linear(const Checkpoint& ck, const LinearSlot& s);
+
+}  // namespace sq

@@ -1,0 +1,66 @@
+// Recipe step "calibration data per layer": GPTQ Hessians and calibration rows of each linear-input
+// site, sequential (layer by layer through the already-converted layers) or from the calibration file.
+#include "calib/layerwise_runner.h"
+#include "calib/recipe.h"
+#include "core/error.h"
+
+namespace sq {
+
+namespace {
+/// Every k-th row of each linear input of one layer.
+class SiteCapture final : public ActivationObserver {
+ public:
+  SiteCapture(int layer, int64_t stride) : layer_(layer), stride_(stride) {}
+  void on_linear_input(int layer, ActivationSite site, const float* x, int64_t n, int64_t width) override {
+    if (layer != layer_) return;
+    SiteRows& r = rows[size_t(site)];
+    r.width = width;
+    for (int64_t t = 0; t < n; t += stride_) r.data.insert(r.data.end(), x + t * width, x + (t + 1) * width);
+  }
+  std::array<SiteRows, kActivationSites> rows;
+
+ private:
+  int layer_;
+  int64_t stride_;
+};
+}  // namespace
+
+LayerInputs::LayerInputs(ConvertInputs& in, bool sequential, const std::string& text_purpose, const std::string& text_alternative) {
+  if (!sequential) return;
+  const std::string& path = in.calibration_text(text_purpose, text_alternative);
+  const auto windows = in.redraw_windows(path, in.calib.provenance.samples);
+  runner_ = std::make_unique<LayerwiseRunner>(*in.src.model, windows);
+}
+
+std::array<const std::vector<double>*, kActivationSites> LayerInputs::sequential_hessians(int l, const DecoderLayer& fp32) {
+  std::array<const std::vector<double>*, kActivationSites> H{};
+  const LayerHessians h = runner_->hessians(l, fp32);
+  for (int s = 0; s < kActivationSites; ++s) {
+    const auto& acc = h.at(static_cast<ActivationSite>(s));
+    if (acc.tokens() > 0) held_[size_t(s)] = acc.hessian();
+    else held_[size_t(s)].clear();  // a site no token reached (e.g. an MoE layer whose experts saw nothing)
+    H[size_t(s)] = held_[size_t(s)].empty() ? nullptr : &held_[size_t(s)];
+  }
+  return H;
+}
+
+std::array<SiteRows, kActivationSites> LayerInputs::rows(int l, const DecoderLayer& fp32, int64_t max_rows) const {
+  SiteCapture capture(l, std::max<int64_t>(1, (runner_->tokens() + max_rows - 1) / max_rows));
+  runner_->observe(l, fp32, capture);
+  return std::move(capture.rows);
+}
+
+void LayerInputs::advance(int l, const DecoderLayer& converted) {
+  if (runner_) runner_->advance(l, converted);
+}
+
+std::array<const std::vector<double>*, kActivationSites> file_hessians(const ConvertInputs& in, int l) {
+  std::array<const std::vector<double>*, kActivationSites> H{};
+  const LayerStats* st = in.stats(l);
+  if (st && st->hessians.size() == size_t(kActivationSites))
+    for (int s = 0; s < kActivationSites; ++s)
+      H[size_t(s)] = st->hessians[size_t(s)].empty() ? nullptr : &st->hessians[size_t(s)];
+  return H;
+}
+
+}  // namespace sq

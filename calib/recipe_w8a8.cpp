@@ -1,0 +1,98 @@
+// Per-linear quantizer of --scheme w8a8 (SmoothQuant, Xiao et al. 2023): every linear's weight
+// symmetric INT8 (per-channel or per-tensor, Eq. 3.1), activations quantized at run time in the
+// recorded mode, static (O3) steps Δ = absmax/127 of the (smoothed) calibrated input of the linear's
+// site. The smoothing itself is the transform step (calib/recipe_smoothing.h). The MoE router stays
+// FP32; expert gate/up share the ffn_input step, expert down_proj uses the ffn_hidden statistics
+// pooled over every expert's input (lib/model/observer.h), i.e. one static step for all experts.
+#include "calib/recipe_schemes.h"
+#include "calib/recipe_smoothing.h"
+#include "core/error.h"
+
+namespace sq {
+
+namespace {
+
+/// Writes weight I8 [out, in], weight_scale F32 [out] or [1], (static) input_scale F32 [1], bias F32.
+void write_int8_linear(SqmWriter& w, const Tensor& W, const Tensor* bias, const std::string& base, WeightGranularity weight,
+                       ActQuant act, float step) {
+  const int64_t out = W.dim(0), in = W.dim(1);
+  std::vector<int8_t> q(size_t(out * in));
+  std::vector<float> scales(weight == WeightGranularity::PerChannel ? size_t(out) : 1);
+  quantize_weight(W.data(), out, in, weight, q.data(), scales.data());
+  w.add_tensor(base + ".weight", SqmDType::I8, {out, in}, q.data(), q.size());
+  w.add_tensor(base + ".weight_scale", SqmDType::F32, {int64_t(scales.size())}, scales.data(), scales.size() * 4);
+  if (act == ActQuant::PerTensorStatic) w.add_tensor(base + ".input_scale", SqmDType::F32, {1}, &step, 4);
+  if (bias) write_float(w, base + ".bias", *bias, ConvertScheme::F32);
+}
+
+class W8A8Quantizer final : public LinearQuantizer {
+ public:
+  bool smooths() const override { return smooth_; }
+  void check(const ConvertInputs& in) const override {
+    const ConvertOptions& o = in.o;
+    const bool needs_calib = o.smooth || o.act == ActQuant::PerTensorStatic;
+    if (needs_calib && o.calib_path.empty())
+      throw UsageError(std::string("--calib is required for ") + (o.smooth ? "SmoothQuant smoothing" : "static (O3) activation scales") +
+                       " (run sq-calibrate first)");
+    if (o.quantize_head && o.act == ActQuant::PerTensorStatic)
+      throw UsageError("--quantize-head needs a dynamic activation mode (the LM head input has no calibrated static scale)");
+  }
+  bool rereads_calibration_text(const ConvertInputs& in) const override { return in.o.smooth && in.o.alpha_auto; }
+  void prepare(ConvertInputs& in, ConvertSummary&) override { smooth_ = in.o.smooth; }
+
+  void write_embedding(const ConvertInputs& in, SqmWriter& out) override {
+    if (!in.o.quantize_head) return LinearQuantizer::write_embedding(in, out);
+    // INT8 embedding rows with per-row scales (per-channel of the tied head). Weight granularity
+    // is per-channel regardless of --weight: one outlier token must not coarsen every row; no
+    // input_scale tensor for the embedding.
+    write_int8_linear(out, in.base.tensors.at(names::kEmbed), nullptr, "model.embed_tokens", WeightGranularity::PerChannel,
+                      ActQuant::PerToken, 0.0f);
+  }
+  void write_head(const ConvertInputs& in, SqmWriter& out) override {
+    if (!in.o.quantize_head) return LinearQuantizer::write_head(in, out);
+    write_int8_linear(out, in.base.tensors.at(names::kLmHead), nullptr, "lm_head", in.o.weight, in.o.act, 0.0f);
+  }
+
+  void convert_layer(ConvertInputs& in, LayerWork& w, SqmWriter& out, ConvertSummary&) override {
+    const ConvertOptions& o = in.o;
+    for (const LinearSlot& s : w.linears) {
+      if (!s.quantize) {
+        write_float_linear(out, w.tensors, s, ConvertScheme::F32);
+        continue;
+      }
+      float step = 0.0f;
+      if (o.act == ActQuant::PerTensorStatic) {
+        auto it = w.smoothing.find(s.site);
+        step = smoothed_static_step(in.calib.layers[size_t(w.layer)], s.site, it == w.smoothing.end() ? nullptr : &it->second);
+      }
+      const Tensor bias = s.bias ? w.tensors.get(s.name + ".bias", {s.out}) : Tensor();
+      write_int8_linear(out, w.tensors.get(s.name + ".weight", {s.out, s.in}), s.bias ? &bias : nullptr, s.name, o.weight, o.act, step);
+    }
+  }
+
+  nlohmann::json describe(const ConvertInputs& in, const ConvertSummary& summary) const override {
+    const ConvertOptions& o = in.o;
+    nlohmann::json alphas = nlohmann::json::array();
+    for (const SmoothingGroup& g : summary.groups)
+      alphas.push_back({{"layer", g.layer}, {"site", activation_site_name(g.site)}, {"alpha", g.alpha}});
+    nlohmann::json q = {{"scheme", scheme_name(o.scheme)}};
+    q["weight"] = to_string(o.weight);
+    q["act"] = to_string(o.act);
+    q["preset"] = o.preset;
+    q["quantize_head"] = o.quantize_head;
+    q["smoothing"] = {{"enabled", o.smooth},
+                      {"alpha", o.smooth ? (o.alpha_auto ? nlohmann::json("auto") : nlohmann::json(o.alpha)) : nlohmann::json(nullptr)},
+                      {"smooth_vo", o.smooth_vo},
+                      {"groups", alphas}};
+    return q;
+  }
+
+ private:
+  bool smooth_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<LinearQuantizer> make_w8a8_quantizer() { return std::make_unique<W8A8Quantizer>(); }
+
+}  // namespace sq

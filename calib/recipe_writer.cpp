@@ -1,0 +1,81 @@
+#include "calib/recipe_writer.h"
+
+#include "core/error.h"
+#include "formats/fingerprint.h"
+#include "formats/gguf_tokenizer.h"
+#include "formats/safetensors.h"
+#include "formats/tokenizer.h"
+#include "model/sqm_model.h"
+
+namespace sq {
+
+void write_float(SqmWriter& w, const std::string& name, const Tensor& t, ConvertScheme encoding) {
+  if (encoding == ConvertScheme::F16 || encoding == ConvertScheme::BF16) {
+    std::vector<uint16_t> h(static_cast<size_t>(t.numel()));
+    for (size_t i = 0; i < h.size(); ++i) h[i] = encoding == ConvertScheme::F16 ? float_to_half(t.data()[i]) : float_to_bf16(t.data()[i]);
+    w.add_tensor(name, encoding == ConvertScheme::F16 ? SqmDType::F16 : SqmDType::BF16, t.shape(), h.data(), h.size() * 2);
+  } else {
+    w.add_tensor(name, SqmDType::F32, t.shape(), t.data(), static_cast<size_t>(t.numel()) * 4);
+  }
+}
+
+void write_float_linear(SqmWriter& w, const Checkpoint& ck, const LinearSlot& s, ConvertScheme encoding) {
+  write_float(w, s.name + ".weight", ck.get(s.name + ".weight", {s.out, s.in}), encoding);
+  if (s.bias) write_float(w, s.name + ".bias", ck.get(s.name + ".bias", {s.out}), encoding);
+}
+
+std::unique_ptr<Linear> dense_linear(const Checkpoint& ck, const LinearSlot& s) {
+  return std::make_unique<DenseLinear>(ck.get(s.name + ".weight", {s.out, s.in}), s.bias ? ck.get(s.name + ".bias", {s.out}) : Tensor());
+}
+
+void LinearQuantizer::write_embedding(const ConvertInputs& in, SqmWriter& out) {
+  write_float(out, names::kEmbed, in.base.tensors.at(names::kEmbed), float_encoding());
+}
+
+void LinearQuantizer::write_head(const ConvertInputs& in, SqmWriter& out) {
+  write_float(out, names::kLmHead, in.base.tensors.at(names::kLmHead), float_encoding());
+}
+
+void write_embedding_globals(SqmWriter& out, const ConvertInputs& in, ConvertScheme encoding) {
+  for (const GlobalTensorSlot& g : decoder_global_tensors(in.config))
+    if (g.name != names::kFinalNormBias) write_float(out, g.name, in.base.get(g.name, g.shape), encoding);
+}
+
+void write_layer_tensors(SqmWriter& out, const ConvertInputs& in, const LayerWork& w, ConvertScheme encoding) {
+  for (const LayerTensorSlot& t : decoder_layer_tensors(in.config, w.layer)) write_float(out, t.name, w.tensors.get(t.name, {t.size}), encoding);
+}
+
+void write_final_norm(SqmWriter& out, const ConvertInputs& in, ConvertScheme encoding) {
+  write_float(out, names::kFinalNorm, in.base.tensors.at(names::kFinalNorm), encoding);
+  for (const GlobalTensorSlot& g : decoder_global_tensors(in.config))
+    if (g.name == names::kFinalNormBias) write_float(out, g.name, in.base.get(g.name, g.shape), encoding);
+}
+
+nlohmann::json converter_header(SqmWriter& out, const ConvertInputs& in) {
+  const ConvertOptions& o = in.o;
+  nlohmann::json header;
+  header["producer"] = std::string("sqkit ") + SQ_VERSION + " sq-convert";
+  header["model_config"] = model_config_to_json(in.config);
+  header["source"] = {{"format", in.src.format}, {"fingerprint", model_fingerprint(in.base)}};
+  if (!o.tokenizer_path.empty()) {
+    // The tokenizer's own file verbatim, or for a GGUF model a metadata-only GGUF of its
+    // tokenizer.* keys (formats/gguf_tokenizer.h); load_tokenizer_from_bytes reads any of them back.
+    std::string format;
+    const std::string bytes = tokenizer_bytes_for_embedding(o.tokenizer_path, &format);
+    const std::string tname = format == "sentencepiece" ? "tokenizer.model"
+                              : format == "llama2c"     ? "tokenizer.bin"
+                              : format == "hf-json"     ? "tokenizer.json"
+                                                        : "tokenizer.gguf";
+    out.add_tensor(tname, SqmDType::U8, {int64_t(bytes.size())}, bytes.data(), bytes.size());
+    header["tokenizer"] = {{"format", format}, {"tensor", tname}};
+  }
+  if (!o.calib_path.empty()) {
+    const auto& pv = in.calib.provenance;
+    header["calibration"] = {{"file_sha256", sha256_file_hex(o.calib_path)}, {"model_fingerprint", pv.model_fingerprint},
+                             {"text", in.text.path.empty() ? pv.text_path : in.text.path}, {"text_sha256", pv.text_sha256},
+                             {"samples", pv.samples}, {"seq_len", pv.seq_len}, {"seed", pv.seed}, {"sqkit_version", pv.sqkit_version}};
+  }
+  return header;
+}
+
+}  // namespace sq
