@@ -18,6 +18,7 @@
 #include "model/decoder.h"
 #include "model/model_loader.h"
 #include "runtime/kv_cache.h"
+#include "tests/support/hf_tiny.h"
 #include "tests/support/test_data.h"
 
 namespace sq::test {
@@ -26,13 +27,6 @@ namespace {
 namespace fs = std::filesystem;
 
 /// The 14 reference checkpoints (shared/data/reference/README.md, "Tiny architectures").
-const char* const kCheckpoints[] = {
-    "llama-gqa", "llama3-rope-scaled", "llama-linear-rope", "mistral-sliding-window", "qwen2", "mixtral-moe", "opt",
-    "gpt-neox",  "falcon",             "phi3",              "gemma3-text",            "gpt2",  "bloom-alibi", "mpt-alibi",
-};
-
-std::string tiny(const std::string& name) { return shared_data("reference/hf-tiny/" + name); }
-
 // Both sides compute in FP32 from the same FP32 weights; they differ only in summation order
 // (sgemm blocking vs PyTorch's kernels) and in exp/tanh/erf/cos/sin implementations, i.e. by a
 // few FP32 ulps (1.2e-7 relative) per operation, amplified through 2 layers (6 for Gemma 3).
@@ -59,12 +53,9 @@ struct Reference {
 };
 
 Reference load_reference(const std::string& name) {
-  SafetensorsFile ref(tiny(name) + "/reference.safetensors");
-  EXPECT_EQ(ref.dtype("input_ids"), "I32");
   Reference r;
-  r.ids.resize(static_cast<size_t>(ref.shape("input_ids").at(0)));
-  std::memcpy(r.ids.data(), ref.raw_data("input_ids"), r.ids.size() * sizeof(int32_t));
-  r.logits = ref.load_f32("logits");
+  r.ids = hf_tiny_reference_ids(name);
+  r.logits = SafetensorsFile(hf_tiny(name) + "/reference.safetensors").load_f32("logits");
   return r;
 }
 
@@ -72,7 +63,7 @@ class HfTinyArchitecture : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(HfTinyArchitecture, LogitsMatchTransformers) {
   const std::string name = GetParam();
-  const LoadedModel m = load_model(tiny(name));
+  const LoadedModel m = load_model(hf_tiny(name));
   const Decoder& model = *m.model;
   const Reference ref = load_reference(name);
   const int64_t n = static_cast<int64_t>(ref.ids.size()), vocab = model.config().vocab_size;
@@ -102,25 +93,13 @@ TEST_P(HfTinyArchitecture, LogitsMatchTransformers) {
   EXPECT_EQ(argmax_mismatch, 0) << name;
 }
 
-INSTANTIATE_TEST_SUITE_P(All, HfTinyArchitecture, ::testing::ValuesIn(kCheckpoints),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           std::string s = info.param;
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           return s;
-                         });
+INSTANTIATE_TEST_SUITE_P(All, HfTinyArchitecture, ::testing::ValuesIn(kHfTinyCheckpoints),
+                         HfTinyParamName());
 
 // No architecture may go untested: every listed folder has its three files, and every folder on
 // disk is listed.
 TEST(HfTinyArchitectures, EveryReferenceCheckpointIsPresentAndListed) {
-  std::set<std::string> listed(std::begin(kCheckpoints), std::end(kCheckpoints));
-  EXPECT_EQ(listed.size(), 14u);
-  for (const auto& name : listed)
-    for (const char* file : {"config.json", "model.safetensors", "reference.safetensors"})
-      EXPECT_TRUE(fs::is_regular_file(tiny(name) + "/" + file)) << tiny(name) + "/" + file << " is missing";
-  std::set<std::string> on_disk;
-  for (const auto& e : fs::directory_iterator(shared_data("reference/hf-tiny")))
-    if (e.is_directory()) on_disk.insert(e.path().filename().string());
-  EXPECT_EQ(on_disk, listed);
+  expect_hf_tiny_listed({std::begin(kHfTinyCheckpoints), std::end(kHfTinyCheckpoints)}, /*files=*/true);
 }
 
 }  // namespace

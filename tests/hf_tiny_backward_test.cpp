@@ -30,6 +30,7 @@
 #include "model/decoder_backward.h"
 #include "model/model_loader.h"
 #include "runtime/kv_cache.h"
+#include "tests/support/hf_tiny.h"
 #include "tests/support/process.h"
 #include "tests/support/test_data.h"
 
@@ -37,20 +38,6 @@ namespace sq::test {
 namespace {
 
 namespace fs = std::filesystem;
-
-const char* const kCheckpoints[] = {
-    "llama-gqa", "llama3-rope-scaled", "llama-linear-rope", "mistral-sliding-window", "qwen2", "mixtral-moe", "opt",
-    "gpt-neox",  "falcon",             "phi3",              "gemma3-text",            "gpt2",  "bloom-alibi", "mpt-alibi",
-};
-
-std::string tiny(const std::string& name) { return shared_data("reference/hf-tiny/" + name); }
-
-std::vector<int32_t> reference_ids(const std::string& name) {
-  SafetensorsFile ref(tiny(name) + "/reference.safetensors");
-  std::vector<int32_t> ids(static_cast<size_t>(ref.shape("input_ids").at(0)));
-  std::memcpy(ids.data(), ref.raw_data("input_ids"), ids.size() * sizeof(int32_t));
-  return ids;
-}
 
 /// The K/V an observer sees per layer, and (mixture of experts) each layer's FfnInput rows.
 class Recorder final : public ActivationObserver {
@@ -93,10 +80,10 @@ class HfTinyBackward : public ::testing::TestWithParam<const char*> {};
 // (up to the gemm shape), later layers inherit the logits' kind of differences: bound 1e−5 · max|K|.
 TEST_P(HfTinyBackward, ForwardMatchesDecoderAndObserver) {
   const std::string name = GetParam();
-  const LoadedModel m = load_model(tiny(name));
+  const LoadedModel m = load_model(hf_tiny(name));
   const Decoder& model = *m.model;
   const ModelConfig& c = model.config();
-  const std::vector<int32_t> ids = reference_ids(name);
+  const std::vector<int32_t> ids = hf_tiny_reference_ids(name);
   const int64_t n = static_cast<int64_t>(ids.size());
 
   KVCache cache(c, n);
@@ -177,10 +164,10 @@ double min_routing_margin(const Decoder& model, const Recorder& rec, int64_t n) 
 // O(jump/2h) and the check fail, never pass spuriously.
 TEST_P(HfTinyBackward, KVGradientsMatchFiniteDifferences) {
   const std::string name = GetParam();
-  const LoadedModel m = load_model(tiny(name));
+  const LoadedModel m = load_model(hf_tiny(name));
   const Decoder& model = *m.model;
   const ModelConfig& c = model.config();
-  const std::vector<int32_t> ids = reference_ids(name);
+  const std::vector<int32_t> ids = hf_tiny_reference_ids(name);
   const int64_t n = static_cast<int64_t>(ids.size());
 
   KVCache cache(c, n);
@@ -252,17 +239,17 @@ TEST_P(HfTinyBackward, KVGradientsMatchFiniteDifferences) {
 // (3) The tool end to end: 3 windows of 16 tokens cut from the reference ids.
 TEST_P(HfTinyBackward, SqCalibrateRecordsHessiansAndFisher) {
   const std::string name = GetParam();
-  const std::vector<int32_t> ids = reference_ids(name);
+  const std::vector<int32_t> ids = hf_tiny_reference_ids(name);
   ScratchDir dir;
   std::string text;
   for (int32_t id : ids) text += std::to_string(id) + " ";
   write_file(dir.file("ids.txt"), text);
   const std::string out = dir.file("calib.h5");
-  const auto r = run_process({tool("sq-calibrate"), "-m", tiny(name), "--token-ids", dir.file("ids.txt"), "--samples", "3",
+  const auto r = run_process({tool("sq-calibrate"), "-m", hf_tiny(name), "--token-ids", dir.file("ids.txt"), "--samples", "3",
                               "--seq-len", "16", "--hessian", "--fisher", "-o", out, "-q"});
   ASSERT_EQ(r.exit_status, 0) << name << ": " << r.err;
   const CalibrationData d = read_calibration_h5(out);
-  const LoadedModel m = load_model(tiny(name));
+  const LoadedModel m = load_model(hf_tiny(name));
   const ModelConfig& c = m.model->config();
   ASSERT_TRUE(d.has_fisher()) << name;
   ASSERT_EQ(d.layers.size(), size_t(c.n_layers));
@@ -288,24 +275,12 @@ TEST_P(HfTinyBackward, SqCalibrateRecordsHessiansAndFisher) {
               d.fisher_mean_loss);
 }
 
-INSTANTIATE_TEST_SUITE_P(All, HfTinyBackward, ::testing::ValuesIn(kCheckpoints),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           std::string s = info.param;
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           return s;
-                         });
+INSTANTIATE_TEST_SUITE_P(All, HfTinyBackward, ::testing::ValuesIn(kHfTinyCheckpoints),
+                         HfTinyParamName());
 
 // No architecture may go untested: every listed folder exists, and every folder on disk is listed.
 TEST(HfTinyBackward, EveryReferenceCheckpointIsListed) {
-  std::set<std::string> listed(std::begin(kCheckpoints), std::end(kCheckpoints));
-  EXPECT_EQ(listed.size(), 14u);
-  for (const auto& name : listed)
-    for (const char* file : {"config.json", "model.safetensors", "reference.safetensors"})
-      EXPECT_TRUE(fs::is_regular_file(tiny(name) + "/" + file)) << tiny(name) + "/" + file << " is missing";
-  std::set<std::string> on_disk;
-  for (const auto& e : fs::directory_iterator(shared_data("reference/hf-tiny")))
-    if (e.is_directory()) on_disk.insert(e.path().filename().string());
-  EXPECT_EQ(on_disk, listed);
+  expect_hf_tiny_listed({std::begin(kHfTinyCheckpoints), std::end(kHfTinyCheckpoints)}, /*files=*/true);
 }
 
 }  // namespace

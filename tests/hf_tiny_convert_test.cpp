@@ -31,13 +31,12 @@
 #include "model/decoder.h"
 #include "model/model_loader.h"
 #include "runtime/kv_cache.h"
+#include "tests/support/hf_tiny.h"
 #include "tests/support/process.h"
 #include "tests/support/test_data.h"
 
 namespace sq::test {
 namespace {
-
-std::string tiny(const std::string& name) { return shared_data("reference/hf-tiny/" + name); }
 
 // These checkpoints have N(0, 0.08²)-like random weights: their next-token distributions are close
 // to uniform (FP32 mean NLL 5.86 … 6.65 against ln 320 = 5.77), and every conversion measured moves
@@ -105,13 +104,6 @@ std::vector<SchemeCase> schemes() {
   return s;
 }
 
-std::vector<int32_t> reference_ids(const std::string& name) {
-  SafetensorsFile ref(tiny(name) + "/reference.safetensors");
-  std::vector<int32_t> ids(static_cast<size_t>(ref.shape("input_ids").at(0)));
-  std::memcpy(ids.data(), ref.raw_data("input_ids"), ids.size() * sizeof(int32_t));
-  return ids;
-}
-
 std::string ids_text(const std::vector<int32_t>& ids) {
   std::ostringstream s;
   for (int32_t id : ids) s << id << ' ';
@@ -157,7 +149,7 @@ TEST(SqmDecoderSpec, RoundTripsEveryArchitectureAndLlamaHeadersHaveNone) {
   for (const char* name : {"llama-gqa", "mistral-sliding-window", "mixtral-moe", "opt", "gpt-neox", "falcon", "phi3", "gemma3-text",
                            "gpt2", "bloom-alibi", "mpt-alibi"}) {
     SCOPED_TRACE(name);
-    const ModelConfig c = load_model(tiny(name)).model->config();
+    const ModelConfig c = load_model(hf_tiny(name)).model->config();
     const nlohmann::json j = model_config_to_json(c);
     EXPECT_EQ(j.contains("decoder"), !c.is_llama_structure());
     const ModelConfig back = model_config_from_json(j, "x.sqm");
@@ -167,7 +159,7 @@ TEST(SqmDecoderSpec, RoundTripsEveryArchitectureAndLlamaHeadersHaveNone) {
 }
 
 TEST(SqmDecoderSpec, BadFieldsNameTheFileAndField) {
-  const ModelConfig c = load_model(tiny("opt")).model->config();
+  const ModelConfig c = load_model(hf_tiny("opt")).model->config();
   const nlohmann::json good = model_config_to_json(c);
   nlohmann::json j = good;
   j["decoder"].erase("mlp_bias");
@@ -188,7 +180,7 @@ TEST(SqmDecoderSpec, BadFieldsNameTheFileAndField) {
 
 TEST(DecoderLinears, EnumeratesTheLayerFromTheSpec) {
   auto roles = [](const char* name) {
-    const ModelConfig c = load_model(tiny(name)).model->config();
+    const ModelConfig c = load_model(hf_tiny(name)).model->config();
     std::vector<std::string> r;
     for (const LinearSlot& s : decoder_layer_linears(c, 1))
       r.push_back(s.name.substr(std::string("model.layers.1.").size()) + (s.bias ? "+b" : "") + (s.quantize ? "" : "(fp32)"));
@@ -230,9 +222,9 @@ class HfTinyConvert : public ::testing::TestWithParam<const char*> {};
 TEST_P(HfTinyConvert, SchemesConvertLoadAndEvaluate) {
   const std::string name = GetParam();
   ScratchDir dir;
-  const std::vector<int32_t> ref = reference_ids(name);
+  const std::vector<int32_t> ref = hf_tiny_reference_ids(name);
   const int ctx = static_cast<int>(ref.size());
-  const LoadedModel fp32 = load_model(tiny(name));
+  const LoadedModel fp32 = load_model(hf_tiny(name));
   const int vocab = fp32.model->config().vocab_size;
   write_file(dir.file("ref.txt"), ids_text(ref));
   std::mt19937 rng(20240516);  // calibration stream: 512 random ids
@@ -240,17 +232,17 @@ TEST_P(HfTinyConvert, SchemesConvertLoadAndEvaluate) {
   for (auto& id : cal) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
   write_file(dir.file("cal.txt"), ids_text(cal));
   const std::string calib = dir.file("calib.h5");
-  const ProcessResult c = run_process({tool("sq-calibrate"), "-m", tiny(name), "--token-ids", dir.file("cal.txt"), "--samples", "4",
+  const ProcessResult c = run_process({tool("sq-calibrate"), "-m", hf_tiny(name), "--token-ids", dir.file("cal.txt"), "--samples", "4",
                                        "--seq-len", "64", "--hessian", "-o", calib, "-q", "-t", "2"});
   ASSERT_EQ(c.exit_status, 0) << c.err;
 
-  const double nll_fp32 = eval_nll(tiny(name), dir.file("ref.txt"), ctx);
+  const double nll_fp32 = eval_nll(hf_tiny(name), dir.file("ref.txt"), ctx);
   ASSERT_TRUE(std::isfinite(nll_fp32));
   const std::vector<float> ref_logits = logits(*fp32.model, ref);
   for (const SchemeCase& s : schemes()) {
     SCOPED_TRACE(name + " " + s.name);
     const std::string out = dir.file(s.name + ".sqm");
-    std::vector<std::string> argv = {tool("sq-convert"), "-m", tiny(name), "-o", out, "-q"};
+    std::vector<std::string> argv = {tool("sq-convert"), "-m", hf_tiny(name), "-o", out, "-q"};
     for (const auto& a : s.args) argv.push_back(a == "{calib}" ? calib : a);
     const ProcessResult r = run_process(argv);
     ASSERT_EQ(r.exit_status, 0) << r.err;
@@ -284,22 +276,12 @@ TEST_P(HfTinyConvert, SchemesConvertLoadAndEvaluate) {
 
 INSTANTIATE_TEST_SUITE_P(Representative, HfTinyConvert,
                          ::testing::Values("llama-gqa", "opt", "falcon", "mixtral-moe", "bloom-alibi"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& ch : s) if (ch == '-') ch = '_';
-                           return s;
-                         });
+                         HfTinyParamName());
 
 // The opt-in stage: every architecture (file comment for the command line).
 INSTANTIATE_TEST_SUITE_P(DISABLED_AllArchitectures, HfTinyConvert,
-                         ::testing::Values("llama-gqa", "llama3-rope-scaled", "llama-linear-rope", "mistral-sliding-window", "qwen2",
-                                           "mixtral-moe", "opt", "gpt-neox", "falcon", "phi3", "gemma3-text", "gpt2", "bloom-alibi",
-                                           "mpt-alibi"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& ch : s) if (ch == '-') ch = '_';
-                           return s;
-                         });
+                         ::testing::ValuesIn(kHfTinyCheckpoints),
+                         HfTinyParamName());
 
 }  // namespace
 }  // namespace sq::test

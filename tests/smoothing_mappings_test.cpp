@@ -25,14 +25,13 @@
 #include "model/decoder.h"
 #include "model/model_loader.h"
 #include "runtime/kv_cache.h"
+#include "tests/support/hf_tiny.h"
 #include "tests/support/test_data.h"
 
 namespace sq::test {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string tiny(const std::string& name) { return shared_data("reference/hf-tiny/" + name); }
 
 const std::string kQKV = "self_attn.q_proj, self_attn.k_proj, self_attn.v_proj";
 const std::string kInLlama = "attn_input: input_layernorm.weight -> " + kQKV;
@@ -93,13 +92,6 @@ constexpr double kGemmaTol = 5e-4;
 constexpr double kWrongFactor = 100.0;
 double tolerance(const std::string& name) { return name == "gemma3-text" ? kGemmaTol : kTol; }
 
-std::vector<int32_t> reference_ids(const std::string& name) {
-  SafetensorsFile ref(tiny(name) + "/reference.safetensors");
-  std::vector<int32_t> ids(static_cast<size_t>(ref.shape("input_ids").at(0)));
-  std::memcpy(ids.data(), ref.raw_data("input_ids"), ids.size() * sizeof(int32_t));
-  return ids;
-}
-
 std::vector<float> logits_of(const Decoder& m, const std::vector<int32_t>& ids) {
   const int64_t n = static_cast<int64_t>(ids.size());
   KVCache cache(m.config(), n);
@@ -131,7 +123,7 @@ class SmoothingMappings : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SmoothingMappings, SmoothingAlonePreservesLogits) {
   const std::string name = GetParam();
-  const LoadedModel m = load_model(tiny(name));
+  const LoadedModel m = load_model(hf_tiny(name));
   const Checkpoint& base = m.checkpoint;
   const ModelConfig& c = base.config;
   ASSERT_FALSE(base.tensors.empty());
@@ -145,7 +137,7 @@ TEST_P(SmoothingMappings, SmoothingAlonePreservesLogits) {
   EXPECT_EQ(got0, want) << name;
   EXPECT_EQ(maps.size(), want.size() * size_t(c.n_layers)) << name;
 
-  const std::vector<int32_t> ids = reference_ids(name);
+  const std::vector<int32_t> ids = hf_tiny_reference_ids(name);
   const std::vector<float> ref = logits_of(*m.model, ids);
   const auto stats = collect_activation_stats(*m.model, calibration_windows(c.vocab_size));
 
@@ -194,21 +186,13 @@ std::vector<std::string> checkpoint_names() {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, SmoothingMappings, ::testing::ValuesIn(checkpoint_names()),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string s = info.param;
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           return s;
-                         });
+                         HfTinyParamName());
 
 // No architecture may go untested: the 14 listed are exactly the folders on disk.
 TEST(SmoothingMappingsCoverage, EveryReferenceCheckpointIsListed) {
   std::set<std::string> listed;
   for (const auto& [name, _] : expected_mappings()) listed.insert(name);
-  EXPECT_EQ(listed.size(), 14u);
-  std::set<std::string> on_disk;
-  for (const auto& e : fs::directory_iterator(shared_data("reference/hf-tiny")))
-    if (e.is_directory()) on_disk.insert(e.path().filename().string());
-  EXPECT_EQ(on_disk, listed);
+  expect_hf_tiny_listed(listed, /*files=*/false);
 }
 
 // An architecture can replace the derived mappings (calib/smoothing_mappings.h registry).

@@ -28,6 +28,7 @@
 #include "runtime/kv_policy.h"
 #include "support/cli.h"
 #include "support/expect_error.h"
+#include "support/hf_tiny.h"
 #include "support/process.h"
 #include "support/test_data.h"
 
@@ -35,13 +36,6 @@ namespace sq::test {
 namespace {
 
 namespace fs = std::filesystem;
-
-const char* const kCheckpoints[] = {
-    "llama-gqa", "llama3-rope-scaled", "llama-linear-rope", "mistral-sliding-window", "qwen2", "mixtral-moe", "opt",
-    "gpt-neox",  "falcon",             "phi3",              "gemma3-text",            "gpt2",  "bloom-alibi", "mpt-alibi",
-};
-
-std::string tiny(const std::string& name) { return shared_data("reference/hf-tiny/" + name); }
 
 /// `n` token ids drawn uniformly from [0, vocab) with a fixed seed (every checkpoint has vocab 320).
 std::vector<int32_t> random_ids(int64_t n, int vocab, uint32_t seed = 16) {
@@ -59,11 +53,7 @@ std::string ids_text(const std::vector<int32_t>& ids) {
 }
 
 TEST(StreamingArchitectures, EveryTinyCheckpointIsListed) {
-  std::set<std::string> listed(std::begin(kCheckpoints), std::end(kCheckpoints)), found;
-  for (const auto& e : fs::directory_iterator(shared_data("reference/hf-tiny")))
-    if (e.is_directory()) found.insert(e.path().filename().string());
-  EXPECT_EQ(listed.size(), 14u);
-  EXPECT_EQ(listed, found);
+  expect_hf_tiny_listed({std::begin(kHfTinyCheckpoints), std::end(kHfTinyCheckpoints)}, /*files=*/false);
 }
 
 class StreamingArchitecture : public ::testing::TestWithParam<const char*> {};
@@ -100,8 +90,8 @@ std::string kv_for(const std::string& policy) { return policy.rfind("qhitter", 0
 
 TEST_P(StreamingArchitecture, StreamsPastTheCacheAndEqualsWindowsWithAFullCache) {
   const std::string name = GetParam();
-  ASSERT_TRUE(fs::exists(tiny(name) + "/config.json")) << name;
-  const LoadedModel lm = load_model(tiny(name));
+  ASSERT_TRUE(fs::exists(hf_tiny(name) + "/config.json")) << name;
+  const LoadedModel lm = load_model(hf_tiny(name));
   const Decoder& m = *lm.model;
   const std::vector<int32_t> ids = random_ids(300, m.config().vocab_size);
   const std::vector<int32_t> ids200(ids.begin(), ids.begin() + 200);
@@ -141,9 +131,9 @@ TEST(StreamingArchitectures, SqEvalStreamingRunsOnEveryArchitecture) {
   const std::vector<int32_t> ids = random_ids(300, 320);
   write_file(dir.file("ids300.txt"), ids_text(ids));
   size_t i = 0;
-  for (const char* name : kCheckpoints) {
+  for (const char* name : kHfTinyCheckpoints) {
     const std::string policy = kEvictingPolicies[i++ % 3], json = dir.file(std::string(name) + ".json");
-    const ProcessResult r = run_process({tool("sq-eval"), "-m", tiny(name), "--token-ids", dir.file("ids300.txt"), "-q", "-t", "1",
+    const ProcessResult r = run_process({tool("sq-eval"), "-m", hf_tiny(name), "--token-ids", dir.file("ids300.txt"), "-q", "-t", "1",
                                          "--protocol", "streaming", "--kv-policy", policy, "--kv", kv_for(policy), "--json", json},
                                         120);
     ASSERT_EQ(r.exit_status, 0) << name << " " << policy << ": " << r.err;
@@ -151,7 +141,7 @@ TEST(StreamingArchitectures, SqEvalStreamingRunsOnEveryArchitecture) {
     EXPECT_EQ(j["protocol"]["kv_policy"], policy);
     EXPECT_EQ(j["tokens_scored"], 299);
     EXPECT_EQ(j["kv_cache"]["peak_tokens"], 48);
-    const LoadedModel lm = load_model(tiny(name));
+    const LoadedModel lm = load_model(hf_tiny(name));
     EXPECT_EQ(j["nll_mean"].get<double>(), stream(*lm.model, ids, policy, kv_for(policy)).nll_mean) << name << " " << policy;
   }
 }
@@ -183,7 +173,7 @@ TEST_P(StreamingArchitecture, AnEvictedCacheActsAsTheSameRowsWrittenAtContiguous
   // eviction history). Were ALiBi biases or windows taken from text positions, the sinks would sit
   // up to 90 positions further away and the logits would differ.
   const std::string name = GetParam();
-  const LoadedModel lm = load_model(tiny(name));
+  const LoadedModel lm = load_model(hf_tiny(name));
   const Decoder& m = *lm.model;
   const ModelConfig& c = m.config();
   const std::vector<int32_t> ids = random_ids(100, c.vocab_size, 7);
@@ -223,7 +213,7 @@ TEST_P(StreamingArchitecture, AccumulatedAttentionIsTheProbabilityAfterBiasAndWi
   // local window receive mass only from the global layers (none at all for Mistral's all-local
   // stack).
   const std::string name = GetParam();
-  const LoadedModel lm = load_model(tiny(name));
+  const LoadedModel lm = load_model(hf_tiny(name));
   const Decoder& m = *lm.model;
   const ModelConfig& c = m.config();
   const std::vector<int32_t> ids = random_ids(41, c.vocab_size, 9);
@@ -282,7 +272,7 @@ TEST(StreamingArchitectures, AlibiStreamingEqualsAPrefillOfTheKeptTokensRepositi
   // ~1e-6 in the NLL; with text-position biases the sinks would be up to 60 positions further
   // away, a bias change of up to 0.5·60 = 30 on the most local head.
   for (const char* name : {"bloom-alibi", "mpt-alibi"}) {
-    const Decoder m = first_layer(tiny(name));
+    const Decoder m = first_layer(hf_tiny(name));
     ASSERT_EQ(m.config().spec.position, PositionKind::Alibi);
     const int V = m.config().vocab_size;
     const std::vector<int32_t> toks = random_ids(80, V, 5);
@@ -310,7 +300,7 @@ TEST(StreamingArchitectures, PreRopeKeysOnModelsWithoutRopeAreTheSameKeys) {
   // Without RoPE nothing ever rotates a key: a cache that says "pre-rope" (nuq's default, .sqm
   // headers) stores and returns exactly what a post-rope cache does, under eviction too.
   for (const char* name : {"bloom-alibi", "mpt-alibi", "opt", "gpt2"}) {
-    const LoadedModel lm = load_model(tiny(name));
+    const LoadedModel lm = load_model(hf_tiny(name));
     const std::vector<int32_t> toks = random_ids(120, lm.model->config().vocab_size, 3);
     for (const char* fmt : {"fp32", "int4"}) {
       StreamingOptions o;
@@ -332,7 +322,7 @@ TEST(StreamingArchitectures, LearnedPositionsAreCacheRowsAtWriteTime) {
   // A 300-token stream through a 32-token cache never uses a position above 31, so the library runs
   // past the 256-row table, while the refusal below stops what would need row 256.
   for (const char* name : {"opt", "gpt2"}) {
-    const LoadedModel lm = load_model(tiny(name));
+    const LoadedModel lm = load_model(hf_tiny(name));
     const ModelConfig& c = lm.model->config();
     ASSERT_EQ(c.spec.position, PositionKind::Learned);
     ASSERT_EQ(c.max_seq_len, 256);
@@ -365,7 +355,7 @@ TEST(StreamingArchitectures, LearnedPositionsAreCacheRowsAtWriteTime) {
     EXPECT_NO_THROW(evaluate_streaming(*lm.model, std::vector<int32_t>(toks.begin(), toks.begin() + 40), o));
   }
   // RoPE and ALiBi models have no table: dense streaming past max_seq_len is the `dense` baseline.
-  const LoadedModel rope = load_model(tiny("llama-gqa"));
+  const LoadedModel rope = load_model(hf_tiny("llama-gqa"));
   StreamingOptions o;
   o.policy = parse_kv_policy("dense");
   EXPECT_NO_THROW(evaluate_streaming(*rope.model, random_ids(300, 320, 11), o));
@@ -376,7 +366,7 @@ TEST(StreamingArchitectures, ToolsRefuseWhatCannotWorkInOneLine) {
   write_file(dir.file("ids300.txt"), ids_text(random_ids(300, 320)));
   const std::string ids = dir.file("ids300.txt");
   auto eval = [&](const std::string& model, std::initializer_list<std::string> more) {
-    std::vector<std::string> a = {tool("sq-eval"), "-m", tiny(model), "--token-ids", ids, "-q"};
+    std::vector<std::string> a = {tool("sq-eval"), "-m", hf_tiny(model), "--token-ids", ids, "-q"};
     a.insert(a.end(), more);
     return run_process(a, 60);
   };
@@ -386,7 +376,7 @@ TEST(StreamingArchitectures, ToolsRefuseWhatCannotWorkInOneLine) {
                         "learned absolute positions for 256 tokens only");
   expect_one_line_exit2(eval("opt", {"-c", "300", "--allow-long-context"}), "cannot extend a learned position table");
   write_file(dir.file("prompt.txt"), ids_text(random_ids(10, 320)));
-  expect_one_line_exit2(run_process({tool("sq-run"), "-m", tiny("gpt2"), "--token-ids", dir.file("prompt.txt"), "-n", "4", "--kv-policy",
+  expect_one_line_exit2(run_process({tool("sq-run"), "-m", hf_tiny("gpt2"), "--token-ids", dir.file("prompt.txt"), "-n", "4", "--kv-policy",
                                      "sink:4,window:300"},
                                     60),
                         "learned absolute positions for 256 tokens only");
@@ -395,12 +385,12 @@ TEST(StreamingArchitectures, ToolsRefuseWhatCannotWorkInOneLine) {
                         "has no rotary embedding (ALiBi)");
   expect_one_line_exit2(eval("gpt2", {"--kv", "fp32", "--kv-keys", "post-rope", "-c", "64"}),
                         "has no rotary embedding (learned absolute positions)");
-  expect_one_line_exit2(run_process({tool("sq-convert"), "-m", tiny("opt"), "--scheme", "f32", "--kv", "int4", "--kv-keys",
+  expect_one_line_exit2(run_process({tool("sq-convert"), "-m", hf_tiny("opt"), "--scheme", "f32", "--kv", "int4", "--kv-keys",
                                      "pre-rope", "-o", dir.file("x.sqm"), "-q"},
                                     60),
                         "has no rotary embedding (learned absolute positions)", dir.file("x.sqm"));
   // sq-run shares sq-eval's check (select_kv_format).
-  const LoadedModel mpt = load_model(tiny("mpt-alibi")), llama = load_model(tiny("llama-gqa"));
+  const LoadedModel mpt = load_model(hf_tiny("mpt-alibi")), llama = load_model(hf_tiny("llama-gqa"));
   expect_error<UsageError>([&] { select_kv_format(mpt.kv, "int4", -1, -1, "pre-rope", mpt.model->config()); },
                            {"--kv-keys pre-rope: model 'mpt'", "leave --kv-keys out"});
   expect_error<UsageError>([&] { check_kv_keys_option("post-rope", mpt.model->config()); }, {"has no rotary embedding (ALiBi)"});
@@ -410,12 +400,8 @@ TEST(StreamingArchitectures, ToolsRefuseWhatCannotWorkInOneLine) {
   EXPECT_NO_THROW(check_kv_keys_option("", mpt.model->config()));
 }
 
-INSTANTIATE_TEST_SUITE_P(HfTiny, StreamingArchitecture, ::testing::ValuesIn(kCheckpoints),
-                         [](const ::testing::TestParamInfo<const char*>& i) {
-                           std::string s = i.param;
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           return s;
-                         });
+INSTANTIATE_TEST_SUITE_P(HfTiny, StreamingArchitecture, ::testing::ValuesIn(kHfTinyCheckpoints),
+                         HfTinyParamName());
 
 }  // namespace
 }  // namespace sq::test

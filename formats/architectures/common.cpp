@@ -212,6 +212,15 @@ void copy_llama_norms(const HfTensorSource& src, const ModelConfig& c, int l, Ca
   copy(src, out, p + "post_attention_layernorm.weight", p + "post_attention_layernorm.weight", {c.dim});
 }
 
+void map_llama_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& out) {
+  copy_llama_globals(src, c, out);
+  for (int l = 0; l < c.n_layers; ++l) {
+    copy_llama_norms(src, c, l, out);
+    copy_llama_attention(src, c, l, out);
+    copy_llama_mlp(src, c, l, out);
+  }
+}
+
 // ---- the LLaMA family ----------------------------------------------------------------------------
 
 void configure_llama_like(const HfConfigReader& r, ModelConfig& c, const LlamaDefaults& d,

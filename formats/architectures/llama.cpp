@@ -28,12 +28,7 @@ void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& ou
     }
     c.spec.o_bias = nonzero;
   }
-  copy_llama_globals(src, c, out);
-  for (int l = 0; l < c.n_layers; ++l) {
-    copy_llama_norms(src, c, l, out);
-    copy_llama_attention(src, c, l, out);
-    copy_llama_mlp(src, c, l, out);
-  }
+  map_llama_tensors(src, c, out);
 }
 
 nlohmann::ordered_json make_config(const ModelConfig& c) {

@@ -16,15 +16,6 @@ void configure(const HfConfigReader& r, ModelConfig& c) {
   set_windows(c, all_layers(c, r.source()), window, r.source());
 }
 
-void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& out) {
-  copy_llama_globals(src, c, out);
-  for (int l = 0; l < c.n_layers; ++l) {
-    copy_llama_norms(src, c, l, out);
-    copy_llama_attention(src, c, l, out);
-    copy_llama_mlp(src, c, l, out);
-  }
-}
-
 nlohmann::ordered_json make_config(const ModelConfig& c) {
   if (c.qkv_bias) throw UnsupportedError("cannot write a Hugging Face Mistral config with q/k/v biases (MistralConfig has none)");
   return llama_like_config_json(c, "MistralForCausalLM", "mistral", true, false);
@@ -38,7 +29,7 @@ HfArchitecture mistral_architecture() {
   a.classes = {"MistralForCausalLM"};
   a.model_types = {"mistral"};
   a.configure = configure;
-  a.map_tensors = map_tensors;
+  a.map_tensors = map_llama_tensors;
   a.make_config = make_config;
   a.hf_tensors = llama_like_hf_tensors;
   return a;

@@ -24,15 +24,6 @@ void configure(const HfConfigReader& r, ModelConfig& c) {
   set_windows(c, sliding_layers(r, c, fallback), window, r.source());
 }
 
-void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& out) {
-  copy_llama_globals(src, c, out);
-  for (int l = 0; l < c.n_layers; ++l) {
-    copy_llama_norms(src, c, l, out);
-    copy_llama_attention(src, c, l, out);
-    copy_llama_mlp(src, c, l, out);
-  }
-}
-
 nlohmann::ordered_json make_config(const ModelConfig& c) {
   nlohmann::ordered_json j = llama_like_config_json(c, "Qwen2ForCausalLM", "qwen2", false, false);
   j["use_sliding_window"] = false;
@@ -48,7 +39,7 @@ HfArchitecture qwen2_architecture() {
   a.classes = {"Qwen2ForCausalLM"};
   a.model_types = {"qwen2"};
   a.configure = configure;
-  a.map_tensors = map_tensors;
+  a.map_tensors = map_llama_tensors;
   a.make_config = make_config;
   a.hf_tensors = llama_like_hf_tensors;
   return a;
