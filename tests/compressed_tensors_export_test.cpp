@@ -433,5 +433,64 @@ TEST_F(ExportFixture, ExistingOutputNeedsForceAndIsReplacedOnlyOnSuccess) {
   EXPECT_TRUE(fs::exists(sqm("w4a16-sym")));
 }
 
+// ---- fused layouts (Phi-3: qkv_proj = [q; k; v], gate_up_proj = [gate; up]) -----------------------
+
+TEST(ExportFused, Phi3StacksRowsWithTheirScalesAndRefusesDifferentPerTensorScales) {
+  ScratchDir dir;
+  const std::string pc = dir.file("pc.sqm"), pt = dir.file("pt.sqm");
+  ProcessResult r = run_process({tool("sq-convert"), "-m", hf_tiny("phi3"), "-o", pc, "-q", "-t", "2", "--scheme", "w8a8", "--no-smooth",
+                                 "--weight", "per-channel", "--act", "per-token"});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  r = run_process({tool("sq-export"), pc, "--format", "compressed-tensors", "-o", dir.file("ct")});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  const auto f = SqmFile::open(pc);
+  const SafetensorsFile st(dir.file("ct") + "/model.safetensors");
+  EXPECT_EQ(read_json(dir.file("ct") + "/config.json").at("architectures")[0], "Phi3ForCausalLM");
+  for (int l = 0; l < 2; ++l) {
+    const std::string a = "model.layers." + std::to_string(l) + ".self_attn.", m = "model.layers." + std::to_string(l) + ".mlp.";
+    for (const auto& [fused, parts] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+             {a + "qkv_proj", {a + "q_proj", a + "k_proj", a + "v_proj"}}, {m + "gate_up_proj", {m + "gate_proj", m + "up_proj"}}}) {
+      std::string codes;
+      std::vector<float> scales;
+      int64_t rows = 0;
+      for (const auto& p : parts) {
+        const SqmBytes q = f->raw(p + ".weight");
+        codes.append(reinterpret_cast<const char*>(q.data), q.size);
+        const auto s = sqm_f32(*f, p + ".weight_scale");
+        scales.insert(scales.end(), s.begin(), s.end());
+        rows += f->info(p + ".weight").shape[0];
+      }
+      ASSERT_EQ(st.shape(fused + ".weight"), (std::vector<int64_t>{rows, 64})) << fused;
+      EXPECT_EQ(0, std::memcmp(st.raw_data(fused + ".weight"), codes.data(), codes.size())) << fused;
+      EXPECT_EQ(st.shape(fused + ".weight_scale"), (std::vector<int64_t>{rows, 1}));
+      EXPECT_EQ(raw_values<float>(st, fused + ".weight_scale"), scales) << fused;
+    }
+  }
+  // The float path (--format hf) writes the same fused plan, which sqkit reads back as Phi-3.
+  r = run_process({tool("sq-export"), pc, "--format", "hf", "-o", dir.file("hf")});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_EQ(load_model(dir.file("hf")).model->config().architecture, "phi3");
+  // O1: per-tensor weight scales, different for q, k and v: one qkv_proj scale cannot hold them.
+  r = run_process({tool("sq-convert"), "-m", hf_tiny("phi3"), "-o", pt, "-q", "-t", "2", "--scheme", "w8a8", "--no-smooth", "--weight",
+                   "per-tensor", "--act", "per-token"});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  r = run_process({tool("sq-export"), pt, "--format", "compressed-tensors", "-o", dir.file("ct-pt")});
+  EXPECT_EQ(r.exit_status, 2);
+  EXPECT_NE(r.err.find("per-tensor weight scales differ"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("qkv_proj"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir.file("ct-pt")));
+}
+
+TEST(ExportArchitectures, UnwrittenArchitecturesAreRefusedByName) {
+  ScratchDir dir;
+  const std::string m = dir.file("gpt2.sqm");
+  ProcessResult r = run_process({tool("sq-convert"), "-m", hf_tiny("gpt2"), "-o", m, "-q", "-t", "2", "--scheme", "f32"});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  r = run_process({tool("sq-export"), m, "--format", "hf", "-o", dir.file("out")});
+  EXPECT_EQ(r.exit_status, 2);
+  EXPECT_NE(r.err.find("'gpt2'"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir.file("out")));
+}
+
 }  // namespace
 }  // namespace sq::test
