@@ -43,7 +43,7 @@ std::vector<HfPlanEntry> hf_plan(const ModelConfig& c) {
   auto out = llama_like_hf_plan(c);
   if (c.qkv_bias)
     for (auto& e : out)
-      if (e.linear && e.name.size() > 15 && e.name.compare(e.name.size() - 15, 15, "self_attn.o_proj") == 0) e.zero_bias = true;
+      if (e.linear && e.name.size() > 16 && e.name.compare(e.name.size() - 16, 16, "self_attn.o_proj") == 0) e.zero_bias = true;
   return out;
 }
 
