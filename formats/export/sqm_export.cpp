@@ -1,6 +1,7 @@
 #include "formats/export/sqm_export.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,9 @@
 #include "core/interrupt.h"
 #include "formats/atomic_file.h"
 #include "formats/export/compressed_tensors_export.h"
+#include "formats/gguf_file.h"
+#include "formats/gguf_writer.h"
+#include "formats/mapped_file.h"
 #include "formats/hf_config.h"
 #include "formats/hf_plan.h"
 #include "formats/safetensors.h"
@@ -247,10 +251,24 @@ void write_export_tokenizer(const ExportInput& in, const std::string& dir, Expor
     return;
   }
   const SqmBytes raw = in.file->raw(tensor);
-  write_text_file(dir + "/" + file, std::string(reinterpret_cast<const char*>(raw.data), raw.size));
+  std::string bytes(reinterpret_cast<const char*>(raw.data), raw.size);
+  if (file == "tokenizer.gguf") {
+    // transformers' GGUF reader needs general.architecture, which the metadata-only tokenizer GGUF
+    // of sq-convert does not carry: add the model's (first), keep every tokenizer key as it is.
+    const GgufFile g(MappedFile::from_bytes(raw.data, raw.size, in.file->path() + ":" + tensor));
+    if (!g.find("general.architecture")) {
+      GgufValue arch;
+      arch.type = GgufValueType::STRING;
+      arch.str = in.config.architecture;
+      std::vector<std::pair<std::string, const GgufValue*>> kvs = {{"general.architecture", &arch}};
+      for (const auto& [k, v] : g.metadata()) kvs.emplace_back(k, &v);
+      bytes = write_gguf_metadata(kvs);
+    }
+  }
+  write_text_file(dir + "/" + file, bytes);
   summary.files.push_back(file);
   if (file == "tokenizer.gguf")
-    summary.notes.push_back("tokenizer.gguf is the GGUF model's tokenizer metadata (no weights); transformers reads it with "
+    summary.notes.push_back("tokenizer.gguf is the GGUF model's tokenizer metadata (no weights; general.architecture added); transformers reads it with "
                             "AutoTokenizer.from_pretrained(DIR, gguf_file=\"tokenizer.gguf\")");
 }
 
@@ -347,6 +365,9 @@ class TempDir {
     buf.push_back('\0');
     if (!::mkdtemp(buf.data())) throw OutputError("cannot create a temporary directory beside " + out + ": " + std::strerror(errno));
     path_ = buf.data();
+    const mode_t mask = ::umask(0);  // mkdtemp creates 0700: give the directory the usual mode
+    ::umask(mask);
+    ::chmod(path_.c_str(), 0777 & ~mask);
   }
   ~TempDir() {
     for (int s : slots_) unregister_temp_file(s);
