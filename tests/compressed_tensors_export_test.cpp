@@ -481,6 +481,58 @@ TEST(ExportFused, Phi3StacksRowsWithTheirScalesAndRefusesDifferentPerTensorScale
   EXPECT_FALSE(fs::exists(dir.file("ct-pt")));
 }
 
+// ---- interleaved RoPE layout (llama2.c): q/k rows reordered to half-split with their scales --------
+
+TEST(ExportInterleaved, StoriesQKRowsMoveWithTheirScalesAndTheHfExportRunsTheSameModel) {
+  ScratchDir dir;
+  const std::string m = dir.file("s.sqm");
+  ProcessResult r = run_process({tool("sq-convert"), "-m", stories_model(), "--tokenizer", stories_tokenizer(), "-o", m, "-q", "-t", "2",
+                                 "--scheme", "w8a8", "--no-smooth", "--weight", "per-channel", "--act", "per-token"});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  r = run_process({tool("sq-export"), m, "--format", "compressed-tensors", "-o", dir.file("ct")});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_NE(r.err.find("llama2c"), std::string::npos) << r.err;  // its tokenizer has no HF form: a note
+  const auto f = SqmFile::open(m);
+  const ModelConfig c = model_config_from_json(f->header().at("model_config"), m);
+  ASSERT_EQ(c.rope_layout, RopeLayout::Interleaved);
+  const SafetensorsFile st(dir.file("ct") + "/model.safetensors");
+  const std::string b = "model.layers.1.self_attn.k_proj";
+  const int64_t in = f->info(b + ".weight").shape[1];
+  const SqmBytes q = f->raw(b + ".weight");
+  const std::vector<float> s = sqm_f32(*f, b + ".weight_scale"), got_s = raw_values<float>(st, b + ".weight_scale");
+  const auto* got_q = reinterpret_cast<const int8_t*>(st.raw_data(b + ".weight"));
+  // HF row h·hd + j·hd/2 + i is interleaved row h·hd + 2i + j (permute_qk_rows_for_half_split).
+  const int hd = c.head_dim;
+  for (int h = 0; h < c.n_kv_heads; ++h)
+    for (int j = 0; j < 2; ++j)
+      for (int i = 0; i < hd / 2; ++i) {
+        const int64_t nr = h * hd + j * (hd / 2) + i, orow = h * hd + 2 * i + j;
+        ASSERT_EQ(got_s[size_t(nr)], s[size_t(orow)]) << nr;
+        ASSERT_EQ(0, std::memcmp(got_q + nr * in, q.data + orow * in, size_t(in))) << nr;
+      }
+  // The dequantized export of a W4A16 model (ragged groups: FFN width 172 with g32, fine for
+  // --format hf) is a half-split HF checkpoint that sqkit runs with the same weights as the .sqm.
+  const std::string w4 = dir.file("w4.sqm");
+  r = run_process({tool("sq-convert"), "-m", stories_model(), "--tokenizer", stories_tokenizer(), "-o", w4, "-q", "-t", "2", "--scheme",
+                   "w4a16", "--group-size", "32"});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  r = run_process({tool("sq-export"), w4, "--format", "hf", "-o", dir.file("hf")});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 300, 30, 9, 72};
+  const std::vector<float> a = logits(*build_model_from_sqm(SqmFile::open(w4)), ids);
+  const std::vector<float> d = logits(*load_model(dir.file("hf")).model, ids);
+  ASSERT_EQ(a.size(), d.size());
+  double max_abs = 0, max_ref = 0;
+  for (size_t k = 0; k < a.size(); ++k) {
+    max_abs = std::max(max_abs, std::abs(double(a[k]) - d[k]));
+    max_ref = std::max(max_ref, std::abs(double(a[k])));
+  }
+  std::printf("stories W4A16 .sqm vs its dequantized hf export: max |diff| %.3g (max |logit| %.3g)\n", max_abs, max_ref);
+  // Same weights; RoPE over the reordered q/k rows (half-split) is the same rotation, computed on
+  // rows in another order: FP32 rounding at most.
+  EXPECT_LT(max_abs, 1e-4 * max_ref);
+}
+
 TEST(ExportArchitectures, UnwrittenArchitecturesAreRefusedByName) {
   ScratchDir dir;
   const std::string m = dir.file("gpt2.sqm");
