@@ -16,6 +16,7 @@
 #include "cuda/device.h"
 #include "eval/kl_divergence.h"
 #include "eval/perplexity.h"
+#include "eval/sensitivity.h"
 #include "eval/streaming.h"
 #include "formats/atomic_file.h"
 #include "formats/mapped_file.h"
@@ -93,6 +94,17 @@ int main(int argc, char** argv) {
   app.add_option("--reference-ppl", reference_ppl,
                  "The reference PPL for --max-ppl-ratio when no --reference-model is run (e.g. measured once before)")
       ->type_name("PPL");
+  bool sensitivity = false;
+  std::string sensitivity_scheme = "w8a8", sensitivity_by = "both";
+  app.add_flag("--sensitivity", sensitivity,
+               "Quantize one unit of the FP32 model -m at a time (each layer's linears, then each linear kind q/k/v/o/gate/"
+               "up/down across all layers), measure KLD, top-1 agreement and delta-PPL against the FP32 model on the same "
+               "tokens, and print the units sorted by KLD (windows / llamacpp protocols; docs/protocols.md)");
+  app.add_option("--sensitivity-scheme", sensitivity_scheme,
+                 "--sensitivity: w8a8 (per-channel INT8 weights, dynamic per-token INT8 activations) | w4a16 (RTN INT4 "
+                 "weights, symmetric, groups of 128)")
+      ->capture_default_str();
+  app.add_option("--sensitivity-by", sensitivity_by, "--sensitivity: layer | kind | both")->capture_default_str();
   app.footer(
       "Exit status: 0 success (every gate holds); 1 runtime or output failure; 2 bad usage or input (nothing "
       "evaluated); 3 a quality gate (--max-kld, --max-ppl-ratio, --min-top1) is broken: all figures were printed "
@@ -134,6 +146,19 @@ int main(int argc, char** argv) {
     }
     if (gates.max_ppl_ratio && !with_reference && !app.count("--reference-ppl"))
       throw sq::UsageError("--max-ppl-ratio needs --reference-model or --reference-ppl");
+    if (!sensitivity && (app.count("--sensitivity-scheme") || app.count("--sensitivity-by")))
+      throw sq::UsageError("--sensitivity-scheme and --sensitivity-by need --sensitivity");
+    const sq::SensitivityScheme sens_scheme = sq::parse_sensitivity_scheme(sensitivity_scheme);
+    if (sensitivity_by != "layer" && sensitivity_by != "kind" && sensitivity_by != "both")
+      throw sq::UsageError("--sensitivity-by must be 'layer', 'kind' or 'both', got '" + sensitivity_by + "'");
+    if (sensitivity) {
+      if (with_reference || gates.any() || app.count("--reference-ppl"))
+        throw sq::UsageError("--sensitivity measures against the FP32 model -m itself: leave out --reference-model and the gates");
+      if (protocol == "streaming") throw sq::UsageError("--sensitivity runs under --protocol windows or llamacpp, not streaming");
+      if (device != "cpu") throw sq::UsageError("--sensitivity runs on the CPU only (--device cpu)");
+      if (!kv.empty() || kv_group >= 0 || kv_sink >= 0 || !kv_keys.empty())
+        throw sq::UsageError("--sensitivity measures weight/activation quantization with an FP32 KV cache: leave out --kv options");
+    }
     const bool on_cuda = sq::select_device(device) == sq::Device::Cuda;  // throws first when CUDA is missing
     if (threads > 0) omp_set_num_threads(threads);
     const bool streaming = protocol == "streaming";
@@ -182,6 +207,9 @@ int main(int argc, char** argv) {
                              (rc.spec.position == sq::PositionKind::Learned ? " (learned positions)" : " (use --allow-long-context to force)"));
       opt.reference = reference.model.get();
     }
+    if (sensitivity && loaded.format == "sqm")
+      throw sq::UsageError("--sensitivity needs an FP32 model (llama2.c, GGUF or Hugging Face checkpoint), not the quantized .sqm " +
+                           model_path);
     const sq::KVQuantization kvq = sq::select_kv_format(loaded.kv, kv, kv_group, kv_sink, kv_keys, cfg);
     opt.kv = kvq.spec;
     opt.kv_params = &kvq.params;
@@ -320,6 +348,52 @@ int main(int argc, char** argv) {
       throw sq::InputError(input_path + ": too short: " + std::to_string(tokens.size()) + " tokens, need at least " +
                            std::to_string(opt.ctx) + " for one chunk of -c " + std::to_string(opt.ctx));
 
+    if (sensitivity) {
+      const sq::LoadedModel fp32 = sq::load_model(model_path);  // the reference: never modified
+      const bool by_layer = sensitivity_by != "kind", by_kind = sensitivity_by != "layer";
+      const int units = (by_layer ? cfg.n_layers : 0) + (by_kind ? 7 : 0);
+      sq::ProgressBar sbar("sq-eval", units, "units", !quiet);
+      const sq::SensitivityResult sr = sq::evaluate_sensitivity(*loaded.model, *fp32.model, tokens, opt, sens_scheme, by_layer,
+                                                                by_kind, [&](int done, int) { sbar.update(done); });
+      sbar.finish();
+      std::fprintf(out, "model     %s (%s, %lld parameters), FP32 PPL %.4f\n", model_path.c_str(), loaded.format.c_str(),
+                   static_cast<long long>(cfg.parameter_count()), sr.ppl_ref);
+      std::fprintf(out, "protocol  %s, ctx %d, %lld tokens scored; one unit quantized %s at a time (%.1f s, %d threads)\n",
+                   sq::protocol_name(opt.protocol), opt.ctx, static_cast<long long>(sr.tokens_scored),
+                   sq::sensitivity_scheme_name(sens_scheme), sr.seconds, omp_get_max_threads());
+      auto table = [&](const char* title, const std::vector<sq::SensitivityRow>& rows) {
+        if (rows.empty()) return;
+        std::fprintf(out, "%-10s %7s %12s %12s %10s %12s %12s\n", title, "linears", "KLD mean", "KLD p99", "top-1", "PPL",
+                     "dPPL");
+        for (const sq::SensitivityRow& r : rows)
+          std::fprintf(out, "%-10s %7d %12.6f %12.6f %10.6f %12.4f %+12.4f\n", r.unit.c_str(), r.linears, r.kld_mean,
+                       r.kld_p99, r.top1_agreement, r.ppl, r.delta_ppl);
+      };
+      table("layer", sr.layers);
+      table("kind", sr.kinds);
+      if (!json_path.empty()) {
+        auto rows_json = [](const std::vector<sq::SensitivityRow>& rows) {
+          nlohmann::json a = nlohmann::json::array();
+          for (const sq::SensitivityRow& r : rows) {
+            nlohmann::json e = {{"linears", r.linears},   {"kld_mean", r.kld_mean}, {"kld_p99", r.kld_p99},
+                                {"top1_agreement", r.top1_agreement}, {"ppl", r.ppl}, {"delta_ppl", r.delta_ppl}};
+            if (r.layer >= 0) e["layer"] = r.layer; else e["kind"] = r.kind;
+            a.push_back(e);
+          }
+          return a;
+        };
+        nlohmann::json j;
+        j["sensitivity"] = {{"scheme", sq::sensitivity_scheme_name(sens_scheme)}, {"ppl_fp32", sr.ppl_ref},
+                            {"tokens_scored", sr.tokens_scored}, {"seconds", sr.seconds},
+                            {"layers", rows_json(sr.layers)}, {"kinds", rows_json(sr.kinds)}};
+        j["protocol"] = {{"name", sq::protocol_name(opt.protocol)}, {"ctx", opt.ctx}};
+        j["model"] = {{"path", model_path}, {"format", loaded.format}, {"parameter_count", cfg.parameter_count()}};
+        j[input_key] = input_json;
+        j["sqkit_version"] = SQ_VERSION;
+        sq::write_json_report(json_path, j.dump(2) + "\n");
+      }
+      return int(sq::kExitOk);
+    }
     sq::ProgressBar bar("sq-eval", sq::perplexity_chunks(static_cast<int64_t>(tokens.size()), opt), "chunks", !quiet);
     opt.on_progress = [&](int64_t done, int64_t, int64_t toks) { bar.update(done, static_cast<double>(toks), "tok"); };
     std::unique_ptr<sq::CudaLlamaModel> gpu;

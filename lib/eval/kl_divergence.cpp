@@ -10,11 +10,24 @@
 
 namespace sq {
 
+namespace {
+/// log Σ exp(x_i) entirely in double (exp and sum), for the log-softmax of the KL divergence: the
+/// PPL's ops::log_sum_exp sums FP32 exponentials (~1e-7 relative), too coarse for KL values of
+/// 1e-4 whose terms cancel.
+double log_sum_exp_f64(const float* x, int count) {
+  double m = x[0];
+  for (int i = 1; i < count; ++i) m = std::max(m, double(x[i]));
+  double sum = 0;
+  for (int i = 0; i < count; ++i) sum += std::exp(double(x[i]) - m);
+  return m + std::log(sum);
+}
+}  // namespace
+
 TokenComparison compare_token_logits(const float* ref, const float* test, int vocab, int32_t target) {
   if (target < 0 || target >= vocab)
     throw InputError("token id " + std::to_string(target) + " is outside the vocabulary of " + std::to_string(vocab));
-  const double lse_ref = ops::log_sum_exp(ref, vocab);
-  const double lse_test = ops::log_sum_exp(test, vocab);
+  const double lse_ref = log_sum_exp_f64(ref, vocab);
+  const double lse_test = log_sum_exp_f64(test, vocab);
   double kld = 0;
   int arg_ref = 0, arg_test = 0;
   for (int v = 0; v < vocab; ++v) {
@@ -26,10 +39,11 @@ TokenComparison compare_token_logits(const float* ref, const float* test, int vo
   }
   TokenComparison c;
   c.kld = kld;
-  c.nll_ref = lse_ref - double(ref[target]);
-  c.nll_test = lse_test - double(test[target]);
-  c.p_ref = std::exp(-c.nll_ref);
-  c.p_test = std::exp(-c.nll_test);
+  c.p_ref = std::exp(double(ref[target]) - lse_ref);
+  c.p_test = std::exp(double(test[target]) - lse_test);
+  // The NLLs exactly as the PPL computes them (ops::log_sum_exp), so both PPLs use one definition.
+  c.nll_ref = ops::log_sum_exp(ref, vocab) - ref[target];
+  c.nll_test = ops::log_sum_exp(test, vocab) - test[target];
   c.same_top1 = arg_ref == arg_test;
   return c;
 }

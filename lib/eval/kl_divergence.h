@@ -23,8 +23,9 @@ struct TokenComparison {
 };
 
 /// Compares the next-token distributions of one position, `ref` and `test` [vocab] FP32 logits,
-/// for the correct token `target`. Log-softmax and the sum are taken in double (log-sum-exp as
-/// ops::log_sum_exp); identical rows give kld exactly 0. Throws InputError when `target` is outside
+/// for the correct token `target`. KL, p_test and p_ref come from a log-softmax taken entirely in
+/// double (exponentials included); nll_test / nll_ref use the PPL's ops::log_sum_exp, so they equal
+/// the perplexity code's NLLs bit for bit. Identical rows give kld exactly 0. Throws InputError when `target` is outside
 /// [0, vocab).
 TokenComparison compare_token_logits(const float* ref, const float* test, int vocab, int32_t target);
 
