@@ -181,6 +181,29 @@ TEST_F(KlDivergenceModels, WindowsAndLlamacppMatchADirectComputation) {
   }
 }
 
+TEST_F(KlDivergenceModels, AnyBackendRunnerGivesTheSameComparison) {
+  // evaluate_perplexity_with (the CUDA path) runs the reference on the CPU beside the backend's chunks.
+  PerplexityOptions o;
+  o.protocol = PplProtocol::LlamaCpp;
+  o.ctx = 64;
+  o.replace_first_with_bos = false;
+  o.reference = ref_.model.get();
+  const PerplexityResult cpu = evaluate_perplexity(*test_.model, tokens_, o);
+  KVCache cache(test_.model->config(), 64);
+  Workspace ws;
+  const PerplexityResult with = evaluate_perplexity_with(
+      test_.model->config(), tokens_, o, [&](const int32_t* in, int ctx, float* logits) {
+        cache.clear();
+        test_.model->forward(in, ctx, cache, ws, logits, LogitsFor::AllTokens);
+        return cache.bytes();
+      });
+  ASSERT_TRUE(with.comparison.has_value());
+  EXPECT_EQ(with.comparison->kld_mean, cpu.comparison->kld_mean);
+  EXPECT_EQ(with.comparison->kld_p999, cpu.comparison->kld_p999);
+  EXPECT_EQ(with.comparison->top1_agreement, cpu.comparison->top1_agreement);
+  EXPECT_EQ(with.comparison->ppl_ref, cpu.comparison->ppl_ref);
+}
+
 TEST_F(KlDivergenceModels, StreamingMatchesADirectComputation) {
   // Dense streaming over streams of 64 tokens scores the same predictions as windows at -c 64, from
   // token-by-token logits (equal to the prefill's up to FP32 rounding).
