@@ -102,13 +102,19 @@ ChunkSums score_logits(const std::vector<int32_t>& tokens, int64_t chunk, const 
 /// "at chunk 2 (tokens 512-767)".
 std::string chunk_where(int64_t chunk, const PerplexityOptions& o);
 
-/// Runs chunk `input` on the reference and compares its logits with the test's `logits` [ctx, vocab]
-/// on the chunk's scored predictions (positions in parallel, results in order) into s.cmp.
-void compare_chunk(const std::vector<int32_t>& tokens, int64_t chunk, const PerplexityOptions& o, int vocab,
-                   const float* logits, const std::vector<int32_t>& input, ReferenceRun& ref, ChunkSums& s) {
+/// Runs chunk `input` on the reference into ref.logits [ctx, vocab].
+void run_reference(const PerplexityOptions& o, const std::vector<int32_t>& input, ReferenceRun& ref) {
   ref.cache.clear();
-  ref.logits.resize(static_cast<size_t>(o.ctx) * vocab);
+  ref.logits.resize(static_cast<size_t>(o.ctx) * static_cast<size_t>(ref.model.config().vocab_size));
   ref.model.forward(input.data(), o.ctx, ref.cache, ref.ws, ref.logits.data(), LogitsFor::AllTokens);
+}
+
+/// Compares the reference's logits (run_reference, already run when `ran`) with the test's `logits`
+/// [ctx, vocab] on the chunk's scored predictions (positions in parallel, results in order) into s.cmp.
+void compare_chunk(const std::vector<int32_t>& tokens, int64_t chunk, const PerplexityOptions& o, int vocab,
+                   const float* logits, const std::vector<int32_t>& input, ReferenceRun& ref, ChunkSums& s,
+                   bool ran = false) {
+  if (!ran) run_reference(o, input, ref);
   if (first_nonfinite_f32(ref.logits.data(), int64_t(o.ctx) * vocab) >= 0) {
     KVCache cache(ref.model.config(), o.ctx);
     Workspace ws;
@@ -134,10 +140,23 @@ ChunkSums score_chunk(const Decoder& model, const std::vector<int32_t>& tokens, 
   chunk_input(tokens, chunk, o, model.config().bos_id, input);
   cache.clear();
   logits.resize(static_cast<size_t>(o.ctx) * vocab);
-  model.forward(input.data(), o.ctx, cache, ws, logits.data(), LogitsFor::AllTokens);
+  // A small model with a reference: both forwards at once, each on one thread (ops inside run
+  // single-threaded, as in the chunk-parallel path); otherwise one after the other, ops parallel.
+  const bool pair = ref && model.config().dim < 1024 && omp_get_max_threads() > 1 && !omp_in_parallel();
+  if (pair) {
+#pragma omp parallel sections num_threads(2)
+    {
+#pragma omp section
+      model.forward(input.data(), o.ctx, cache, ws, logits.data(), LogitsFor::AllTokens);
+#pragma omp section
+      run_reference(o, input, *ref);
+    }
+  } else {
+    model.forward(input.data(), o.ctx, cache, ws, logits.data(), LogitsFor::AllTokens);
+  }
   ChunkSums s = score_logits(tokens, chunk, o, vocab, logits.data());
   s.kv = cache.bytes();
-  if (ref && !s.nonfinite) compare_chunk(tokens, chunk, o, vocab, logits.data(), input, *ref, s);
+  if (ref && !s.nonfinite) compare_chunk(tokens, chunk, o, vocab, logits.data(), input, *ref, s, pair);
   return s;
 }
 

@@ -50,7 +50,8 @@ struct PerplexityOptions {
   /// KV cache: `kv` applies to the model under test only) with the same input, and the result's
   /// `comparison` holds KL(P_ref‖P_test) and the other statistics over the same scored predictions
   /// (docs/protocols.md). Chunks then run one at a time, so at most one chunk's logits of each model
-  /// are held. Must have the model's vocabulary size (UsageError otherwise).
+  /// are held; for a small model (dim < 1024) the two forwards of a chunk run side by side on two
+  /// threads, each single-threaded. Must have the model's vocabulary size (UsageError otherwise).
   const Decoder* reference = nullptr;
 };
 
