@@ -2,7 +2,9 @@
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
+#include <optional>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -12,7 +14,9 @@
 #include "cuda/cuda_eval.h"
 #include "cuda/cuda_runtime.h"
 #include "cuda/device.h"
+#include "eval/kl_divergence.h"
 #include "eval/perplexity.h"
+#include "eval/sensitivity.h"
 #include "eval/streaming.h"
 #include "formats/atomic_file.h"
 #include "formats/mapped_file.h"
@@ -70,6 +74,41 @@ int main(int argc, char** argv) {
   std::string device = "cpu";
   app.add_option("--device", device, "cpu | cuda (CUDA: needs a build with SQ_WITH_CUDA and a device; docs/cuda.md)")
       ->capture_default_str();
+  std::string reference_path;
+  double reference_ppl = 0;
+  double max_kld = 0, max_ppl_ratio = 0, min_top1 = 0;
+  app.add_option("--reference-model", reference_path,
+                 "Also run this reference model (e.g. the FP32 original) on the same tokens, window by window, and report "
+                 "its PPL, KL(P_ref||P_test) per token (mean, stderr, median, p99, p99.9, max), top-1 agreement and "
+                 "delta-p of the correct token (docs/protocols.md). Same vocabulary size required; the tokenizer is the "
+                 "model under test's; the reference always runs dense with an FP32 KV cache")
+      ->type_name("MODEL");
+  app.add_option("--max-kld", max_kld, "Quality gate: exit 3 when the mean KLD exceeds X (needs --reference-model)")
+      ->type_name("X");
+  app.add_option("--max-ppl-ratio", max_ppl_ratio,
+                 "Quality gate: exit 3 when PPL / reference PPL exceeds R (needs --reference-model or --reference-ppl)")
+      ->type_name("R");
+  app.add_option("--min-top1", min_top1,
+                 "Quality gate: exit 3 when the top-1 agreement (0..1) is below F (needs --reference-model)")
+      ->type_name("F");
+  app.add_option("--reference-ppl", reference_ppl,
+                 "The reference PPL for --max-ppl-ratio when no --reference-model is run (e.g. measured once before)")
+      ->type_name("PPL");
+  bool sensitivity = false;
+  std::string sensitivity_scheme = "w8a8", sensitivity_by = "both";
+  app.add_flag("--sensitivity", sensitivity,
+               "Quantize one unit of the FP32 model -m at a time (each layer's linears, then each linear kind q/k/v/o/gate/"
+               "up/down across all layers), measure KLD, top-1 agreement and delta-PPL against the FP32 model on the same "
+               "tokens, and print the units sorted by KLD (windows / llamacpp protocols; docs/protocols.md)");
+  app.add_option("--sensitivity-scheme", sensitivity_scheme,
+                 "--sensitivity: w8a8 (per-channel INT8 weights, dynamic per-token INT8 activations) | w4a16 (RTN INT4 "
+                 "weights, symmetric, groups of 128)")
+      ->capture_default_str();
+  app.add_option("--sensitivity-by", sensitivity_by, "--sensitivity: layer | kind | both")->capture_default_str();
+  app.footer(
+      "Exit status: 0 success (every gate holds); 1 runtime or output failure; 2 bad usage or input (nothing "
+      "evaluated); 3 a quality gate (--max-kld, --max-ppl-ratio, --min-top1) is broken: all figures were printed "
+      "(and --json written) first, and each broken gate is named on stderr.");
   sq::add_version_flag(app, "sq-eval");
   if (const int status = sq::parse_tool_args(app, "sq-eval", argc, argv); status >= 0) return status;
 
@@ -81,9 +120,45 @@ int main(int argc, char** argv) {
     if (!from_ids && text_path.empty()) throw sq::UsageError("give the text with -f FILE or the token ids with --token-ids FILE");
     const std::string input_path = from_ids ? ids_path : text_path;
     if (!json_path.empty())
-      sq::check_output_path("--json", json_path, force, {model_path, text_path, ids_path, tokenizer_path}, true);
+      sq::check_output_path("--json", json_path, force, {model_path, text_path, ids_path, tokenizer_path, reference_path}, true);
     FILE* out = json_path == "-" ? stderr : stdout;
     if (threads < 0) throw sq::UsageError("--threads must be >= 0");
+    sq::QualityGates gates;
+    if (app.count("--max-kld")) {
+      if (!(max_kld >= 0)) throw sq::UsageError("--max-kld must be >= 0");
+      gates.max_kld = max_kld;
+    }
+    if (app.count("--max-ppl-ratio")) {
+      if (!(max_ppl_ratio > 0)) throw sq::UsageError("--max-ppl-ratio must be > 0");
+      gates.max_ppl_ratio = max_ppl_ratio;
+    }
+    if (app.count("--min-top1")) {
+      if (!(min_top1 >= 0 && min_top1 <= 1)) throw sq::UsageError("--min-top1 must be in [0, 1]");
+      gates.min_top1 = min_top1;
+    }
+    const bool with_reference = !reference_path.empty();
+    if (!with_reference && (gates.max_kld || gates.min_top1))
+      throw sq::UsageError(std::string(gates.max_kld ? "--max-kld" : "--min-top1") + " needs --reference-model");
+    if (app.count("--reference-ppl")) {
+      if (with_reference) throw sq::UsageError("give either --reference-model or --reference-ppl, not both");
+      if (!gates.max_ppl_ratio) throw sq::UsageError("--reference-ppl is used only by --max-ppl-ratio; give that too");
+      if (!(reference_ppl > 0) || !std::isfinite(reference_ppl)) throw sq::UsageError("--reference-ppl must be a positive number");
+    }
+    if (gates.max_ppl_ratio && !with_reference && !app.count("--reference-ppl"))
+      throw sq::UsageError("--max-ppl-ratio needs --reference-model or --reference-ppl");
+    if (!sensitivity && (app.count("--sensitivity-scheme") || app.count("--sensitivity-by")))
+      throw sq::UsageError("--sensitivity-scheme and --sensitivity-by need --sensitivity");
+    const sq::SensitivityScheme sens_scheme = sq::parse_sensitivity_scheme(sensitivity_scheme);
+    if (sensitivity_by != "layer" && sensitivity_by != "kind" && sensitivity_by != "both")
+      throw sq::UsageError("--sensitivity-by must be 'layer', 'kind' or 'both', got '" + sensitivity_by + "'");
+    if (sensitivity) {
+      if (with_reference || gates.any() || app.count("--reference-ppl"))
+        throw sq::UsageError("--sensitivity measures against the FP32 model -m itself: leave out --reference-model and the gates");
+      if (protocol == "streaming") throw sq::UsageError("--sensitivity runs under --protocol windows or llamacpp, not streaming");
+      if (device != "cpu") throw sq::UsageError("--sensitivity runs on the CPU only (--device cpu)");
+      if (!kv.empty() || kv_group >= 0 || kv_sink >= 0 || !kv_keys.empty())
+        throw sq::UsageError("--sensitivity measures weight/activation quantization with an FP32 KV cache: leave out --kv options");
+    }
     const bool on_cuda = sq::select_device(device) == sq::Device::Cuda;  // throws first when CUDA is missing
     if (threads > 0) omp_set_num_threads(threads);
     const bool streaming = protocol == "streaming";
@@ -118,6 +193,23 @@ int main(int argc, char** argv) {
       throw sq::UsageError("-c " + std::to_string(opt.ctx) + ": model '" + cfg.architecture + "' has learned absolute positions for " +
                            std::to_string(cfg.max_seq_len) + " tokens only; --allow-long-context cannot extend a learned position table");
 
+    // The reference: same vocabulary; it runs on the CPU, dense, with an FP32 KV cache.
+    sq::LoadedModel reference;
+    if (with_reference) {
+      reference = sq::load_model(reference_path);
+      const sq::ModelConfig& rc = reference.model->config();
+      if (rc.vocab_size != cfg.vocab_size)
+        throw sq::UsageError("--reference-model " + reference_path + " has a vocabulary of " + std::to_string(rc.vocab_size) +
+                             " tokens, the model under test " + std::to_string(cfg.vocab_size) + ": they must be equal");
+      if (!streaming && opt.ctx > rc.max_seq_len && (!allow_long || rc.spec.position == sq::PositionKind::Learned))
+        throw sq::UsageError("-c " + std::to_string(opt.ctx) + " exceeds the reference model's trained context of " +
+                             std::to_string(rc.max_seq_len) + " tokens" +
+                             (rc.spec.position == sq::PositionKind::Learned ? " (learned positions)" : " (use --allow-long-context to force)"));
+      opt.reference = reference.model.get();
+    }
+    if (sensitivity && loaded.format == "sqm")
+      throw sq::UsageError("--sensitivity needs an FP32 model (llama2.c, GGUF or Hugging Face checkpoint), not the quantized .sqm " +
+                           model_path);
     const sq::KVQuantization kvq = sq::select_kv_format(loaded.kv, kv, kv_group, kv_sink, kv_keys, cfg);
     opt.kv = kvq.spec;
     opt.kv_params = &kvq.params;
@@ -141,6 +233,52 @@ int main(int argc, char** argv) {
       input_json = {{"path", text_path}, {"bytes", text.size()}, {"tokens", tokens.size()}};
     }
     const char* input_key = from_ids ? "token_ids" : "text";
+    // The comparison with the reference (text and JSON), and the quality gates.
+    auto print_comparison = [&](double ppl, const sq::ReferenceComparison& c) {
+      const sq::ModelConfig& rc = reference.model->config();
+      std::fprintf(out, "reference %s (%s, %lld parameters; dense, FP32 KV cache)\n", reference_path.c_str(),
+                   reference.format.c_str(), static_cast<long long>(rc.parameter_count()));
+      std::fprintf(out, "ref PPL   %.4f +/- %.5f (PPL ratio %.6f)\n", c.ppl_ref, c.ppl_ref_stderr, ppl / c.ppl_ref);
+      std::fprintf(out, "KLD       mean %.6f +/- %.6f, median %.6f, p99 %.6f, p99.9 %.6f, max %.6f\n", c.kld_mean,
+                   c.kld_stderr, c.kld_median, c.kld_p99, c.kld_p999, c.kld_max);
+      std::fprintf(out, "top-1     %.6f agreement (%lld tokens)\n", c.top1_agreement, static_cast<long long>(c.tokens));
+      std::fprintf(out, "delta-p   mean %+.6f, RMS %.6f (p_test - p_ref of the correct token)\n", c.delta_p_mean,
+                   c.delta_p_rms);
+    };
+    auto comparison_json = [&](nlohmann::json& j, const sq::ReferenceComparison& c) {
+      j["reference"] = {{"ppl", c.ppl_ref},
+                        {"ppl_stderr", c.ppl_ref_stderr},
+                        {"nll_mean", c.nll_ref_mean},
+                        {"kv_cache", "fp32"},
+                        {"model",
+                         {{"path", reference_path},
+                          {"format", reference.format},
+                          {"parameter_count", reference.model->config().parameter_count()}}}};
+      j["kl_divergence"] = {{"mean", c.kld_mean},     {"stderr", c.kld_stderr}, {"median", c.kld_median},
+                            {"p99", c.kld_p99},       {"p999", c.kld_p999},     {"max", c.kld_max}};
+      j["top1_agreement"] = c.top1_agreement;
+      j["delta_p"] = {{"mean", c.delta_p_mean}, {"rms", c.delta_p_rms}};
+    };
+    // Gate results: computed before the JSON is written (it records them), reported after it.
+    auto gate_results = [&](double ppl, const std::optional<sq::ReferenceComparison>& c) {
+      const double ppl_ref = c ? c->ppl_ref : reference_ppl;
+      return sq::broken_gates(gates, ppl, ppl_ref, c ? &*c : nullptr);
+    };
+    auto gates_json = [&](nlohmann::json& j, const std::vector<std::string>& broken) {
+      if (!gates.any()) return;
+      nlohmann::json g;
+      if (gates.max_kld) g["max_kld"] = *gates.max_kld;
+      if (gates.max_ppl_ratio) g["max_ppl_ratio"] = *gates.max_ppl_ratio;
+      if (gates.min_top1) g["min_top1"] = *gates.min_top1;
+      if (app.count("--reference-ppl")) g["reference_ppl"] = reference_ppl;
+      g["passed"] = broken.empty();
+      g["broken"] = broken;
+      j["gates"] = g;
+    };
+    auto finish = [&](const std::vector<std::string>& broken) {
+      for (const std::string& b : broken) std::fprintf(stderr, "sq-eval: quality gate: %s\n", b.c_str());
+      return broken.empty() ? int(sq::kExitOk) : int(sq::kExitGate);
+    };
     if (streaming && on_cuda)
       throw sq::UnsupportedError("--device cuda: --protocol streaming (KV eviction) runs on the CPU only; use --device cpu");
     if (streaming) {
@@ -151,6 +289,7 @@ int main(int argc, char** argv) {
       so.segment = segment;
       so.kv = opt.kv;
       so.kv_params = opt.kv_params;
+      so.reference = opt.reference;
       if (max_tokens < 0) throw sq::UsageError("--max-tokens must be >= 0");
       const int64_t n = max_tokens > 0 ? std::min<int64_t>(max_tokens, int64_t(tokens.size())) : int64_t(tokens.size());
       sq::ProgressBar bar("sq-eval", ctx > 0 ? (n / ctx) * (ctx - 1) : n - 1, "tok", !quiet);
@@ -172,6 +311,8 @@ int main(int argc, char** argv) {
         std::fprintf(out, "  %7lld-%-7lld %10.4f %12lld\n", static_cast<long long>(int64_t(i) * segment),
                     static_cast<long long>(int64_t(i) * segment + r.segment_tokens[i] / r.streams - 1), r.segment_ppl[i],
                     static_cast<long long>(i < r.segment_kv_bytes.size() ? r.segment_kv_bytes[i] : 0));
+      if (r.comparison) print_comparison(r.ppl, *r.comparison);
+      const std::vector<std::string> broken = gate_results(r.ppl, r.comparison);
       if (!json_path.empty()) {
         nlohmann::json j;
         j["ppl"] = r.ppl;
@@ -196,15 +337,63 @@ int main(int argc, char** argv) {
         j["segments"] = segs;
         j["model"] = {{"path", model_path}, {"format", loaded.format}, {"parameter_count", cfg.parameter_count()}};
         j[input_key] = input_json;
+        if (r.comparison) comparison_json(j, *r.comparison);
+        gates_json(j, broken);
         j["sqkit_version"] = SQ_VERSION;
         sq::write_json_report(json_path, j.dump(2) + "\n");
       }
-      return sq::kExitOk;
+      return finish(broken);
     }
     if (sq::perplexity_chunks(static_cast<int64_t>(tokens.size()), opt) == 0)
       throw sq::InputError(input_path + ": too short: " + std::to_string(tokens.size()) + " tokens, need at least " +
                            std::to_string(opt.ctx) + " for one chunk of -c " + std::to_string(opt.ctx));
 
+    if (sensitivity) {
+      const sq::LoadedModel fp32 = sq::load_model(model_path);  // the reference: never modified
+      const bool by_layer = sensitivity_by != "kind", by_kind = sensitivity_by != "layer";
+      const int units = (by_layer ? cfg.n_layers : 0) + (by_kind ? 7 : 0);
+      sq::ProgressBar sbar("sq-eval", units, "units", !quiet);
+      const sq::SensitivityResult sr = sq::evaluate_sensitivity(*loaded.model, *fp32.model, tokens, opt, sens_scheme, by_layer,
+                                                                by_kind, [&](int done, int) { sbar.update(done); });
+      sbar.finish();
+      std::fprintf(out, "model     %s (%s, %lld parameters), FP32 PPL %.4f\n", model_path.c_str(), loaded.format.c_str(),
+                   static_cast<long long>(cfg.parameter_count()), sr.ppl_ref);
+      std::fprintf(out, "protocol  %s, ctx %d, %lld tokens scored; one unit quantized %s at a time (%.1f s, %d threads)\n",
+                   sq::protocol_name(opt.protocol), opt.ctx, static_cast<long long>(sr.tokens_scored),
+                   sq::sensitivity_scheme_name(sens_scheme), sr.seconds, omp_get_max_threads());
+      auto table = [&](const char* title, const std::vector<sq::SensitivityRow>& rows) {
+        if (rows.empty()) return;
+        std::fprintf(out, "%-10s %7s %12s %12s %10s %12s %12s\n", title, "linears", "KLD mean", "KLD p99", "top-1", "PPL",
+                     "dPPL");
+        for (const sq::SensitivityRow& r : rows)
+          std::fprintf(out, "%-10s %7d %12.6f %12.6f %10.6f %12.4f %+12.4f\n", r.unit.c_str(), r.linears, r.kld_mean,
+                       r.kld_p99, r.top1_agreement, r.ppl, r.delta_ppl);
+      };
+      table("layer", sr.layers);
+      table("kind", sr.kinds);
+      if (!json_path.empty()) {
+        auto rows_json = [](const std::vector<sq::SensitivityRow>& rows) {
+          nlohmann::json a = nlohmann::json::array();
+          for (const sq::SensitivityRow& r : rows) {
+            nlohmann::json e = {{"linears", r.linears},   {"kld_mean", r.kld_mean}, {"kld_p99", r.kld_p99},
+                                {"top1_agreement", r.top1_agreement}, {"ppl", r.ppl}, {"delta_ppl", r.delta_ppl}};
+            if (r.layer >= 0) e["layer"] = r.layer; else e["kind"] = r.kind;
+            a.push_back(e);
+          }
+          return a;
+        };
+        nlohmann::json j;
+        j["sensitivity"] = {{"scheme", sq::sensitivity_scheme_name(sens_scheme)}, {"ppl_fp32", sr.ppl_ref},
+                            {"tokens_scored", sr.tokens_scored}, {"seconds", sr.seconds},
+                            {"layers", rows_json(sr.layers)}, {"kinds", rows_json(sr.kinds)}};
+        j["protocol"] = {{"name", sq::protocol_name(opt.protocol)}, {"ctx", opt.ctx}};
+        j["model"] = {{"path", model_path}, {"format", loaded.format}, {"parameter_count", cfg.parameter_count()}};
+        j[input_key] = input_json;
+        j["sqkit_version"] = SQ_VERSION;
+        sq::write_json_report(json_path, j.dump(2) + "\n");
+      }
+      return int(sq::kExitOk);
+    }
     sq::ProgressBar bar("sq-eval", sq::perplexity_chunks(static_cast<int64_t>(tokens.size()), opt), "chunks", !quiet);
     opt.on_progress = [&](int64_t done, int64_t, int64_t toks) { bar.update(done, static_cast<double>(toks), "tok"); };
     std::unique_ptr<sq::CudaLlamaModel> gpu;
@@ -234,6 +423,8 @@ int main(int argc, char** argv) {
     else
       std::fprintf(out, "speed     %.0f tokens/s (%lld tokens in %.2f s, %d threads)\n", r.tokens_per_second,
                   static_cast<long long>(r.tokens_processed), r.seconds, omp_get_max_threads());
+    if (r.comparison) print_comparison(r.ppl, *r.comparison);
+    const std::vector<std::string> broken = gate_results(r.ppl, r.comparison);
 
     if (!json_path.empty()) {
       nlohmann::json j;
@@ -258,9 +449,11 @@ int main(int argc, char** argv) {
       j["protocol"] = {{"name", sq::protocol_name(opt.protocol)}, {"ctx", opt.ctx}, {"chunks", r.chunks}};
       j["model"] = {{"path", model_path}, {"format", loaded.format}, {"parameter_count", cfg.parameter_count()}};
       j[input_key] = input_json;
+      if (r.comparison) comparison_json(j, *r.comparison);
+      gates_json(j, broken);
       j["sqkit_version"] = SQ_VERSION;
       sq::write_json_report(json_path, j.dump(2) + "\n");
     }
-    return sq::kExitOk;
+    return finish(broken);
   });
 }

@@ -12,6 +12,7 @@ enum ExitStatus : int {
   kExitOk = 0,
   kExitFailure = 1,  ///< output/runtime failure, internal error
   kExitInput = 2,    ///< usage error or bad input file (UsageError, InputError, UnsupportedError)
+  kExitGate = 3,     ///< sq-eval: every figure was reported, but a quality gate (--max-kld, ...) is broken
 };
 
 /// Runs `body` and maps exceptions to exit statuses, printing "TOOL: error: MESSAGE" on stderr:

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <memory>
 
 #include "core/error.h"
 #include "core/finite.h"
@@ -43,6 +44,16 @@ struct ChunkSums {
   int64_t count = 0;
   KVCacheBytes kv;  ///< the cache's bytes after the chunk
   bool nonfinite = false;  ///< the chunk's logits hold a NaN or ±Inf (sums not computed)
+  std::vector<TokenComparison> cmp;  ///< with a reference model: its scored predictions, in order
+};
+
+/// The reference model's per-thread state: its dense FP32 cache, workspace and one chunk's logits.
+struct ReferenceRun {
+  ReferenceRun(const Decoder& m, int ctx) : model(m), cache(m.config(), ctx) {}
+  const Decoder& model;
+  KVCache cache;
+  Workspace ws;
+  std::vector<float> logits;
 };
 
 /// Throws UsageError for ctx < 2 or a text without one complete chunk; returns the chunk count.
@@ -88,18 +99,72 @@ ChunkSums score_logits(const std::vector<int32_t>& tokens, int64_t chunk, const 
   return s;
 }
 
+/// "at chunk 2 (tokens 512-767)".
+std::string chunk_where(int64_t chunk, const PerplexityOptions& o);
+
+/// Runs chunk `input` on the reference into ref.logits [ctx, vocab].
+void run_reference(const PerplexityOptions& o, const std::vector<int32_t>& input, ReferenceRun& ref) {
+  ref.cache.clear();
+  ref.logits.resize(static_cast<size_t>(o.ctx) * static_cast<size_t>(ref.model.config().vocab_size));
+  ref.model.forward(input.data(), o.ctx, ref.cache, ref.ws, ref.logits.data(), LogitsFor::AllTokens);
+}
+
+/// Compares the reference's logits (run_reference, already run when `ran`) with the test's `logits`
+/// [ctx, vocab] on the chunk's scored predictions (positions in parallel, results in order) into s.cmp.
+void compare_chunk(const std::vector<int32_t>& tokens, int64_t chunk, const PerplexityOptions& o, int vocab,
+                   const float* logits, const std::vector<int32_t>& input, ReferenceRun& ref, ChunkSums& s,
+                   bool ran = false) {
+  if (!ran) run_reference(o, input, ref);
+  if (first_nonfinite_f32(ref.logits.data(), int64_t(o.ctx) * vocab) >= 0) {
+    KVCache cache(ref.model.config(), o.ctx);
+    Workspace ws;
+    throw nonfinite_activation_error(locate_nonfinite_activation(ref.model, input.data(), o.ctx, cache, ws),
+                                     "in the reference model " + chunk_where(chunk, o));
+  }
+  const int first = o.protocol == PplProtocol::LlamaCpp ? o.ctx / 2 : 0;
+  const int64_t start = chunk * o.ctx;
+  s.cmp.assign(static_cast<size_t>(o.ctx - 1 - first), TokenComparison{});
+#pragma omp parallel for schedule(static)
+  for (int pos = first; pos < o.ctx - 1; ++pos) {
+    const size_t off = static_cast<size_t>(pos) * vocab;
+    s.cmp[static_cast<size_t>(pos - first)] =
+        compare_token_logits(ref.logits.data() + off, logits + off, vocab, tokens[static_cast<size_t>(start + pos + 1)]);
+  }
+}
+
 /// Runs one chunk on the CPU model and scores it.
 ChunkSums score_chunk(const Decoder& model, const std::vector<int32_t>& tokens, int64_t chunk,
                       const PerplexityOptions& o, KVCache& cache, Workspace& ws, std::vector<float>& logits,
-                      std::vector<int32_t>& input) {
+                      std::vector<int32_t>& input, ReferenceRun* ref = nullptr) {
   const int vocab = model.config().vocab_size;
   chunk_input(tokens, chunk, o, model.config().bos_id, input);
   cache.clear();
   logits.resize(static_cast<size_t>(o.ctx) * vocab);
-  model.forward(input.data(), o.ctx, cache, ws, logits.data(), LogitsFor::AllTokens);
+  // A small model with a reference: both forwards at once, each on one thread (ops inside run
+  // single-threaded, as in the chunk-parallel path); otherwise one after the other, ops parallel.
+  const bool pair = ref && model.config().dim < 1024 && omp_get_max_threads() > 1 && !omp_in_parallel();
+  if (pair) {
+#pragma omp parallel sections num_threads(2)
+    {
+#pragma omp section
+      model.forward(input.data(), o.ctx, cache, ws, logits.data(), LogitsFor::AllTokens);
+#pragma omp section
+      run_reference(o, input, *ref);
+    }
+  } else {
+    model.forward(input.data(), o.ctx, cache, ws, logits.data(), LogitsFor::AllTokens);
+  }
   ChunkSums s = score_logits(tokens, chunk, o, vocab, logits.data());
   s.kv = cache.bytes();
+  if (ref && !s.nonfinite) compare_chunk(tokens, chunk, o, vocab, logits.data(), input, *ref, s, pair);
   return s;
+}
+
+/// Throws UsageError when options.reference does not share `config`'s vocabulary size.
+void check_reference(const ModelConfig& config, const PerplexityOptions& o) {
+  if (o.reference && o.reference->config().vocab_size != config.vocab_size)
+    throw UsageError("the reference model has a vocabulary of " + std::to_string(o.reference->config().vocab_size) +
+                     " tokens, the model under test " + std::to_string(config.vocab_size) + ": they must be equal");
 }
 
 /// Combines per-chunk sums (in chunk order) into the result.
@@ -136,6 +201,16 @@ PerplexityResult combine(const std::vector<ChunkSums>& sums, const PerplexityOpt
   r.kv_outlier_bytes_per_token = outl * per;
   r.kv_table_bytes_per_token = tables * per;
   r.kv_bytes_per_token = (dense + sinks + outl + tables) * per;
+  if (o.reference) {
+    std::vector<TokenComparison> all;
+    all.reserve(static_cast<size_t>(r.tokens_scored));
+    std::vector<size_t> groups;
+    for (const ChunkSums& s : sums) {
+      all.insert(all.end(), s.cmp.begin(), s.cmp.end());
+      groups.push_back(s.cmp.size());
+    }
+    r.comparison = summarize_comparison(all, groups);
+  }
   return r;
 }
 
@@ -154,11 +229,14 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 PerplexityResult evaluate_perplexity(const Decoder& model, const std::vector<int32_t>& tokens,
                                      const PerplexityOptions& o) {
   const int64_t chunks = checked_chunks(tokens, o);
+  check_reference(model.config(), o);
   std::vector<ChunkSums> sums(static_cast<size_t>(chunks));
   const auto t0 = std::chrono::steady_clock::now();
   // Small models: one chunk per thread (ops inside run single-threaded). Large models: chunks in
   // order, each op parallel. The cut-off is where per-op parallelism becomes efficient.
-  const bool chunk_parallel = model.config().dim < 1024 && omp_get_max_threads() > 1 && chunks > 1;
+  // With a reference model chunks run in order (one chunk's logits of each model at a time).
+  const bool chunk_parallel =
+      !o.reference && model.config().dim < 1024 && omp_get_max_threads() > 1 && chunks > 1;
   int64_t done = 0;
   // The first chunk (in text order) whose logits are not finite; later chunks are skipped.
   std::atomic<int64_t> first_bad{INT64_MAX};
@@ -192,8 +270,9 @@ PerplexityResult evaluate_perplexity(const Decoder& model, const std::vector<int
     Workspace ws;
     std::vector<float> logits;
     std::vector<int32_t> input;
+    std::unique_ptr<ReferenceRun> ref = o.reference ? std::make_unique<ReferenceRun>(*o.reference, o.ctx) : nullptr;
     for (int64_t i = 0; i < chunks; ++i) {
-      sums[static_cast<size_t>(i)] = score_chunk(model, tokens, i, o, cache, ws, logits, input);
+      sums[static_cast<size_t>(i)] = score_chunk(model, tokens, i, o, cache, ws, logits, input, ref.get());
       if (note(i)) break;
       if (o.on_progress) o.on_progress(i + 1, chunks, (i + 1) * o.ctx);
     }
@@ -212,6 +291,8 @@ PerplexityResult evaluate_perplexity(const Decoder& model, const std::vector<int
 PerplexityResult evaluate_perplexity_with(const ModelConfig& config, const std::vector<int32_t>& tokens,
                                           const PerplexityOptions& o, const PerplexityChunkRunner& run_chunk) {
   const int64_t chunks = checked_chunks(tokens, o);
+  check_reference(config, o);
+  std::unique_ptr<ReferenceRun> ref = o.reference ? std::make_unique<ReferenceRun>(*o.reference, o.ctx) : nullptr;
   std::vector<ChunkSums> sums(static_cast<size_t>(chunks));
   std::vector<float> logits(static_cast<size_t>(o.ctx) * static_cast<size_t>(config.vocab_size));
   std::vector<int32_t> input;
@@ -225,6 +306,7 @@ PerplexityResult evaluate_perplexity_with(const ModelConfig& config, const std::
       throw nonfinite_activation_error(o.locate_nonfinite ? o.locate_nonfinite(input.data(), o.ctx) : std::string(),
                                        chunk_where(i, o));
     s.kv = kv;
+    if (ref) compare_chunk(tokens, i, o, config.vocab_size, logits.data(), input, *ref, s);
     if (o.on_progress) o.on_progress(i + 1, chunks, (i + 1) * o.ctx);
   }
   return combine(sums, o, seconds_since(t0));

@@ -3,9 +3,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "eval/kl_divergence.h"
 #include "model/decoder.h"
 #include "quant/kv_codec.h"
 #include "runtime/kv_format.h"
@@ -44,6 +46,13 @@ struct PerplexityOptions {
   /// locate_nonfinite_chunk; "" when it stays finite). Unset: the error names the chunk only.
   /// evaluate_perplexity always locates on its own model.
   std::function<std::string(const int32_t* input, int ctx)> locate_nonfinite;
+  /// When set, every chunk also runs on this reference model (on the CPU, from its own dense FP32
+  /// KV cache: `kv` applies to the model under test only) with the same input, and the result's
+  /// `comparison` holds KL(P_ref‖P_test) and the other statistics over the same scored predictions
+  /// (docs/protocols.md). Chunks then run one at a time, so at most one chunk's logits of each model
+  /// are held; for a small model (dim < 1024) the two forwards of a chunk run side by side on two
+  /// threads, each single-threaded. Must have the model's vocabulary size (UsageError otherwise).
+  const Decoder* reference = nullptr;
 };
 
 struct PerplexityResult {
@@ -60,6 +69,8 @@ struct PerplexityResult {
   /// of KVCache::bytes() / ctx), split like KVCacheBytes.
   double kv_bytes_per_token = 0, kv_dense_bytes_per_token = 0, kv_sink_bytes_per_token = 0,
          kv_outlier_bytes_per_token = 0, kv_table_bytes_per_token = 0;
+  /// With PerplexityOptions::reference: the comparison with the reference on the scored predictions.
+  std::optional<ReferenceComparison> comparison;
 };
 
 /// Checks that an evaluation produced a result worth reporting: throws InputError "SOURCE: no token

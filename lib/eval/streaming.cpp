@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
 
 #include "core/error.h"
 #include "core/finite.h"
@@ -18,6 +19,7 @@ namespace {
 
 struct StreamOut {
   std::vector<double> nll;           ///< [len − 1]: NLL of token t+1 given the stream up to t
+  std::vector<TokenComparison> cmp;  ///< with a reference: [len − 1] comparisons, in order
   std::vector<int64_t> segment_bytes;
   int64_t peak_bytes = 0, peak_rows = 0;
   /// Set when a step's logits were not finite (decoding stopped there): where the first non-finite
@@ -25,6 +27,31 @@ struct StreamOut {
   bool nonfinite = false;
   std::string nonfinite_location;
   int64_t nonfinite_pos = -1;
+  bool nonfinite_in_reference = false;  ///< the reference model's logits were not finite
+};
+
+/// The reference model's dense FP32 decoding of one stream, one step at a time.
+struct ReferenceStream {
+  ReferenceStream(const Decoder& m, int64_t len) : model(m), cache(m.config(), len), logits(size_t(m.config().vocab_size)) {}
+  const Decoder& model;
+  KVCache cache;
+  Workspace ws;
+  std::vector<float> logits;
+  /// Decodes token toks[t] (the cache holds toks[0, t)) and compares the next-token distribution with
+  /// the test's `test_logits` for target toks[t + 1] into out.cmp[t]; false (out.nonfinite and
+  /// out.nonfinite_in_reference set) when the reference's logits are not finite. Never throws (it
+  /// runs inside OpenMP regions).
+  bool step(const int32_t* toks, int64_t t, const float* test_logits, StreamOut& out) {
+    const int vocab = model.config().vocab_size;
+    model.forward(toks + t, 1, cache, ws, logits.data(), LogitsFor::LastToken);
+    if (first_nonfinite_f32(logits.data(), vocab) >= 0) {
+      out.nonfinite = out.nonfinite_in_reference = true;
+      out.nonfinite_pos = t;
+      return false;
+    }
+    out.cmp[size_t(t)] = compare_token_logits(logits.data(), test_logits, vocab, toks[t + 1]);
+    return true;
+  }
 };
 
 /// Token-by-token decoding of tokens[0, len) under a cache policy.
@@ -33,6 +60,8 @@ StreamOut decode_stream(const Decoder& model, const int32_t* toks, int64_t len, 
   const int vocab = model.config().vocab_size;
   StreamOut out;
   out.nll.resize(static_cast<size_t>(len - 1));
+  std::unique_ptr<ReferenceStream> ref = o.reference ? std::make_unique<ReferenceStream>(*o.reference, len) : nullptr;
+  if (ref) out.cmp.resize(static_cast<size_t>(len - 1));
   KVCache cache(model.config(), policy.capacity(len), o.kv, o.kv_params);
   cache.set_track_quantization_error(policy.kind == KVPolicyKind::QHitter);
   KVRowScores scores;
@@ -49,6 +78,7 @@ StreamOut decode_stream(const Decoder& model, const int32_t* toks, int64_t len, 
       return out;
     }
     out.nll[size_t(t)] = ops::log_sum_exp(logits.data(), vocab) - logits[size_t(toks[t + 1])];
+    if (ref && !ref->step(toks, t, logits.data(), out)) return out;
     const int64_t bytes = cache.bytes().total();
     out.peak_bytes = std::max(out.peak_bytes, bytes);
     out.peak_rows = std::max(out.peak_rows, cache.length());
@@ -65,6 +95,34 @@ StreamOut recompute_stream(const Decoder& model, const int32_t* toks, int64_t le
   const int64_t w = policy.window;
   StreamOut out;
   out.nll.resize(static_cast<size_t>(len - 1));
+  if (o.reference) {  // positions in order, in lock-step with the reference's dense decoding
+    ReferenceStream ref(*o.reference, len);
+    out.cmp.resize(static_cast<size_t>(len - 1));
+    KVCache cache(model.config(), w, o.kv, o.kv_params);
+    Workspace ws;
+    std::vector<float> logits(static_cast<size_t>(vocab));
+    for (int64_t t = 0; t < len - 1; ++t) {
+      const int64_t first = std::max<int64_t>(0, t - w + 1);
+      cache.clear();
+      model.forward(toks + first, t - first + 1, cache, ws, logits.data(), LogitsFor::LastToken);
+      if (first_nonfinite_f32(logits.data(), vocab) >= 0) {
+        KVCache c2(model.config(), w, o.kv, o.kv_params);
+        Workspace ws2;
+        out.nonfinite = true;
+        out.nonfinite_pos = t;
+        out.nonfinite_location = locate_nonfinite_activation(model, toks + first, t - first + 1, c2, ws2);
+        return out;
+      }
+      out.nll[size_t(t)] = ops::log_sum_exp(logits.data(), vocab) - logits[size_t(toks[t + 1])];
+      if (!ref.step(toks, t, logits.data(), out)) return out;
+      out.peak_bytes = std::max(out.peak_bytes, cache.bytes().total());
+      if (tick) tick();
+    }
+    out.peak_rows = std::min(w, len);
+    for (int64_t t = 0; t + 1 < len; ++t)
+      if ((t + 1) % o.segment == 0 || t + 2 == len) out.segment_bytes.push_back(out.peak_bytes);
+    return out;
+  }
   int64_t peak = 0;
   std::vector<char> bad(static_cast<size_t>(len - 1), 0);  // per position: logits not finite
 #pragma omp parallel reduction(max : peak)
@@ -112,6 +170,11 @@ StreamingResult evaluate_streaming(const Decoder& model, const std::vector<int32
   if (len < 2 || streams == 0)
     throw UsageError("the text has " + std::to_string(n) + " tokens, fewer than one stream of " + std::to_string(std::max<int64_t>(len, 2)));
   const KVPolicy policy = resolve_kv_policy(o.policy, len);
+  if (o.reference && o.reference->config().vocab_size != model.config().vocab_size)
+    throw UsageError("the reference model has a vocabulary of " + std::to_string(o.reference->config().vocab_size) +
+                     " tokens, the model under test " + std::to_string(model.config().vocab_size) + ": they must be equal");
+  if (o.reference)  // the reference decodes densely: its cache holds the whole stream
+    check_cache_fits_learned_positions(o.reference->config(), KVPolicy{}, len, len);
   // Learned positions are cache rows: the cache may not outgrow the position table (refused here,
   // before any decoding, rather than failing at the first position past it).
   check_cache_fits_learned_positions(model.config(), policy, policy.capacity(len), len);
@@ -148,7 +211,8 @@ StreamingResult evaluate_streaming(const Decoder& model, const std::vector<int32
     if (outs[size_t(s)].nonfinite) {
       const int64_t t = outs[size_t(s)].nonfinite_pos;
       throw nonfinite_activation_error(outs[size_t(s)].nonfinite_location,
-                                       "at token " + std::to_string(t) + " of stream " + std::to_string(s) + " (text token " +
+                                       std::string(outs[size_t(s)].nonfinite_in_reference ? "in the reference model " : "") +
+                                           "at token " + std::to_string(t) + " of stream " + std::to_string(s) + " (text token " +
                                            std::to_string(s * len + t) + ")");
     }
   StreamingResult r;
@@ -174,6 +238,12 @@ StreamingResult evaluate_streaming(const Decoder& model, const std::vector<int32
   r.ppl = std::exp(r.nll_mean);
   for (int64_t i = 0; i < n_seg; ++i) r.segment_ppl.push_back(std::exp(seg_nll[size_t(i)] / double(r.segment_tokens[size_t(i)])));
   r.tokens_per_second = r.seconds > 0 ? static_cast<double>(total) / r.seconds : 0.0;
+  if (o.reference) {
+    std::vector<TokenComparison> all_cmp;
+    all_cmp.reserve(static_cast<size_t>(total));
+    for (const StreamOut& s : outs) all_cmp.insert(all_cmp.end(), s.cmp.begin(), s.cmp.end());
+    r.comparison = summarize_comparison(all_cmp);
+  }
   if (o.on_progress) o.on_progress(total, total);
   return r;
 }

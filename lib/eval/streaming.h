@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
+#include "eval/kl_divergence.h"
 #include "model/decoder.h"
 #include "quant/kv_codec.h"
 #include "runtime/kv_format.h"
@@ -25,6 +27,12 @@ struct StreamingOptions {
   const std::vector<NuqLayerParams>* kv_params = nullptr;  ///< nuq parameters [n_layers]
   /// Called after each scored token from the evaluating thread: (tokens scored, total to score).
   std::function<void(int64_t, int64_t)> on_progress;
+  /// When set, every stream is also decoded token by token on this reference model, in lock-step,
+  /// **dense with an FP32 cache** (`policy` and `kv` apply to the model under test only), and the
+  /// result's `comparison` holds KL(P_ref‖P_test) and the other statistics over every scored
+  /// prediction (docs/protocols.md). Only one step's logits of each model are held. Must have the
+  /// model's vocabulary size (UsageError otherwise).
+  const Decoder* reference = nullptr;
 };
 
 struct StreamingResult {
@@ -37,6 +45,8 @@ struct StreamingResult {
   int64_t peak_kv_bytes = 0;              ///< largest KVCache::bytes().total() seen after any token
   int64_t peak_kv_rows = 0;               ///< largest number of cached tokens
   double seconds = 0, tokens_per_second = 0;  ///< decode wall time; tokens decoded / seconds
+  /// With StreamingOptions::reference: the comparison with the reference on every scored prediction.
+  std::optional<ReferenceComparison> comparison;
 };
 
 /// Decodes `tokens` under `options` and scores every prediction of the next token. Recompute:W
