@@ -212,6 +212,9 @@ void write_compressed_tensors_export(const ExportInput& in, const ExportOptions&
     if (!quantized) {
       for (auto& [name, t] : plan_float_tensors(in.config, {e}, lookup, in.file->path())) outputs.push_back({name, "F32", t, {}, nullptr});
       if (e.linear) ignore.push_back(e.name);
+      // transformers 5 names every head module lm_head in memory (GPT-NeoX's embed_out is renamed
+      // on load): ignore it under both names.
+      if (e.linear && e.name != "lm_head" && e.sources == std::vector<std::string>{"lm_head"}) ignore.push_back("lm_head");
       continue;
     }
     for (const std::string& src : e.sources)
