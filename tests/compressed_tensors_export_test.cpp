@@ -575,8 +575,8 @@ INSTANTIATE_TEST_SUITE_P(Export, ExportArchitecture, ::testing::ValuesIn(kHfTiny
 
 class ExportQuantizedArchitecture : public ::testing::TestWithParam<const char*> {};
 
-/// W8A8 (per-channel and per-tensor weights, per-token activations) and W4A16 g32 (symmetric and
-/// asymmetric) of each architecture: compressed-tensors exports (fused q/k/v with per-tensor
+/// W8A8 (O1: SmoothQuant with per-tensor weights; per-channel and per-tensor weights without
+/// smoothing; per-token activations) and W4A16 g32 (symmetric and asymmetric) of each architecture: compressed-tensors exports (fused q/k/v with per-tensor
 /// scales and GPT-2's Conv1D refused by name), and the dequantized --format hf export, which sqkit
 /// reloads with the .sqm's weights (W4A16: the .sqm's logits to summation order).
 TEST_P(ExportQuantizedArchitecture, CompressedTensorsAndDequantizedHf) {
@@ -585,7 +585,15 @@ TEST_P(ExportQuantizedArchitecture, CompressedTensorsAndDequantizedHf) {
   const std::string arch = load_hf_checkpoint(hf_tiny(name)).config.architecture;
   const bool conv1d = arch == "gpt2", fused = arch == "gpt_neox" || arch == "falcon" || arch == "bloom" || arch == "mpt";
   const std::vector<int32_t> ids = hf_tiny_reference_ids(name);
+  std::mt19937 rng(18);
+  std::ostringstream cal_ids;
+  for (int i = 0; i < 256; ++i) cal_ids << rng() % 320u << ' ';
+  write_file(dir.file("cal.txt"), cal_ids.str());
+  const ProcessResult c = run_process({tool("sq-calibrate"), "-m", hf_tiny(name), "--token-ids", dir.file("cal.txt"), "--samples", "4",
+                                       "--seq-len", "32", "-o", dir.file("calib.h5"), "-q", "-t", "2"});
+  ASSERT_EQ(c.exit_status, 0) << c.err;
   const std::vector<std::pair<std::string, std::vector<std::string>>> schemes = {
+      {"w8a8-o1", {"--scheme", "w8a8", "--preset", "O1", "--calib", dir.file("calib.h5")}},  // SmoothQuant, per-tensor weights
       {"w8a8-pc", {"--scheme", "w8a8", "--no-smooth", "--weight", "per-channel", "--act", "per-token"}},
       {"w8a8-pt", {"--scheme", "w8a8", "--no-smooth", "--weight", "per-tensor", "--act", "per-token"}},
       {"w4a16-sym", {"--scheme", "w4a16", "--group-size", "32", "--sym"}},
@@ -600,7 +608,7 @@ TEST_P(ExportQuantizedArchitecture, CompressedTensorsAndDequantizedHf) {
     ASSERT_EQ(r.exit_status, 0) << r.err;
     const std::string ct = dir.file(s + "-ct"), hf = dir.file(s + "-hf");
     r = run_process({tool("sq-export"), m, "--format", "compressed-tensors", "-o", ct});
-    if (conv1d || (fused && s == "w8a8-pt")) {
+    if (conv1d || (fused && (s == "w8a8-pt" || s == "w8a8-o1"))) {
       EXPECT_EQ(r.exit_status, 2) << r.err;
       EXPECT_NE(r.err.find(conv1d ? "Conv1D" : "per-tensor weight scales differ"), std::string::npos) << r.err;
       EXPECT_FALSE(fs::exists(ct));
