@@ -66,8 +66,8 @@ std::map<std::string, std::string> parse_safetensors_index(std::string_view text
 /// written (other entries of ckpt.tensors are ignored; lm_head.weight only when untied). `dtype` is the storage dtype: "F32", "F16" or "BF16"
 /// (round-to-nearest-even).
 ///
-/// Only architectures with a writer (llama, mistral, qwen2: HfArchitecture::make_config /
-/// hf_tensors) can be saved; others are refused by name (UnsupportedError).
+/// Every architecture sqkit reads has a writer (HfArchitecture::make_config / hf_plan); an unknown
+/// architecture name is refused by name (UnsupportedError).
 ///
 /// RoPE: when ckpt.config.rope_layout is Interleaved (llama2.c source), q_proj / k_proj weights
 /// (and biases) are row-permuted with permute_qk_rows_for_half_split (n_heads for q, n_kv_heads

@@ -39,15 +39,16 @@ ModelConfig parse_hf_config_text(std::string_view text, const std::string& sourc
 /// naming the file when it is missing or not valid JSON.
 ModelConfig load_hf_config(const std::string& path);
 
-/// The HF `config.json` object describing `config`, from its architecture's `make_config`
-/// (llama, mistral and qwen2 have one: architectures, model_type, the keys parse_hf_config reads,
-/// RoPE as top-level rope_theta + legacy rope_scaling — null for plain RoPE, else {"rope_type":
-/// "linear" | "llama3", "factor", and for llama3 low_freq_factor, high_freq_factor,
-/// original_max_position_embeddings}, which transformers 4 and 5 both read — a Mistral window as
-/// sliding_window), plus `torch_dtype` as given, e.g. "float32" / "bfloat16". Floats are written
-/// with the shortest decimal that round-trips through float (1e-05, not 9.99999974e-06). Throws
-/// UnsupportedError for another architecture, or for a structure the class cannot express (a
-/// mistral config with qkv_bias, any DecoderSpec feature LlamaConfig lacks). The config's
+/// The HF `config.json` object describing `config`, from its architecture's `make_config` (every
+/// architecture has one: architectures, model_type, the keys parse_hf_config reads; the LLaMA family
+/// writes RoPE as top-level rope_theta + legacy rope_scaling — null for plain RoPE, else
+/// {"rope_type": "linear" | "llama3", "factor", and for llama3 low_freq_factor, high_freq_factor,
+/// original_max_position_embeddings}, which transformers 4 and 5 both read — and a Mistral window as
+/// sliding_window; the others transformers 5's rope_parameters), plus `torch_dtype` as given, e.g.
+/// "float32" / "bfloat16". Floats are written with the shortest decimal that round-trips through
+/// float (1e-05, not 9.99999974e-06). Throws UnsupportedError for an architecture sqkit does not
+/// know, or for a structure the class cannot express (a mistral config with qkv_bias, an OPT with
+/// another LayerNorm epsilon: the non-LLaMA files parse their config back and compare). The config's
 /// rope_layout is not written: HF checkpoints are always half-split (see save_hf_checkpoint).
 nlohmann::ordered_json make_hf_config_json(const ModelConfig& config, const std::string& torch_dtype);
 

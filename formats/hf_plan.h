@@ -17,7 +17,7 @@ namespace sq {
 
 /// The plan of `config`'s architecture (HfArchitecture::hf_plan). Throws UnsupportedError naming
 /// the architecture when sqkit does not write it ("cannot write a Hugging Face checkpoint for
-/// architecture 'gpt2' (expected one of llama, mistral, qwen2)").
+/// architecture 'rwkv' (expected one of llama, mistral, ...)").
 std::vector<HfPlanEntry> hf_write_plan(const ModelConfig& config);
 
 /// Row order that takes q/k rows (or biases) of `n_heads` heads from the interleaved RoPE layout

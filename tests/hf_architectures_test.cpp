@@ -567,9 +567,49 @@ TEST(HfArchitectureRegistry, EveryArchitectureIsComplete) {
     EXPECT_EQ(hf_architecture_named(a.name), &a);
   }
   EXPECT_EQ(hf_architecture_named("rwkv"), nullptr);
-  // save_hf_checkpoint writes the LLaMA family only; others are refused by name.
+  // Every architecture has a write side; a name sqkit does not know is refused by name.
+  for (const auto& a : hf_architectures()) EXPECT_TRUE(a.make_config && a.hf_plan) << a.name;
   ModelConfig c = parse_hf_config(tiny_config("opt"), "c.json");
-  expect_error<UnsupportedError>([&] { make_hf_config_json(c, "float32"); }, {"'opt'", "llama"});
+  c.architecture = "rwkv";
+  expect_error<UnsupportedError>([&] { make_hf_config_json(c, "float32"); }, {"'rwkv'", "llama"});
+}
+
+TEST(HfArchitectureRegistry, ConfigsTheClassCannotExpressAreRefusedByName) {
+  // OPTConfig has no LayerNorm epsilon key (nn.LayerNorm's 1e-5), BloomConfig no MLP width (4·d),
+  // GPT-2 no RMSNorm: make_config refuses instead of writing a config that reads back differently.
+  ModelConfig c = parse_hf_config(tiny_config("opt"), "c.json");
+  c.norm_eps = 1e-6f;
+  expect_error<UnsupportedError>([&] { make_hf_config_json(c, "float32"); }, {"OPTForCausalLM", "norm epsilon"});
+  c = parse_hf_config(tiny_config("bloom-alibi"), "c.json");
+  c.hidden_dim = 3 * c.dim;
+  expect_error<UnsupportedError>([&] { make_hf_config_json(c, "float32"); }, {"BloomForCausalLM", "shape"});
+  c = parse_hf_config(tiny_config("gpt2"), "c.json");
+  c.spec.norm = NormKind::RMSNorm;
+  expect_error<UnsupportedError>([&] { make_hf_config_json(c, "float32"); }, {"GPT2LMHeadModel", "norm kind"});
+  c = parse_hf_config(tiny_config("falcon"), "c.json");
+  c.spec.parallel_residual = false;
+  c.spec.shared_input_norm = false;
+  c.n_kv_heads = 2;  // grouped KV heads need new_decoder_architecture, which is always parallel
+  expect_error<UnsupportedError>([&] { make_hf_config_json(c, "float32"); }, {"FalconForCausalLM"});
+  for (const char* n : {"gemma3-text", "mixtral-moe", "opt", "gpt-neox", "falcon", "bloom-alibi", "mpt-alibi", "gpt2"})
+    EXPECT_NO_THROW(make_hf_config_json(parse_hf_config(tiny_config(n), "c.json"), "float32")) << n;
+}
+
+TEST(HfArchitectureRegistry, FalconLayoutsRoundTrip) {
+  // The three query_key_value layouts (multi-query, one KV head per query head, KV groups of the
+  // new decoder architecture with one or two input norms) each read back as written.
+  for (const auto& [kv, parallel, shared] : std::vector<std::tuple<int, bool, bool>>{
+           {1, true, true}, {4, true, true}, {1, false, false}, {4, false, false}, {2, true, false}, {2, true, true}, {4, true, false}}) {
+    ModelConfig c = parse_hf_config(tiny_config("falcon"), "c.json");
+    c.n_kv_heads = kv;
+    c.spec.parallel_residual = parallel;
+    c.spec.shared_input_norm = shared;
+    SCOPED_TRACE(std::to_string(kv) + " " + std::to_string(parallel) + " " + std::to_string(shared));
+    const auto j = make_hf_config_json(c, "float32");
+    const ModelConfig r = parse_hf_config(nlohmann::json::parse(j.dump()), "c.json");
+    EXPECT_EQ(r.n_kv_heads, kv);
+    EXPECT_TRUE(r.spec == c.spec);
+  }
 }
 
 TEST(HfArchitectureHelpers, SplitsAndFolds) {

@@ -1,6 +1,7 @@
 // BLOOM (transformers models/bloom: configuration_bloom.py BloomConfig, modeling_bloom.py
 // BloomForCausalLM): ALiBi, a LayerNorm right after the embedding, fused per-head
 // query_key_value, GELU (tanh form, bloom_gelu_forward) MLP of 4·hidden, biases everywhere.
+#include "core/error.h"
 #include "formats/architectures/architectures.h"
 #include "formats/architectures/common.h"
 
@@ -74,6 +75,56 @@ void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& ou
   }
 }
 
+
+/// BloomConfig for `c` (hidden_size, n_layer, n_head, seq_length = max_seq_len; the MLP width
+/// 4·hidden_size, ALiBi, biases and GELU-tanh are the class's, check_config_reads_back refuses
+/// anything else).
+nlohmann::ordered_json make_config(const ModelConfig& c) {
+  nlohmann::ordered_json j;
+  j["architectures"] = {"BloomForCausalLM"};
+  j["model_type"] = "bloom";
+  j["hidden_size"] = c.dim;
+  j["n_layer"] = c.n_layers;
+  j["n_head"] = c.n_heads;
+  j["vocab_size"] = c.vocab_size;
+  j["seq_length"] = c.max_seq_len;
+  j["layer_norm_epsilon"] = number_json(c.norm_eps);
+  j["apply_residual_connection_post_layernorm"] = false;
+  j["pretraining_tp"] = 1;
+  j["slow_but_exact"] = false;
+  j["tie_word_embeddings"] = c.tied_embeddings;
+  j["bos_token_id"] = c.bos_id;
+  j["eos_token_id"] = c.eos_id;
+  check_config_reads_back(j, c);
+  return j;
+}
+
+/// The inverse of map_tensors: transformer.* names, word_embeddings_layernorm,
+/// self_attention.query_key_value = per head [q_h; k_h; v_h] rows (qkv_per_group_rows).
+std::vector<HfPlanEntry> hf_plan(const ModelConfig& c) {
+  const std::string m = "transformer.";
+  std::vector<HfPlanEntry> out;
+  out.push_back(plan_tensor(m + "word_embeddings.weight", names::kEmbed));
+  out.push_back(plan_tensor(m + "word_embeddings_layernorm.weight", names::kEmbedNorm));
+  out.push_back(plan_tensor(m + "word_embeddings_layernorm.bias", names::kEmbedNormBias));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string s = m + "h." + std::to_string(l) + ".", p = names::layer(l), a = p + "self_attn.";
+    for (const char* x : {".weight", ".bias"}) out.push_back(plan_tensor(s + "input_layernorm" + x, p + "input_layernorm" + x));
+    HfPlanEntry qkv = plan_linear(s + "self_attention.query_key_value", {a + "q_proj", a + "k_proj", a + "v_proj"});
+    qkv.rows = qkv_per_group_rows(c.n_heads, 1, c.head_dim);
+    out.push_back(std::move(qkv));
+    out.push_back(plan_linear(s + "self_attention.dense", {a + "o_proj"}));
+    for (const char* x : {".weight", ".bias"})
+      out.push_back(plan_tensor(s + "post_attention_layernorm" + x, p + "post_attention_layernorm" + x));
+    out.push_back(plan_linear(s + "mlp.dense_h_to_4h", {p + "mlp.up_proj"}));
+    out.push_back(plan_linear(s + "mlp.dense_4h_to_h", {p + "mlp.down_proj"}));
+  }
+  out.push_back(plan_tensor(m + "ln_f.weight", names::kFinalNorm));
+  out.push_back(plan_tensor(m + "ln_f.bias", names::kFinalNormBias));
+  if (!c.tied_embeddings) out.push_back(plan_linear("lm_head"));
+  return out;
+}
+
 }  // namespace
 
 HfArchitecture bloom_architecture() {
@@ -86,6 +137,8 @@ HfArchitecture bloom_architecture() {
   a.layers_key = "n_layer";
   a.configure = configure;
   a.map_tensors = map_tensors;
+  a.make_config = make_config;
+  a.hf_plan = hf_plan;
   return a;
 }
 

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "formats/hf_config.h"
 #include "formats/json_limits.h"
 
 namespace sq::hf {
@@ -240,15 +241,14 @@ void configure_llama_like(const HfConfigReader& r, ModelConfig& c, const LlamaDe
   c.spec.activation = activation(r, "hidden_act", "silu");
 }
 
-namespace {
-
-/// Shortest decimal that parses back to the same float, as a JSON number.
-nlohmann::ordered_json float_json(float v) {
+nlohmann::ordered_json number_json(float v) {
   char buf[64];
   auto res = std::to_chars(buf, buf + sizeof(buf), v);
   return nlohmann::ordered_json(std::strtod(std::string(buf, res.ptr).c_str(), nullptr));
 }
 
+namespace {
+nlohmann::ordered_json float_json(float v) { return number_json(v); }
 }  // namespace
 
 nlohmann::ordered_json llama_like_config_json(const ModelConfig& c, const char* class_name, const char* model_type,
@@ -310,6 +310,14 @@ HfPlanEntry plan_tensor(const std::string& name) {
   return e;
 }
 
+HfPlanEntry plan_tensor(const std::string& name, const std::string& source, float add) {
+  HfPlanEntry e;
+  e.name = name;
+  e.sources = {source};
+  e.add = add;
+  return e;
+}
+
 HfPlanEntry plan_linear(const std::string& name, std::vector<std::string> sources) {
   HfPlanEntry e;
   e.linear = true;
@@ -331,6 +339,83 @@ std::vector<HfPlanEntry> llama_like_hf_plan(const ModelConfig& c) {
   out.push_back(plan_tensor(names::kFinalNorm));
   if (!c.tied_embeddings) out.push_back(plan_linear("lm_head"));
   return out;
+}
+
+// ---- writing -------------------------------------------------------------------------------------
+
+const char* hf_activation_name(Activation a) {
+  switch (a) {
+    case Activation::SiLU: return "silu";
+    case Activation::GeluTanh: return "gelu_pytorch_tanh";
+    case Activation::Gelu: return "gelu";
+    case Activation::ReLU: return "relu";
+  }
+  return "silu";
+}
+
+nlohmann::ordered_json rope_parameters_json(const ModelConfig& c, bool partial) {
+  nlohmann::ordered_json p;
+  p["rope_type"] = rope_scaling_type_name(c.rope_scaling.type);
+  p["rope_theta"] = number_json(c.rope_theta);
+  if (!c.rope_scaling.is_default()) {
+    p["factor"] = number_json(c.rope_scaling.factor);
+    if (c.rope_scaling.type == RopeScalingType::Llama3) {
+      p["low_freq_factor"] = number_json(c.rope_scaling.low_freq_factor);
+      p["high_freq_factor"] = number_json(c.rope_scaling.high_freq_factor);
+      p["original_max_position_embeddings"] = c.rope_scaling.original_max_position_embeddings;
+    }
+  }
+  if (partial) p["partial_rotary_factor"] = c.spec.rope_dim > 0 ? double(c.spec.rope_dim) / double(c.head_dim) : 1.0;
+  return p;
+}
+
+void check_config_reads_back(const nlohmann::ordered_json& config_json, const ModelConfig& c) {
+  const std::string cls = config_json.at("architectures")[0].get<std::string>();
+  ModelConfig r;
+  try {
+    r = parse_hf_config(nlohmann::json::parse(config_json.dump()), cls + " config.json");
+  } catch (const Error& e) {
+    throw UnsupportedError("cannot write a Hugging Face " + cls + " config for this model: " + e.what());
+  }
+  auto refuse = [&](const std::string& field) {
+    throw UnsupportedError("cannot write a Hugging Face " + cls + " config for this model: its " + field +
+                           " cannot be expressed in " + cls + "'s config keys");
+  };
+  if (r.architecture != c.architecture) refuse("architecture '" + c.architecture + "'");
+  if (r.dim != c.dim || r.hidden_dim != c.hidden_dim || r.n_layers != c.n_layers || r.n_heads != c.n_heads ||
+      r.n_kv_heads != c.n_kv_heads || r.head_dim != c.head_dim || r.vocab_size != c.vocab_size)
+    refuse("shape (sizes, heads, head_dim)");
+  if (r.max_seq_len != c.max_seq_len) refuse("context length " + std::to_string(c.max_seq_len));
+  if (r.norm_eps != c.norm_eps) refuse("norm epsilon " + std::to_string(c.norm_eps));
+  if (r.rope_theta != c.rope_theta || !(r.rope_scaling == c.rope_scaling)) refuse("RoPE (theta / scaling)");
+  if (r.tied_embeddings != c.tied_embeddings) refuse(c.tied_embeddings ? "tied head" : "untied head");
+  if (r.qkv_bias != c.qkv_bias) refuse(c.qkv_bias ? "q/k/v biases" : "missing q/k/v biases");
+  if (r.bos_id != c.bos_id || r.eos_id != c.eos_id) refuse("bos / eos token ids");
+  const DecoderSpec &a = r.spec, &b = c.spec;
+  if (a.norm != b.norm || a.norm_bias != b.norm_bias) refuse("norm kind");
+  if (a.post_attn_norm != b.post_attn_norm || a.post_ffn_norm != b.post_ffn_norm || a.qk_norm != b.qk_norm) refuse("extra norms");
+  if (a.parallel_residual != b.parallel_residual || a.shared_input_norm != b.shared_input_norm) refuse("residual structure");
+  if (a.position != b.position || a.rope_dim != b.rope_dim || a.learned_position_offset != b.learned_position_offset)
+    refuse("position encoding");
+  if (a.attn_scale != b.attn_scale) refuse("attention scale");
+  if (a.o_bias != b.o_bias) refuse(b.o_bias ? "output projection bias" : "missing output projection bias");
+  if (a.mlp_gated != b.mlp_gated || a.activation != b.activation || a.mlp_bias != b.mlp_bias) refuse("MLP (gating, activation, biases)");
+  if (a.n_experts != b.n_experts || a.experts_per_token != b.experts_per_token) refuse("experts");
+  if (a.embed_scale != b.embed_scale || a.embed_norm != b.embed_norm) refuse("embedding scale / norm");
+  if (a.layer_window != b.layer_window || a.rope_local_theta != b.rope_local_theta) refuse("sliding windows");
+  if (!(a == b)) refuse("layer structure");
+}
+
+std::vector<int64_t> qkv_per_group_rows(int n_kv, int q_per_kv, int head_dim) {
+  const int64_t hd = head_dim, q_rows = int64_t(n_kv) * q_per_kv * hd, kv_rows = int64_t(n_kv) * hd;
+  std::vector<int64_t> rows;
+  rows.reserve(size_t(q_rows + 2 * kv_rows));
+  for (int64_t g = 0; g < n_kv; ++g) {
+    for (int64_t i = 0; i < q_per_kv * hd; ++i) rows.push_back(g * q_per_kv * hd + i);
+    for (int64_t i = 0; i < hd; ++i) rows.push_back(q_rows + g * hd + i);
+    for (int64_t i = 0; i < hd; ++i) rows.push_back(q_rows + kv_rows + g * hd + i);
+  }
+  return rows;
 }
 
 }  // namespace sq::hf

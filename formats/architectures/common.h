@@ -133,8 +133,39 @@ std::vector<HfPlanEntry> llama_like_hf_plan(const ModelConfig& c);
 
 /// A plan entry copying canonical tensor `name` under the same name.
 HfPlanEntry plan_tensor(const std::string& name);
+/// A plan entry writing canonical tensor `source` as HF tensor `name`, `add` added to every
+/// element (Gemma's norms: −1).
+HfPlanEntry plan_tensor(const std::string& name, const std::string& source, float add = 0.0f);
 /// A plan entry for linear module `name` whose rows are those of canonical linears `sources`
 /// (default: the linear of the same name).
 HfPlanEntry plan_linear(const std::string& name, std::vector<std::string> sources = {});
+
+// ---- writing (make_config / hf_plan of the architecture files) -----------------------------------
+
+/// transformers' ACT2FN name of `a`: "silu", "gelu_pytorch_tanh", "gelu" or "relu" (what
+/// `activation` reads back as `a`).
+const char* hf_activation_name(Activation a);
+
+/// The shortest decimal that parses back to the same float, as a JSON number.
+nlohmann::ordered_json number_json(float v);
+
+/// A transformers-5 `rope_parameters` object for c.rope_theta and c.rope_scaling (rope_type,
+/// rope_theta, and factor / llama3 keys), with partial_rotary_factor = spec.rope_dim / head_dim
+/// when `partial` (1 when spec.rope_dim is 0).
+nlohmann::ordered_json rope_parameters_json(const ModelConfig& c, bool partial);
+
+/// Checks that `config_json` (a make_config result) reads back as `c`: parses it with
+/// parse_hf_config and compares every field but rope_layout (sizes, norm eps, RoPE, tied head,
+/// biases, token ids, the DecoderSpec). Throws UnsupportedError "cannot write a Hugging Face CLASS
+/// config for this model: its FIELD (...) cannot be expressed" for the first field that differs,
+/// so a structure the class cannot express is refused by name instead of written wrong.
+void check_config_reads_back(const nlohmann::ordered_json& config_json, const ModelConfig& c);
+
+/// Row gather of a fused q/k/v linear stored per key/value group (the inverse of
+/// split_qkv_per_group): HF row order [q_{g,0} … q_{g,r−1}; k_g; v_g] for g = 0 … n_kv−1, r =
+/// q_per_kv, as rows of the concatenation [q (n_kv·r·head_dim); k; v]. Per-head interleaving
+/// (BLOOM, GPT-NeoX, Falcon without multi_query) is q_per_kv = 1, n_kv = n_heads; Falcon's
+/// multi-query layout is one group.
+std::vector<int64_t> qkv_per_group_rows(int n_kv, int q_per_kv, int head_dim);
 
 }  // namespace sq::hf

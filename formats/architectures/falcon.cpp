@@ -1,6 +1,7 @@
 // Falcon (transformers models/falcon: configuration_falcon.py FalconConfig, modeling_falcon.py
 // FalconForCausalLM): fused query_key_value in three layouts (multi-query, per head, per KV group),
 // parallel attention + MLP with one or two input LayerNorms, GELU MLP, tied head.
+#include "core/error.h"
 #include "formats/architectures/architectures.h"
 #include "formats/architectures/common.h"
 
@@ -104,6 +105,80 @@ void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& ou
   }
 }
 
+
+/// The FalconConfig layout for `c`: the original (new_decoder_architecture false) when there is
+/// one KV head (multi_query) or one per query head and the block is sequential or has one shared
+/// input norm; else new_decoder_architecture with num_kv_heads groups and num_ln_in_parallel_attn
+/// 1 or 2 (parallel blocks only: check_config_reads_back refuses the rest).
+bool original_layout(const ModelConfig& c) {
+  return (c.n_kv_heads == 1 || c.n_kv_heads == c.n_heads) && (!c.spec.parallel_residual || c.spec.shared_input_norm);
+}
+
+/// FalconConfig for `c` (see original_layout); `bias` covers every linear's bias, RoPE as
+/// rope_parameters, alibi false.
+nlohmann::ordered_json make_config(const ModelConfig& c) {
+  nlohmann::ordered_json j;
+  j["architectures"] = {"FalconForCausalLM"};
+  j["model_type"] = "falcon";
+  j["hidden_size"] = c.dim;
+  j["num_hidden_layers"] = c.n_layers;
+  j["num_attention_heads"] = c.n_heads;
+  j["ffn_hidden_size"] = c.hidden_dim;
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.max_seq_len;
+  j["layer_norm_epsilon"] = number_json(c.norm_eps);
+  j["activation"] = hf_activation_name(c.spec.activation);
+  j["bias"] = c.qkv_bias;
+  j["alibi"] = false;
+  if (original_layout(c)) {
+    j["new_decoder_architecture"] = false;
+    j["multi_query"] = c.n_kv_heads == 1 && c.n_heads > 1;
+    j["parallel_attn"] = c.spec.parallel_residual;
+    j["num_kv_heads"] = c.n_kv_heads;
+  } else {
+    j["new_decoder_architecture"] = true;
+    j["parallel_attn"] = true;
+    j["num_kv_heads"] = c.n_kv_heads;
+    j["num_ln_in_parallel_attn"] = c.spec.shared_input_norm ? 1 : 2;
+  }
+  j["rope_parameters"] = rope_parameters_json(c, false);
+  j["tie_word_embeddings"] = c.tied_embeddings;
+  j["bos_token_id"] = c.bos_id;
+  j["eos_token_id"] = c.eos_id;
+  check_config_reads_back(j, c);
+  return j;
+}
+
+/// The inverse of map_tensors: transformer.* names, query_key_value per KV group [q × n_heads/n_kv;
+/// k; v] (qkv_per_group_rows; multi-query is one group, one KV head per query head gives per-head
+/// [q_h; k_h; v_h]), norms input_layernorm (+ post_attention_layernorm when sequential) or ln_attn
+/// / ln_mlp.
+std::vector<HfPlanEntry> hf_plan(const ModelConfig& c) {
+  const std::string m = "transformer.";
+  const bool two_norms = c.spec.parallel_residual && !c.spec.shared_input_norm;
+  std::vector<HfPlanEntry> out;
+  out.push_back(plan_tensor(m + "word_embeddings.weight", names::kEmbed));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string s = m + "h." + std::to_string(l) + ".", p = names::layer(l), a = p + "self_attn.";
+    auto norm = [&](const std::string& to, const std::string& from) {
+      for (const char* x : {".weight", ".bias"}) out.push_back(plan_tensor(s + to + x, p + from + x));
+    };
+    norm(two_norms ? "ln_attn" : "input_layernorm", "input_layernorm");
+    if (two_norms) norm("ln_mlp", "post_attention_layernorm");
+    HfPlanEntry qkv = plan_linear(s + "self_attention.query_key_value", {a + "q_proj", a + "k_proj", a + "v_proj"});
+    qkv.rows = qkv_per_group_rows(c.n_kv_heads, c.n_heads / c.n_kv_heads, c.head_dim);
+    out.push_back(std::move(qkv));
+    out.push_back(plan_linear(s + "self_attention.dense", {a + "o_proj"}));
+    if (!c.spec.parallel_residual) norm("post_attention_layernorm", "post_attention_layernorm");
+    out.push_back(plan_linear(s + "mlp.dense_h_to_4h", {p + "mlp.up_proj"}));
+    out.push_back(plan_linear(s + "mlp.dense_4h_to_h", {p + "mlp.down_proj"}));
+  }
+  out.push_back(plan_tensor(m + "ln_f.weight", names::kFinalNorm));
+  out.push_back(plan_tensor(m + "ln_f.bias", names::kFinalNormBias));
+  if (!c.tied_embeddings) out.push_back(plan_linear("lm_head"));
+  return out;
+}
+
 }  // namespace
 
 HfArchitecture falcon_architecture() {
@@ -115,6 +190,8 @@ HfArchitecture falcon_architecture() {
   a.layer_prefix = "transformer.h.";
   a.configure = configure;
   a.map_tensors = map_tensors;
+  a.make_config = make_config;
+  a.hf_plan = hf_plan;
   return a;
 }
 

@@ -117,6 +117,80 @@ void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& ou
   }
 }
 
+/// Gemma3TextConfig for `c`: the keys configure reads, RoPE as transformers 5's per-layer-type
+/// rope_parameters, layer_types from spec.layer_window (one window for every sliding layer),
+/// query_pre_attn_scalar = attn_scale^−2. The embedding scale √hidden_size is implicit in the class
+/// (check_config_reads_back refuses another one, and any structure the keys cannot express).
+nlohmann::ordered_json make_config(const ModelConfig& c) {
+  int window = 0;
+  for (int w : c.spec.layer_window) {
+    if (w != 0 && window != 0 && w != window)
+      throw UnsupportedError("cannot write a Hugging Face Gemma3ForCausalLM config with different sliding windows per layer");
+    if (w != 0) window = w;
+  }
+  nlohmann::ordered_json j;
+  j["architectures"] = {"Gemma3ForCausalLM"};
+  j["model_type"] = "gemma3_text";
+  j["hidden_size"] = c.dim;
+  j["intermediate_size"] = c.hidden_dim;
+  j["num_hidden_layers"] = c.n_layers;
+  j["num_attention_heads"] = c.n_heads;
+  j["num_key_value_heads"] = c.n_kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.max_seq_len;
+  j["rms_norm_eps"] = number_json(c.norm_eps);
+  j["hidden_activation"] = hf_activation_name(c.spec.activation);
+  // attn_scale = float(scalar^−0.5): the integer scalar when one gives it back (256, head_dim).
+  const float scale = c.spec.attn_scale > 0 ? c.spec.attn_scale : float(1.0 / std::sqrt(double(c.head_dim)));
+  const double scalar = 1.0 / (double(scale) * double(scale));
+  const double whole = std::round(scalar);
+  const bool exact = float(std::pow(double(float(whole)), -0.5)) == scale;
+  j["query_pre_attn_scalar"] = exact ? nlohmann::ordered_json(int64_t(whole)) : nlohmann::ordered_json(scalar);
+  j["attention_bias"] = c.qkv_bias;
+  j["sliding_window"] = window > 0 ? window : 4096;
+  nlohmann::ordered_json types = nlohmann::ordered_json::array();
+  for (int l = 0; l < c.n_layers; ++l) {
+    const bool sliding = !c.spec.layer_window.empty() && c.spec.layer_window[size_t(l)] != 0;
+    types.push_back(sliding ? "sliding_attention" : "full_attention");
+  }
+  j["layer_types"] = std::move(types);
+  ModelConfig local = c;
+  local.rope_theta = c.spec.rope_local_theta > 0 ? c.spec.rope_local_theta : c.rope_theta;
+  local.rope_scaling = RopeScaling{};
+  j["rope_parameters"] = {{"full_attention", rope_parameters_json(c, false)}, {"sliding_attention", rope_parameters_json(local, false)}};
+  j["attn_logit_softcapping"] = nullptr;
+  j["final_logit_softcapping"] = nullptr;
+  j["use_bidirectional_attention"] = false;
+  j["tie_word_embeddings"] = c.tied_embeddings;
+  j["bos_token_id"] = c.bos_id;
+  j["eos_token_id"] = c.eos_id;
+  j["pad_token_id"] = 0;
+  check_config_reads_back(j, c);
+  return j;
+}
+
+/// The inverse of map_tensors: every norm written as w − 1 (`add`), the four layer norms under
+/// their Gemma names, q_norm / k_norm, LLaMA-named q/k/v/o and gate/up/down linears.
+std::vector<HfPlanEntry> hf_plan(const ModelConfig& c) {
+  std::vector<HfPlanEntry> out;
+  out.push_back(plan_tensor(names::kEmbed));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = names::layer(l), a = p + "self_attn.";
+    out.push_back(plan_tensor(p + "input_layernorm.weight", p + "input_layernorm.weight", -1.0f));
+    for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) out.push_back(plan_linear(a + proj));
+    out.push_back(plan_tensor(a + "q_norm.weight", a + "q_norm.weight", -1.0f));
+    out.push_back(plan_tensor(a + "k_norm.weight", a + "k_norm.weight", -1.0f));
+    out.push_back(plan_tensor(p + "post_attention_layernorm.weight", p + "attn_post_norm.weight", -1.0f));
+    out.push_back(plan_tensor(p + "pre_feedforward_layernorm.weight", p + "post_attention_layernorm.weight", -1.0f));
+    for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) out.push_back(plan_linear(p + "mlp." + proj));
+    out.push_back(plan_tensor(p + "post_feedforward_layernorm.weight", p + "mlp_post_norm.weight", -1.0f));
+  }
+  out.push_back(plan_tensor(names::kFinalNorm, names::kFinalNorm, -1.0f));
+  if (!c.tied_embeddings) out.push_back(plan_linear("lm_head"));
+  return out;
+}
+
 }  // namespace
 
 HfArchitecture gemma3_architecture() {
@@ -126,6 +200,8 @@ HfArchitecture gemma3_architecture() {
   a.model_types = {"gemma3_text"};
   a.configure = configure;
   a.map_tensors = map_tensors;
+  a.make_config = make_config;
+  a.hf_plan = hf_plan;
   return a;
 }
 

@@ -1,6 +1,7 @@
 // GPT-2 (transformers models/gpt2: configuration_gpt2.py GPT2Config, modeling_gpt2.py
 // GPT2LMHeadModel): learned absolute positions, pre-LayerNorm, Conv1D projections stored
 // [in, out] with a fused c_attn, GELU (tanh) MLP, biases everywhere, tied head.
+#include "core/error.h"
 #include "formats/architectures/architectures.h"
 #include "formats/architectures/common.h"
 
@@ -75,6 +76,59 @@ void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& ou
   }
 }
 
+
+/// GPT2Config for `c`: n_embd, n_layer, n_head, n_positions, n_inner, activation_function,
+/// scale_attn_weights (false for a softmax scale of 1).
+nlohmann::ordered_json make_config(const ModelConfig& c) {
+  nlohmann::ordered_json j;
+  j["architectures"] = {"GPT2LMHeadModel"};
+  j["model_type"] = "gpt2";
+  j["n_embd"] = c.dim;
+  j["n_layer"] = c.n_layers;
+  j["n_head"] = c.n_heads;
+  j["n_positions"] = c.max_seq_len;
+  j["n_inner"] = c.hidden_dim;
+  j["vocab_size"] = c.vocab_size;
+  j["layer_norm_epsilon"] = number_json(c.norm_eps);
+  j["activation_function"] = c.spec.activation == Activation::GeluTanh ? "gelu_new" : hf_activation_name(c.spec.activation);
+  j["scale_attn_weights"] = c.spec.attn_scale != 1.0f;
+  j["scale_attn_by_inverse_layer_idx"] = false;
+  j["reorder_and_upcast_attn"] = false;
+  j["add_cross_attention"] = false;
+  j["tie_word_embeddings"] = c.tied_embeddings;
+  j["bos_token_id"] = c.bos_id;
+  j["eos_token_id"] = c.eos_id;
+  check_config_reads_back(j, c);
+  return j;
+}
+
+/// The inverse of map_tensors: transformer.* names, every projection a Conv1D (`conv1d`: stored
+/// [in, out]; quantized exports refuse it), c_attn = [q; k; v].
+std::vector<HfPlanEntry> hf_plan(const ModelConfig& c) {
+  const std::string m = "transformer.";
+  std::vector<HfPlanEntry> out;
+  auto conv1d = [&](const std::string& name, std::vector<std::string> sources) {
+    HfPlanEntry e = plan_linear(name, std::move(sources));
+    e.conv1d = true;
+    out.push_back(std::move(e));
+  };
+  out.push_back(plan_tensor(m + "wte.weight", names::kEmbed));
+  out.push_back(plan_tensor(m + "wpe.weight", names::kEmbedPositions));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string s = m + "h." + std::to_string(l) + ".", p = names::layer(l), a = p + "self_attn.";
+    for (const char* x : {".weight", ".bias"}) out.push_back(plan_tensor(s + "ln_1" + x, p + "input_layernorm" + x));
+    conv1d(s + "attn.c_attn", {a + "q_proj", a + "k_proj", a + "v_proj"});
+    conv1d(s + "attn.c_proj", {a + "o_proj"});
+    for (const char* x : {".weight", ".bias"}) out.push_back(plan_tensor(s + "ln_2" + x, p + "post_attention_layernorm" + x));
+    conv1d(s + "mlp.c_fc", {p + "mlp.up_proj"});
+    conv1d(s + "mlp.c_proj", {p + "mlp.down_proj"});
+  }
+  out.push_back(plan_tensor(m + "ln_f.weight", names::kFinalNorm));
+  out.push_back(plan_tensor(m + "ln_f.bias", names::kFinalNormBias));
+  if (!c.tied_embeddings) out.push_back(plan_linear("lm_head"));
+  return out;
+}
+
 }  // namespace
 
 HfArchitecture gpt2_architecture() {
@@ -87,6 +141,8 @@ HfArchitecture gpt2_architecture() {
   a.layers_key = "n_layer";
   a.configure = configure;
   a.map_tensors = map_tensors;
+  a.make_config = make_config;
+  a.hf_plan = hf_plan;
   return a;
 }
 

@@ -1,6 +1,7 @@
 // GPT-NeoX / Pythia (transformers models/gpt_neox: configuration_gpt_neox.py GPTNeoXConfig,
 // modeling_gpt_neox.py GPTNeoXForCausalLM): LayerNorm, partial rotary embedding, fused per-head
 // query_key_value, parallel residual with two input norms, GELU MLP, untied embed_out.
+#include "core/error.h"
 #include "formats/architectures/architectures.h"
 #include "formats/architectures/common.h"
 
@@ -75,6 +76,54 @@ void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& ou
   }
 }
 
+
+/// GPTNeoXConfig for `c`: RoPE as rope_parameters with partial_rotary_factor; attention_bias
+/// covers query_key_value and dense (the MLP always has biases).
+nlohmann::ordered_json make_config(const ModelConfig& c) {
+  nlohmann::ordered_json j;
+  j["architectures"] = {"GPTNeoXForCausalLM"};
+  j["model_type"] = "gpt_neox";
+  j["hidden_size"] = c.dim;
+  j["intermediate_size"] = c.hidden_dim;
+  j["num_hidden_layers"] = c.n_layers;
+  j["num_attention_heads"] = c.n_heads;
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.max_seq_len;
+  j["layer_norm_eps"] = number_json(c.norm_eps);
+  j["hidden_act"] = hf_activation_name(c.spec.activation);
+  j["use_parallel_residual"] = c.spec.parallel_residual;
+  j["attention_bias"] = c.qkv_bias;
+  j["rope_parameters"] = rope_parameters_json(c, true);
+  j["tie_word_embeddings"] = c.tied_embeddings;
+  j["bos_token_id"] = c.bos_id;
+  j["eos_token_id"] = c.eos_id;
+  check_config_reads_back(j, c);
+  return j;
+}
+
+/// The inverse of map_tensors: gpt_neox.* names, query_key_value = per head [q_h; k_h; v_h] rows
+/// (qkv_per_group_rows with groups of one head), embed_out for an untied head.
+std::vector<HfPlanEntry> hf_plan(const ModelConfig& c) {
+  const std::string m = "gpt_neox.";
+  std::vector<HfPlanEntry> out;
+  out.push_back(plan_tensor(m + "embed_in.weight", names::kEmbed));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string s = m + "layers." + std::to_string(l) + ".", p = names::layer(l), a = p + "self_attn.";
+    for (const char* norm : {"input_layernorm", "post_attention_layernorm"})
+      for (const char* x : {".weight", ".bias"}) out.push_back(plan_tensor(s + norm + x, p + norm + x));
+    HfPlanEntry qkv = plan_linear(s + "attention.query_key_value", {a + "q_proj", a + "k_proj", a + "v_proj"});
+    qkv.rows = qkv_per_group_rows(c.n_heads, 1, c.head_dim);
+    out.push_back(std::move(qkv));
+    out.push_back(plan_linear(s + "attention.dense", {a + "o_proj"}));
+    out.push_back(plan_linear(s + "mlp.dense_h_to_4h", {p + "mlp.up_proj"}));
+    out.push_back(plan_linear(s + "mlp.dense_4h_to_h", {p + "mlp.down_proj"}));
+  }
+  out.push_back(plan_tensor(m + "final_layer_norm.weight", names::kFinalNorm));
+  out.push_back(plan_tensor(m + "final_layer_norm.bias", names::kFinalNormBias));
+  if (!c.tied_embeddings) out.push_back(plan_linear("embed_out", {"lm_head"}));
+  return out;
+}
+
 }  // namespace
 
 HfArchitecture gpt_neox_architecture() {
@@ -86,6 +135,8 @@ HfArchitecture gpt_neox_architecture() {
   a.layer_prefix = "gpt_neox.layers.";
   a.configure = configure;
   a.map_tensors = map_tensors;
+  a.make_config = make_config;
+  a.hf_plan = hf_plan;
   return a;
 }
 

@@ -1,6 +1,7 @@
 // Mixtral (transformers models/mixtral: configuration_mixtral.py MixtralConfig,
 // modeling_mixtral.py MixtralForCausalLM): Llama's attention with a sparse mixture of SwiGLU
 // experts, top-k routing by softmax with renormalized weights (MixtralTopKRouter).
+#include "core/error.h"
 #include "formats/architectures/architectures.h"
 #include "formats/architectures/common.h"
 
@@ -53,6 +54,43 @@ void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& ou
   }
 }
 
+/// MixtralConfig: the LLaMA keys (sliding_window on every layer or null) plus num_local_experts and
+/// num_experts_per_tok.
+nlohmann::ordered_json make_config(const ModelConfig& c) {
+  ModelConfig dense = c;
+  dense.spec.n_experts = dense.spec.experts_per_token = 0;
+  dense.spec.mlp_gated = true;
+  nlohmann::ordered_json j = llama_like_config_json(dense, "MixtralForCausalLM", "mixtral", true, false);
+  j["num_local_experts"] = c.spec.n_experts;
+  j["num_experts_per_tok"] = c.spec.experts_per_token;
+  check_config_reads_back(j, c);
+  return j;
+}
+
+/// The checkpoint layout (what transformers 5 saves and converts on load): per layer
+/// block_sparse_moe.gate (the router, [E, d]) and block_sparse_moe.experts.{e}.w1 / w3 / w2 (gate /
+/// up / down), each expert linear its own module.
+std::vector<HfPlanEntry> hf_plan(const ModelConfig& c) {
+  std::vector<HfPlanEntry> out;
+  out.push_back(plan_tensor(names::kEmbed));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = names::layer(l), a = p + "self_attn.", m = p + "block_sparse_moe.";
+    out.push_back(plan_tensor(p + "input_layernorm.weight"));
+    for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) out.push_back(plan_linear(a + proj));
+    out.push_back(plan_tensor(p + "post_attention_layernorm.weight"));
+    out.push_back(plan_linear(m + "gate", {p + "mlp.router"}));
+    for (int e = 0; e < c.spec.n_experts; ++e) {
+      const std::string from = p + "mlp.experts." + std::to_string(e) + ".", to = m + "experts." + std::to_string(e) + ".";
+      out.push_back(plan_linear(to + "w1", {from + "gate_proj"}));
+      out.push_back(plan_linear(to + "w2", {from + "down_proj"}));
+      out.push_back(plan_linear(to + "w3", {from + "up_proj"}));
+    }
+  }
+  out.push_back(plan_tensor(names::kFinalNorm));
+  if (!c.tied_embeddings) out.push_back(plan_linear("lm_head"));
+  return out;
+}
+
 }  // namespace
 
 HfArchitecture mixtral_architecture() {
@@ -62,6 +100,8 @@ HfArchitecture mixtral_architecture() {
   a.model_types = {"mixtral"};
   a.configure = configure;
   a.map_tensors = map_tensors;
+  a.make_config = make_config;
+  a.hf_plan = hf_plan;
   return a;
 }
 

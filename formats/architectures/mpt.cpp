@@ -1,6 +1,7 @@
 // MPT (transformers models/mpt: configuration_mpt.py MptConfig / MptAttentionConfig,
 // modeling_mpt.py MptForCausalLM): ALiBi, LayerNorms without bias, fused Wqkv, exact-GELU MLP of
 // 4·d_model, no biases, tied head.
+#include "core/error.h"
 #include "formats/architectures/architectures.h"
 #include "formats/architectures/common.h"
 
@@ -70,6 +71,59 @@ void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& ou
   }
 }
 
+
+/// MptConfig for `c`: d_model, n_heads, n_layers, max_seq_len, no_bias true, expansion_ratio 4,
+/// attn_config with ALiBi (bias max 8) and softmax_scale (null for 1/√head_dim).
+nlohmann::ordered_json make_config(const ModelConfig& c) {
+  nlohmann::ordered_json attn;
+  attn["attn_type"] = "multihead_attention";
+  attn["attn_impl"] = "torch";
+  attn["alibi"] = true;
+  attn["alibi_bias_max"] = 8;
+  attn["qk_ln"] = false;
+  attn["clip_qkv"] = nullptr;
+  attn["prefix_lm"] = false;
+  attn["softmax_scale"] = c.spec.attn_scale > 0 ? number_json(c.spec.attn_scale) : nlohmann::ordered_json(nullptr);
+  nlohmann::ordered_json j;
+  j["architectures"] = {"MptForCausalLM"};
+  j["model_type"] = "mpt";
+  j["d_model"] = c.dim;
+  j["n_heads"] = c.n_heads;
+  j["n_layers"] = c.n_layers;
+  j["expansion_ratio"] = 4;
+  j["max_seq_len"] = c.max_seq_len;
+  j["vocab_size"] = c.vocab_size;
+  j["layer_norm_epsilon"] = number_json(c.norm_eps);
+  j["no_bias"] = true;
+  j["logit_scale"] = nullptr;
+  j["attn_config"] = std::move(attn);
+  j["tie_word_embeddings"] = c.tied_embeddings;
+  j["bos_token_id"] = c.bos_id;
+  j["eos_token_id"] = c.eos_id;
+  check_config_reads_back(j, c);
+  return j;
+}
+
+/// The inverse of map_tensors: transformer.* names, attn.Wqkv = [q; k; v] rows, ffn.up_proj /
+/// down_proj, norm_1 / norm_2 / norm_f without biases.
+std::vector<HfPlanEntry> hf_plan(const ModelConfig& c) {
+  const std::string m = "transformer.";
+  std::vector<HfPlanEntry> out;
+  out.push_back(plan_tensor(m + "wte.weight", names::kEmbed));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string s = m + "blocks." + std::to_string(l) + ".", p = names::layer(l), a = p + "self_attn.";
+    out.push_back(plan_tensor(s + "norm_1.weight", p + "input_layernorm.weight"));
+    out.push_back(plan_linear(s + "attn.Wqkv", {a + "q_proj", a + "k_proj", a + "v_proj"}));
+    out.push_back(plan_linear(s + "attn.out_proj", {a + "o_proj"}));
+    out.push_back(plan_tensor(s + "norm_2.weight", p + "post_attention_layernorm.weight"));
+    out.push_back(plan_linear(s + "ffn.up_proj", {p + "mlp.up_proj"}));
+    out.push_back(plan_linear(s + "ffn.down_proj", {p + "mlp.down_proj"}));
+  }
+  out.push_back(plan_tensor(m + "norm_f.weight", names::kFinalNorm));
+  if (!c.tied_embeddings) out.push_back(plan_linear("lm_head"));
+  return out;
+}
+
 }  // namespace
 
 HfArchitecture mpt_architecture() {
@@ -82,6 +136,8 @@ HfArchitecture mpt_architecture() {
   a.layers_key = "n_layers";
   a.configure = configure;
   a.map_tensors = map_tensors;
+  a.make_config = make_config;
+  a.hf_plan = hf_plan;
   return a;
 }
 

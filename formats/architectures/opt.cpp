@@ -1,6 +1,7 @@
 // OPT (transformers models/opt: configuration_opt.py OPTConfig, modeling_opt.py OPTForCausalLM):
 // pre-LayerNorm (with biases), learned absolute positions with offset 2, ReLU MLP fc1/fc2, biases
 // on every projection, tied head.
+#include "core/error.h"
 #include "formats/architectures/architectures.h"
 #include "formats/architectures/common.h"
 
@@ -76,6 +77,54 @@ void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& ou
   }
 }
 
+
+/// OPTConfig for `c` (pre-LayerNorm, no projections: do_layer_norm_before true,
+/// word_embed_proj_dim = hidden_size); enable_bias covers every projection's bias.
+nlohmann::ordered_json make_config(const ModelConfig& c) {
+  nlohmann::ordered_json j;
+  j["architectures"] = {"OPTForCausalLM"};
+  j["model_type"] = "opt";
+  j["hidden_size"] = c.dim;
+  j["ffn_dim"] = c.hidden_dim;
+  j["num_hidden_layers"] = c.n_layers;
+  j["num_attention_heads"] = c.n_heads;
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.max_seq_len;
+  j["activation_function"] = hf_activation_name(c.spec.activation);
+  j["enable_bias"] = c.qkv_bias;
+  j["do_layer_norm_before"] = true;
+  j["_remove_final_layer_norm"] = false;
+  j["word_embed_proj_dim"] = c.dim;
+  j["layer_norm_elementwise_affine"] = true;
+  j["tie_word_embeddings"] = c.tied_embeddings;
+  j["bos_token_id"] = c.bos_id;
+  j["eos_token_id"] = c.eos_id;
+  j["pad_token_id"] = c.vocab_size > 1 ? 1 : 0;
+  check_config_reads_back(j, c);
+  return j;
+}
+
+/// The inverse of map_tensors: model.decoder.* names, out_proj, fc1 / fc2.
+std::vector<HfPlanEntry> hf_plan(const ModelConfig& c) {
+  const std::string m = "model.decoder.";
+  std::vector<HfPlanEntry> out;
+  out.push_back(plan_tensor(m + "embed_tokens.weight", names::kEmbed));
+  out.push_back(plan_tensor(m + "embed_positions.weight", names::kEmbedPositions));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string s = m + "layers." + std::to_string(l) + ".", p = names::layer(l);
+    for (const char* x : {".weight", ".bias"}) out.push_back(plan_tensor(s + "self_attn_layer_norm" + x, p + "input_layernorm" + x));
+    for (const char* proj : {"k_proj", "v_proj", "q_proj"}) out.push_back(plan_linear(s + "self_attn." + proj, {p + "self_attn." + proj}));
+    out.push_back(plan_linear(s + "self_attn.out_proj", {p + "self_attn.o_proj"}));
+    for (const char* x : {".weight", ".bias"}) out.push_back(plan_tensor(s + "final_layer_norm" + x, p + "post_attention_layernorm" + x));
+    out.push_back(plan_linear(s + "fc1", {p + "mlp.up_proj"}));
+    out.push_back(plan_linear(s + "fc2", {p + "mlp.down_proj"}));
+  }
+  out.push_back(plan_tensor(m + "final_layer_norm.weight", names::kFinalNorm));
+  out.push_back(plan_tensor(m + "final_layer_norm.bias", names::kFinalNormBias));
+  if (!c.tied_embeddings) out.push_back(plan_linear("lm_head"));
+  return out;
+}
+
 }  // namespace
 
 HfArchitecture opt_architecture() {
@@ -87,6 +136,8 @@ HfArchitecture opt_architecture() {
   a.layer_prefix = "model.decoder.layers.";
   a.configure = configure;
   a.map_tensors = map_tensors;
+  a.make_config = make_config;
+  a.hf_plan = hf_plan;
   return a;
 }
 

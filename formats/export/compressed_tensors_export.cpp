@@ -58,7 +58,7 @@ Plan make_plan(const ExportInput& in) {
   p.entries = hf_write_plan(p.config);
   if (head_is_embed)
     for (auto& e : p.entries)
-      if (e.linear && e.name == "lm_head") e.sources = {"model.embed_tokens"};
+      if (e.linear && e.sources == std::vector<std::string>{"lm_head"}) e.sources = {"model.embed_tokens"};
   return p;
 }
 
@@ -212,6 +212,9 @@ void write_compressed_tensors_export(const ExportInput& in, const ExportOptions&
     if (!quantized) {
       for (auto& [name, t] : plan_float_tensors(in.config, {e}, lookup, in.file->path())) outputs.push_back({name, "F32", t, {}, nullptr});
       if (e.linear) ignore.push_back(e.name);
+      // transformers 5 names every head module lm_head in memory (GPT-NeoX's embed_out is renamed
+      // on load): ignore it under both names.
+      if (e.linear && e.name != "lm_head" && e.sources == std::vector<std::string>{"lm_head"}) ignore.push_back("lm_head");
       continue;
     }
     for (const std::string& src : e.sources)
@@ -249,7 +252,8 @@ void write_compressed_tensors_export(const ExportInput& in, const ExportOptions&
     calibration_kv_scales(in, o.calibration, k, v);
     if (attn_module.empty()) throw UnsupportedError(in.file->path() + ": --kv fp8: no quantized k_proj to find the attention modules by");
     // attn_module is layer 0's (or some layer's) module name: replace the layer index per layer.
-    const std::string lp = "model.layers.";
+    const HfArchitecture* arch = hf_architecture_named(in.config.architecture);
+    const std::string lp = arch ? arch->layer_prefix : "model.layers.";
     const size_t at = attn_module.find(lp);
     const size_t dot = attn_module.find('.', at + lp.size());
     for (int l = 0; l < in.config.n_layers; ++l) {
