@@ -379,6 +379,50 @@ TEST(GgufExport, DropsStaticActivationStepsWithAWarning) {
   EXPECT_EQ(GgufFile(fx.dir.file("o3.gguf")).get_array_size("sqkit.export.warnings"), rep.warnings.size());
 }
 
+// --quantize-head: the INT8 embedding (tied, Gemma 3) or LM head (untied, llama-gqa) becomes Q8_0;
+// BF16 weights stay BF16 (MOSTLY_BF16) with F32 norms; a KV-cache format is dropped with a warning.
+TEST(GgufExport, QuantizedHeadBf16AndKvCache) {
+  Fixture& fx = fixture();
+  const std::vector<std::string> w8 = {"--scheme", "w8a8", "--no-smooth", "--weight", "per-channel", "--act", "per-token", "--quantize-head"};
+  for (const char* arch : {"gemma3-text", "llama-gqa"}) {
+    SCOPED_TRACE(arch);
+    const std::string sqm = fx.convert(arch, "w8-head", w8), out = fx.dir.file(std::string(arch) + "-head.gguf");
+    const GgufExportReport rep = export_gguf(sqm, out, {});
+    const GgufFile f(out);
+    const bool tied = std::string(arch) == "gemma3-text";
+    EXPECT_EQ(f.tensor(tied ? "token_embd.weight" : "output.weight").type, GgmlType::Q8_0);
+    EXPECT_EQ(f.has_tensor("output.weight"), !tied);
+    compare_tensors(out, sqm, [&](const std::string& name, const Tensor& g, const Tensor& s) {
+      double worst = 0, big = 0;
+      for (int64_t i = 0; i < s.numel(); ++i) {
+        worst = std::max(worst, std::fabs(double(g.data()[i]) - s.data()[i]));
+        big = std::max(big, std::fabs(double(s.data()[i])));
+      }
+      EXPECT_LE(worst, big * (std::ldexp(1.0, -11) + std::ldexp(1.0, -23)) + 127 * std::ldexp(1.0, -25)) << name;
+    });
+    const std::vector<int32_t> ids = ref_ids(arch);
+    const std::vector<float> l_ref = logits_of(Decoder::from_checkpoint(sqm_dequantized_checkpoint(sqm)), ids);
+    EXPECT_LE(max_abs_diff(l_ref, logits_of(*load_model(out).model, ids)), logit_tolerance(arch) * max_abs(l_ref));
+  }
+  const std::string bf = fx.convert("qwen2", "bf16", {"--scheme", "bf16"}), bf_out = fx.dir.file("qwen2-bf16.gguf");
+  const GgufExportReport rb = export_gguf(bf, bf_out, {});
+  EXPECT_EQ(rb.file_type, "MOSTLY_BF16");
+  EXPECT_EQ(rb.file_type_id, 32);
+  const GgufFile fb(bf_out);
+  EXPECT_EQ(fb.tensor("blk.0.ffn_up.weight").type, GgmlType::BF16);
+  EXPECT_EQ(fb.tensor("blk.0.attn_q.bias").type, GgmlType::F32);
+  EXPECT_EQ(fb.tensor("output_norm.weight").type, GgmlType::F32);
+  compare_tensors(bf_out, bf, [&](const std::string& name, const Tensor& g, const Tensor& s) {
+    EXPECT_EQ(std::memcmp(g.data(), s.data(), size_t(s.numel()) * 4), 0) << name;
+  });
+  const std::string kv = fx.convert("llama-gqa", "kv-int8", {"--scheme", "f32", "--kv", "int8"});
+  const GgufExportReport rk = export_gguf(kv, fx.dir.file("kv.gguf"), {});
+  bool named = false;
+  for (const std::string& w : rk.warnings) named = named || w.find("KV-cache format") != std::string::npos;
+  EXPECT_TRUE(named) << rk.to_json().dump();
+  EXPECT_TRUE(GgufFile(fx.dir.file("kv.gguf")).has("sqkit.kv_cache"));
+}
+
 /// Copies `src` to `dst` with its header changed by `edit` (tensors unchanged).
 template <typename F>
 void rewrite_sqm(const std::string& src, const std::string& dst, F edit) {
