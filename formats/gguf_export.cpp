@@ -10,6 +10,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "formats/bpe_tokenizer.h"
 #include "formats/config_tensor_check.h"
 #include "formats/gguf_architecture.h"
 #include "formats/gguf_checkpoint.h"
@@ -369,6 +370,7 @@ void encode_row(const Source& s, int64_t r, GgmlType type, uint8_t* dst, std::ve
 struct Kvs {
   std::deque<GgufValue> values;
   std::deque<std::string> strings;
+  std::deque<std::vector<uint8_t>> arrays;
   std::vector<std::pair<std::string, const GgufValue*>> list;
 
   void add(const std::string& key, GgufValue v) {
@@ -391,6 +393,22 @@ struct Kvs {
     GgufValue v;
     v.type = GgufValueType::F32;
     v.real = x;
+    add(key, std::move(v));
+  }
+  void boolean(const std::string& key, bool b) {
+    GgufValue v;
+    v.type = GgufValueType::BOOL;
+    v.integer = b ? 1 : 0;
+    add(key, std::move(v));
+  }
+  void i32_array(const std::string& key, const std::vector<int32_t>& items) {
+    arrays.emplace_back(items.size() * 4);
+    if (!items.empty()) std::memcpy(arrays.back().data(), items.data(), items.size() * 4);
+    GgufValue v;
+    v.type = GgufValueType::ARRAY;
+    v.elem_type = GgufValueType::I32;
+    v.count = items.size();
+    v.elems = arrays.back().data();
     add(key, std::move(v));
   }
   void str_array(const std::string& key, const std::vector<std::string>& items) {
@@ -435,6 +453,52 @@ std::string summarize_names(const std::vector<std::string>& names) {
   }
   for (const std::string& o : others) s += (s.empty() ? "" : ", ") + o;
   return s;
+}
+
+/// Writes a Hugging Face tokenizer.json (byte-level BPE) as llama.cpp's `gpt2` tokenizer keys, as
+/// convert_hf_to_gguf.py does: tokens by id (ids the embedding has beyond the tokenizer padded with
+/// "[PAD<id>]" of type UNUSED), token types, merges "LEFT RIGHT", `tokenizer.ggml.pre` named by the
+/// pre-tokenizer regexes (one of llama.cpp's: gpt-2, smollm, llama-bpe, qwen2), BOS/EOS/UNK ids and
+/// add_bos/add_eos. Returns "" when written, else why not (a warning).
+std::string add_hf_json_tokenizer(Kvs& kv, const SqmBytes& bytes, const std::string& source, int vocab_size) {
+  BpeVocabulary v;
+  try {
+    v = bpe_vocabulary_from_hf_json(std::string_view(reinterpret_cast<const char*>(bytes.data), bytes.size), source);
+  } catch (const InputError& e) {
+    return std::string("its tokenizer.json cannot be read as a byte-level BPE: ") + e.what();
+  }
+  std::string pre;
+  for (const char* name : {"gpt-2", "smollm", "llama-bpe", "qwen2"})
+    if (pre.empty() && bpe_pre_tokenizer_regexes(name, source) == v.pre_regexes) pre = name;
+  if (pre.empty()) return "its tokenizer.json pre-tokenizer matches none of llama.cpp's gpt-2, smollm, llama-bpe, qwen2";
+  if (v.tokens.size() > size_t(vocab_size))
+    return "its tokenizer.json has " + std::to_string(v.tokens.size()) + " tokens, more than the model's " + std::to_string(vocab_size);
+  std::vector<int32_t> types;
+  for (size_t i = 0; i < v.tokens.size(); ++i) {
+    if (v.tokens[i].empty()) {  // an id the tokenizer leaves unassigned
+      v.tokens[i] = "[PAD" + std::to_string(i) + "]";
+      v.types[i] = TokenType::Unused;
+    }
+    types.push_back(int32_t(v.types[i]));
+  }
+  for (size_t i = v.tokens.size(); i < size_t(vocab_size); ++i) {
+    v.tokens.push_back("[PAD" + std::to_string(i) + "]");
+    types.push_back(int32_t(TokenType::Unused));
+  }
+  std::vector<std::string> merges;
+  merges.reserve(v.merges.size());
+  for (const auto& [a, b] : v.merges) merges.push_back(a + " " + b);
+  kv.str("tokenizer.ggml.model", "gpt2");
+  kv.str("tokenizer.ggml.pre", pre);
+  kv.str_array("tokenizer.ggml.tokens", v.tokens);
+  kv.i32_array("tokenizer.ggml.token_type", types);
+  kv.str_array("tokenizer.ggml.merges", merges);
+  if (v.bos >= 0) kv.u32("tokenizer.ggml.bos_token_id", uint32_t(v.bos));
+  if (v.eos >= 0) kv.u32("tokenizer.ggml.eos_token_id", uint32_t(v.eos));
+  if (v.unk >= 0) kv.u32("tokenizer.ggml.unknown_token_id", uint32_t(v.unk));
+  kv.boolean("tokenizer.ggml.add_bos_token", v.add_bos);
+  kv.boolean("tokenizer.ggml.add_eos_token", v.add_eos);
+  return "";
 }
 
 /// The checks and the plan shared by export_gguf and sqm_dequantized_checkpoint.
@@ -599,11 +663,14 @@ GgufExportReport export_gguf(const std::string& sqm_path, const std::string& out
     tok = std::make_unique<GgufFile>(MappedFile::from_bytes(b.data, b.size, sqm_path + ":" + tok_tensor));
     for (const auto& [key, value] : tok->metadata())
       if (key.starts_with("tokenizer.")) kv.list.emplace_back(key, &value);
+  } else if (tok_format == "hf-json" && !tok_tensor.empty()) {
+    const std::string why = add_hf_json_tokenizer(kv, f.raw(tok_tensor), sqm_path + ":" + tok_tensor, c.vocab_size);
+    if (!why.empty()) rep.warnings.push_back("no tokenizer written: " + why);
   } else if (tok_format.empty()) {
     rep.warnings.push_back("no tokenizer written: the .sqm embeds none (llama.cpp needs tokenizer.ggml.*; give the model's tokenizer when converting)");
   } else {
     rep.warnings.push_back("no tokenizer written: the embedded '" + tok_format +
-                           "' tokenizer has no GGUF conversion yet (only a GGUF-sourced tokenizer is copied)");
+                           "' tokenizer has no GGUF conversion yet (a GGUF-sourced tokenizer is copied, a byte-level BPE tokenizer.json converted)");
   }
 
   // Provenance.

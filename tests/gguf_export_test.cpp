@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -24,7 +25,10 @@
 #include "formats/gguf_checkpoint.h"
 #include "formats/gguf_dequantize.h"
 #include "formats/gguf_export.h"
+#include "formats/bpe_tokenizer.h"
 #include "formats/gguf_file.h"
+#include "formats/gguf_tokenizer.h"
+#include "formats/tokenizer.h"
 #include "formats/safetensors.h"
 #include "formats/sqm_file.h"
 #include "model/decoder.h"
@@ -421,6 +425,63 @@ TEST(GgufExport, QuantizedHeadBf16AndKvCache) {
   for (const std::string& w : rk.warnings) named = named || w.find("KV-cache format") != std::string::npos;
   EXPECT_TRUE(named) << rk.to_json().dump();
   EXPECT_TRUE(GgufFile(fx.dir.file("kv.gguf")).has("sqkit.kv_cache"));
+}
+
+/// A byte-level BPE tokenizer.json of `n_tokens` ids (≤ 320, the tiny models' vocabulary): the 256
+/// byte-level characters, letter-pair merges, "<|endoftext|>" last (special: BOS and EOS).
+std::string synthetic_tokenizer_json(int n_tokens) {
+  nlohmann::json vocab = nlohmann::json::object(), merges = nlohmann::json::array();
+  std::vector<std::string> tok;
+  for (int b = 0; b < 256; ++b) tok.push_back(byte_level_char(uint8_t(b)));
+  std::set<std::string> seen(tok.begin(), tok.end());
+  const std::string letters = "etaoinshrdlucmfwypvbgkjqxz";
+  for (size_t i = 0; int(tok.size()) < n_tokens - 1 && i < 26 * 26; ++i) {  // letter pairs "ee", "et", ...
+    const std::string a(1, letters[i / 26]), b(1, letters[i % 26]);
+    if (!seen.insert(a + b).second) continue;
+    merges.push_back(a + " " + b);
+    tok.push_back(a + b);
+  }
+  for (size_t i = 0; i < tok.size(); ++i) vocab[tok[i]] = i;
+  const int eot = int(tok.size());
+  vocab["<|endoftext|>"] = eot;
+  nlohmann::json j = {{"version", "1.0"},
+                      {"added_tokens", {{{"id", eot}, {"content", "<|endoftext|>"}, {"special", true}, {"single_word", false},
+                                         {"lstrip", false}, {"rstrip", false}, {"normalized", false}}}},
+                      {"normalizer", nullptr},
+                      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+                      {"post_processor", nullptr},
+                      {"decoder", {{"type", "ByteLevel"}}},
+                      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+  return j.dump();
+}
+
+// An HF-sourced .sqm with a tokenizer.json: written as llama.cpp's gpt2 tokenizer keys, which
+// sqkit's GGUF tokenizer reads back to the same token ids as the tokenizer.json; ids the embedding
+// has beyond the tokenizer are padded "[PAD<id>]" (UNUSED), as convert_hf_to_gguf.py does.
+TEST(GgufExport, ConvertsAByteLevelBpeTokenizerJson) {
+  Fixture& fx = fixture();
+  const std::string json_path = fx.dir.file("tokenizer.json");
+  write_file(json_path, synthetic_tokenizer_json(300));
+  const std::string sqm = fx.convert("llama-gqa", "tok", {"--scheme", "f32", "--tokenizer", json_path});
+  ASSERT_EQ(SqmFile::open(sqm)->header().at("tokenizer").at("format"), "hf-json");
+  const std::string out = fx.dir.file("tok.gguf");
+  const GgufExportReport rep = export_gguf(sqm, out, {});
+  EXPECT_TRUE(rep.warnings.empty()) << rep.to_json().dump();
+  const GgufFile f(out);
+  EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "gpt2");
+  EXPECT_EQ(f.get_string("tokenizer.ggml.pre"), "gpt-2");
+  const std::vector<std::string> tokens = f.get_string_array("tokenizer.ggml.tokens");
+  ASSERT_EQ(tokens.size(), 320u);
+  EXPECT_EQ(tokens[300], "[PAD300]");
+  EXPECT_EQ(f.get_i32_array("tokenizer.ggml.token_type")[299], 3);  // <|endoftext|>: control
+  EXPECT_EQ(f.get_i32_array("tokenizer.ggml.token_type")[300], 5);  // padding: unused
+  const std::string text = read_file(json_path);
+  const auto ref = load_tokenizer_from_bytes(reinterpret_cast<const uint8_t*>(text.data()), text.size(), json_path);
+  const auto back = load_gguf_tokenizer(f);
+  for (const std::string& s : {std::string("the rain in spain stays mainly"), std::string("Hello, wörld! 123 <|endoftext|> tea")})
+    EXPECT_EQ(back->encode(s, false, false), ref->encode(s, false, false)) << s;
+  EXPECT_EQ(back->eos_id(), ref->eos_id());
+  EXPECT_EQ(back->bos_id(), ref->bos_id());
 }
 
 /// Copies `src` to `dst` with its header changed by `edit` (tensors unchanged).
