@@ -108,8 +108,10 @@ int64_t int4_group(const SqmFile& f, const nlohmann::json& quant) {
 }
 
 /// The .sqm tensor `name` (a weight, norm, bias or embedding) and what dequantizes it; `consumed`
-/// receives its companion tensors (scales, zeros).
-Source load_source(const SqmFile& f, const std::string& name, const nlohmann::json& quant, std::set<std::string>& consumed) {
+/// receives its companion tensors (scales, zeros). `blocks`: INT4 weights become Q4_0/Q4_1, so
+/// their group size and row length must be multiples of 32 (false: dequantized to F32, any size).
+Source load_source(const SqmFile& f, const std::string& name, const nlohmann::json& quant, std::set<std::string>& consumed,
+                   bool blocks = true) {
   const SqmTensorInfo& info = f.info(name);
   Source s;
   s.name = name;
@@ -132,8 +134,9 @@ Source load_source(const SqmFile& f, const std::string& name, const nlohmann::js
     case SqmDType::U4x2: {
       s.kind = info.dtype == SqmDType::I4x2 ? SrcKind::Int4Sym : SrcKind::Int4Asym;
       if (s.shape.size() != 2) throw InputError(f.path() + ": INT4 tensor '" + name + "' is not 2-D");
-      s.group = int4_group(f, quant);
-      if (s.cols % 32 != 0)
+      s.group = blocks ? int4_group(f, quant) : quant.value("group_size", int64_t(0));
+      if (s.group <= 0) throw InputError(f.path() + ": INT4 weights but the header has no positive quantization.group_size");
+      if (blocks && s.cols % 32 != 0)
         throw UnsupportedError(f.path() + ": tensor '" + name + "' has rows of " + std::to_string(s.cols) +
                                " weights, not a multiple of 32 (the GGUF Q4_0/Q4_1 block): no GGUF export");
       s.groups = (s.cols + s.group - 1) / s.group;
@@ -578,7 +581,7 @@ GgufExportReport export_gguf(const std::string& sqm_path, const std::string& out
       throw InputError(sqm_path + ": tensor '" + canonical + "' (GGUF " + gguf + ", shape " + shape_to_string(shape) + ") is missing");
     }
     Planned p;
-    p.src = load_source(f, canonical, prep.quant, consumed);
+    p.src = load_source(f, canonical, prep.quant, consumed, !opt.dequantize);
     if (p.src.shape != shape)
       throw InputError(sqm_path + ": tensor '" + canonical + "' has shape " + shape_to_string(p.src.shape) + ", expected " +
                        shape_to_string(shape));
@@ -752,7 +755,7 @@ Checkpoint sqm_dequantized_checkpoint(const std::string& sqm_path) {
         t.name.find(".kv.") != std::string::npos)
       continue;
     if (!quantized(t) && t.dtype != SqmDType::F32 && t.dtype != SqmDType::F16 && t.dtype != SqmDType::BF16) continue;
-    const Source s = load_source(f, t.name, prep.quant, consumed);
+    const Source s = load_source(f, t.name, prep.quant, consumed, /*blocks=*/false);
     Tensor out = Tensor::zeros(t.shape);
     for (int64_t r = 0; r < s.rows; ++r) s.dequant_row(r, out.mutable_data() + r * s.cols);
     ck.tensors[t.name] = std::move(out);

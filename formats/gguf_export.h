@@ -15,7 +15,8 @@
 // dequantizes them (Δ·(q − z), s·q), the oracle target of gguf.quants.dequantize.
 // Dropped with a warning: static activation steps (*.input_scale, W8A8 O3) and a KV-cache format
 // (header kv_cache, model.layers.N.kv.*). Refused (UnsupportedError, exit 2 in the tools): Atom
-// W4A4, INT4 group sizes or row lengths that are not multiples of 32, architectures other than
+// W4A4, INT4 group sizes or row lengths that are not multiples of 32 (unless dequantized to F32),
+// architectures other than
 // llama (and Mistral without a binding sliding window), qwen2 and gemma3, llama3 RoPE scaling,
 // and any .sqm tensor the mapping does not place.
 #pragma once

@@ -545,6 +545,38 @@ TEST(GgufExport, RefusesWhatGgufCannotExpressAndWritesNothing) {
   EXPECT_NO_THROW(SqmFile::open(copy));
 }
 
+// A llama2.c-sourced .sqm (stories260K) holds q/k rows in the interleaved order already: written
+// unpermuted, read back by the GGUF reader restored to half-split — the same function. Its FFN
+// width 172 is not a multiple of 32: W4A16 exports only dequantized to F32.
+TEST(GgufExport, Llama2cSourceAndRaggedRowsDequantized) {
+  ScratchDir dir;
+  const std::string f32 = dir.file("s-f32.sqm"), w4 = dir.file("s-w4.sqm");
+  for (const auto& [out, scheme] : {std::pair{f32, "f32"}, std::pair{w4, "w4a16"}}) {
+    std::vector<std::string> argv = {tool("sq-convert"), "-m", stories_model(), "--tokenizer", stories_tokenizer(), "-o", out, "-q",
+                                     "-t", "2", "--scheme", scheme};
+    if (out == w4) argv.insert(argv.end(), {"--group-size", "32"});
+    const ProcessResult r = run_process(argv);
+    ASSERT_EQ(r.exit_status, 0) << r.err;
+  }
+  const GgufExportReport rep = export_gguf(f32, dir.file("s.gguf"), {});
+  ASSERT_EQ(rep.warnings.size(), 1u);
+  EXPECT_NE(rep.warnings[0].find("'llama2c' tokenizer"), std::string::npos) << rep.warnings[0];
+  const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 90, 259, 300, 429, 268, 505, 275, 1, 32, 64, 128};
+  const std::vector<float> a = logits_of(*build_model_from_sqm(SqmFile::open(f32)), ids);
+  const std::vector<float> b = logits_of(*load_model(dir.file("s.gguf")).model, ids);
+  // Same weights, the same RoPE rotations; a head's q·k products are summed in another order.
+  EXPECT_LE(max_abs_diff(a, b), 1e-5 * max_abs(a));
+  expect_refused<UnsupportedError>(w4, dir.file("w4.gguf"), {"rows of 172 weights, not a multiple of 32"});
+  GgufExportOptions deq;
+  deq.dequantize = true;
+  export_gguf(w4, dir.file("w4.gguf"), deq);
+  const std::vector<float> c = logits_of(*build_model_from_sqm(SqmFile::open(w4)), ids);
+  const std::vector<float> d = logits_of(*load_model(dir.file("w4.gguf")).model, ids);
+  std::printf("[ stories260K ] f32 export |Δlogit| %.3g, W4A16 dequantized export |Δlogit| %.3g (max |logit| %.3g)\n", max_abs_diff(a, b),
+              max_abs_diff(c, d), max_abs(c));
+  EXPECT_LE(max_abs_diff(c, d), 1e-4 * max_abs(c));  // W4A16 kernel (padded ragged groups) vs FP32 dense
+}
+
 // SmolLM2-135M (GGUF Q4_1/Q8_0 source) -> sq-convert W4A16 g32 symmetric -> GGUF Q4_0 -> sqkit.
 TEST(GgufExportSmolLM2, W4A16SymRoundTripsThroughQ4_0) {
   const char* models = std::getenv("SQKIT_MODELS");
