@@ -118,6 +118,33 @@ class HfTensorMap : public HfTensorSource {
   std::string source_, config_source_;
 };
 
+/// One tensor or linear module of a Hugging Face checkpoint, built from sqkit's canonical tensors
+/// (core/checkpoint.h) by row operations only, so that the same entry serves float weights and
+/// quantized ones (whose per-output-row scales, zero points and biases move with their rows).
+///
+///  * Tensor entry (`linear` false): HF tensor `name` = the rows of `sources` (canonical tensor
+///    names, each rank 1 or 2, equal widths) concatenated along dim 0, then gathered by `rows`,
+///    then `add` added to every element (Gemma's norms: −1 unfolds the (1 + w) sqkit folds in).
+///  * Linear entry (`linear` true): HF module `name` (e.g. "model.layers.0.self_attn.qkv_proj") with
+///    `NAME.weight` [out, in] (and `NAME.bias` [out] when any source has a bias, zeros for a source
+///    without one, or always with `zero_bias`) whose rows are those of the canonical linears
+///    `sources` (base names without ".weight", e.g. "model.layers.0.self_attn.q_proj")
+///    concatenated, then gathered by `rows`. `conv1d`: the float weight is written transposed
+///    [in, out] (GPT-2's Conv1D, not an nn.Linear: quantized exports refuse it).
+///  * `rows` empty: the plain concatenation; else HF row r is concatenated row rows[r] (a fused
+///    q/k/v interleaved per head, as BLOOM / GPT-NeoX / Falcon store it).
+/// Writers apply one more row permutation themselves: q/k rows of a model whose rope_layout is
+/// Interleaved are reordered to HF's half-split layout (permute_qk_rows_for_half_split).
+struct HfPlanEntry {
+  bool linear = false;
+  std::string name;
+  std::vector<std::string> sources;
+  std::vector<int64_t> rows;
+  bool zero_bias = false;
+  bool conv1d = false;
+  float add = 0.0f;
+};
+
 /// canonical tensor name -> FP32 tensor (core/checkpoint.h).
 using CanonicalTensors = std::map<std::string, Tensor>;
 
@@ -150,10 +177,13 @@ struct HfArchitecture {
   /// Optional (null: sqkit does not write this architecture): the config.json object for
   /// `config`, without torch_dtype. Throws UnsupportedError for a config the class cannot express.
   nlohmann::ordered_json (*make_config)(const ModelConfig& config) = nullptr;
-  /// Optional, with make_config: the HF tensors to write for the canonical tensors of `checkpoint`
-  /// (name and tensor, in file order), each read with Checkpoint::get (InputError naming the
-  /// checkpoint and tensor when one is missing or misshapen).
-  std::vector<std::pair<std::string, Tensor>> (*hf_tensors)(const Checkpoint& checkpoint) = nullptr;
+  /// Optional, with make_config: the write plan — every tensor and linear module of the HF
+  /// checkpoint for `config`, in file order, each built from canonical tensors by row operations
+  /// (HfPlanEntry). The float writer (save_hf_checkpoint) and the quantized exporters
+  /// (formats/hf_export.h) share it: a linear entry moves a quantized weight's rows together with
+  /// its per-row scales, zero points and bias. Throws UnsupportedError for a config the plan cannot
+  /// express.
+  std::vector<HfPlanEntry> (*hf_plan)(const ModelConfig& config) = nullptr;
 };
 
 /// Every architecture sqkit reads, in a fixed order (formats/architectures/registry.cpp).

@@ -16,6 +16,7 @@
 #include "formats/json_limits.h"
 #include "formats/hf_architecture.h"
 #include "formats/hf_config.h"
+#include "formats/hf_plan.h"
 #include "formats/mapped_file.h"
 #include "formats/safetensors.h"
 
@@ -28,10 +29,6 @@ namespace {
 constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 
-bool ends_with(const std::string& s, const char* suffix) {
-  const size_t n = std::strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
 
 bool is_regular_file(const std::string& path) {
   std::error_code ec;
@@ -217,25 +214,17 @@ void save_hf_checkpoint(const Checkpoint& ckpt, const std::string& dir, const st
     throw UsageError("cannot save a Hugging Face checkpoint with dtype '" + dtype + "' (expected F32, F16 or BF16)");
   ModelConfig c = ckpt.config;
   c.validate(ckpt.source);
-  const bool permute = c.rope_layout == RopeLayout::Interleaved;
-  c.rope_layout = RopeLayout::HalfSplit;
-  const nlohmann::ordered_json config_json = make_hf_config_json(c, torch_dtype);  // UnsupportedError unless writable
-  Checkpoint canonical;  // ckpt's tensors under the config that is written
-  canonical.config = c;
-  canonical.source = ckpt.source;
-  canonical.tensors = ckpt.tensors;
-
+  ModelConfig written = c;  // the config that is written: HF checkpoints are half-split
+  written.rope_layout = RopeLayout::HalfSplit;
+  const nlohmann::ordered_json config_json = make_hf_config_json(written, torch_dtype);  // UnsupportedError unless writable
+  // The architecture's write plan (rows of canonical tensors; q/k rows reordered to half-split when
+  // the checkpoint's layout is interleaved), shapes checked against the config.
+  const auto lookup = [&](const std::string& name) {
+    auto it = ckpt.tensors.find(name);
+    return it == ckpt.tensors.end() ? Tensor() : it->second;
+  };
   std::vector<SafetensorsOutput> outputs;
-  for (auto& [name, tensor] : hf_architecture_named(c.architecture)->hf_tensors(canonical)) {
-    Tensor t = tensor;
-    if (permute) {
-      if (ends_with(name, "self_attn.q_proj.weight") || ends_with(name, "self_attn.q_proj.bias"))
-        t = permute_qk_rows_for_half_split(t, c.n_heads, c.head_dim);
-      else if (ends_with(name, "self_attn.k_proj.weight") || ends_with(name, "self_attn.k_proj.bias"))
-        t = permute_qk_rows_for_half_split(t, c.n_kv_heads, c.head_dim);
-    }
-    outputs.push_back({name, dtype, t});
-  }
+  for (auto& [name, tensor] : plan_float_tensors(c, hf_write_plan(c), lookup, ckpt.source)) outputs.push_back({name, dtype, tensor});
   if (shards < 1 || size_t(shards) > outputs.size())
     throw UsageError("cannot split " + std::to_string(outputs.size()) + " tensors into " + std::to_string(shards) +
                      " shards (expected 1 to " + std::to_string(outputs.size()) + ")");

@@ -307,6 +307,23 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsOut
   std::set<std::string> seen;
   uint64_t offset = 0;
   for (const auto& t : tensors) {
+    if (t.raw) {
+      int64_t numel = 1;
+      for (int64_t d : t.raw_shape) numel *= d;
+      const size_t esize = safetensors_dtype_size(t.dtype);
+      if (esize == 0 || t.raw->size() != uint64_t(numel) * esize)
+        throw UsageError("cannot write " + path + ": raw tensor '" + t.name + "' has " + std::to_string(t.raw->size()) +
+                         " bytes for dtype '" + t.dtype + "' and shape " + shape_to_string(t.raw_shape));
+      if (t.name.empty() || t.name == "__metadata__" || !seen.insert(t.name).second)
+        throw UsageError("cannot write " + path + ": tensor name '" + t.name + "' is empty, reserved or duplicated");
+      nlohmann::ordered_json e;
+      e["dtype"] = t.dtype;
+      e["shape"] = t.raw_shape;
+      e["data_offsets"] = {offset, offset + t.raw->size()};
+      header[t.name] = std::move(e);
+      offset += t.raw->size();
+      continue;
+    }
     if (t.dtype != "F32" && t.dtype != "F16" && t.dtype != "BF16")
       throw UsageError("cannot write tensor '" + t.name + "' to " + path + " as dtype '" + t.dtype +
                        "' (expected F32, F16 or BF16)");
@@ -335,6 +352,10 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsOut
   constexpr int64_t kChunk = 1 << 20;
   std::vector<uint16_t> buf;
   for (const auto& t : tensors) {
+    if (t.raw) {
+      if (!t.raw->empty()) f.write(t.raw->data(), t.raw->size());
+      continue;
+    }
     const float* src = t.tensor.data();
     const int64_t count = t.tensor.numel();
     if (t.dtype == "F32") {

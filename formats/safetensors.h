@@ -112,16 +112,20 @@ class SafetensorsFile {
 // ---- writer ------------------------------------------------------------------------------------
 
 /// One tensor to write: its name, the dtype to store ("F32", "F16" or "BF16") and the FP32 values
-/// (shape taken from the tensor).
+/// (shape taken from the tensor); or, when `raw` is set, `raw_shape` and the little-endian bytes
+/// `*raw` stored verbatim as `dtype` (any dtype safetensors_dtype_size knows: I8, I32, I64, ...;
+/// the byte count must be numel(raw_shape) × its size).
 struct SafetensorsOutput {
   std::string name;
   std::string dtype = "F32";
   Tensor tensor;
+  std::vector<int64_t> raw_shape = {};
+  std::shared_ptr<const std::string> raw = nullptr;
 };
 
 /// Writes a safetensors file holding `tensors` in the given order (data section contiguous, in that
 /// order) and `metadata` as "__metadata__" (omitted when empty). FP32 values are converted with
-/// round-to-nearest-even for F16 / BF16. The JSON header is padded with spaces so that the data
+/// round-to-nearest-even for F16 / BF16; raw entries are copied as they are. The JSON header is padded with spaces so that the data
 /// section starts at a multiple of 8 bytes.
 /// The file is written to `path + ".tmp-XXXXXX"` and renamed over `path` only when complete, so a
 /// failure never leaves a partial `path`. Throws OutputError naming the file on I/O failure,

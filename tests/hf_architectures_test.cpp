@@ -563,7 +563,7 @@ TEST(HfArchitectureRegistry, EveryArchitectureIsComplete) {
     EXPECT_TRUE(names_.insert(a.name).second) << a.name;
     EXPECT_FALSE(a.classes.empty()) << a.name;
     for (const auto& c : a.classes) EXPECT_TRUE(classes.insert(c).second) << c;
-    EXPECT_EQ(bool(a.make_config), bool(a.hf_tensors)) << a.name;
+    EXPECT_EQ(bool(a.make_config), bool(a.hf_plan)) << a.name;
     EXPECT_EQ(hf_architecture_named(a.name), &a);
   }
   EXPECT_EQ(hf_architecture_named("rwkv"), nullptr);

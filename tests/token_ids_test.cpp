@@ -17,6 +17,7 @@
 #include "calib/activation_stats.h"
 #include "core/error.h"
 #include "formats/calibration_h5.h"
+#include "formats/npy_file.h"
 #include "formats/safetensors.h"
 #include "formats/token_ids_file.h"
 #include "formats/tokenizer.h"
@@ -282,6 +283,52 @@ TEST(TokenIdsTools, ACheckpointWithoutTokenizerEvaluatesRunsAndCalibratesOnIds) 
   const CalibrationData data = read_calibration_h5(dir.file("calib.h5"));
   EXPECT_EQ(data.provenance.text_format, kTextFormatTokenIds);
   EXPECT_EQ(data.layers.at(0).inputs[0].tokens, 3 * 32);
+}
+
+/// Reads a float32 .npy file as written by write_npy_f32 (formats/npy_file.h): checks the magic,
+/// version 1.0, the 64-byte alignment of the data and the dict text, and returns the values.
+std::vector<float> read_npy_f32(const std::string& path, const std::string& shape_text) {
+  const std::string bytes = read_file(path);
+  EXPECT_EQ(bytes.substr(0, 8), std::string("\x93NUMPY\x01\x00", 8));
+  const size_t hlen = static_cast<unsigned char>(bytes[8]) | (static_cast<unsigned char>(bytes[9]) << 8);
+  EXPECT_EQ((10 + hlen) % 64, 0u);
+  const std::string dict = bytes.substr(10, hlen);
+  EXPECT_EQ(dict.rfind("{'descr': '<f4', 'fortran_order': False, 'shape': " + shape_text + ", }", 0), 0u) << dict;
+  EXPECT_EQ(dict.back(), '\n');
+  std::vector<float> v((bytes.size() - 10 - hlen) / 4);
+  std::memcpy(v.data(), bytes.data() + 10 + hlen, v.size() * 4);
+  return v;
+}
+
+TEST(TokenIdsTools, SqRunWritesThePromptLogitsAsNpy) {
+  EXPECT_EQ(npy_header_f32({7}).substr(10), "{'descr': '<f4', 'fortran_order': False, 'shape': (7,), }" + std::string(60, ' ') + "\n");  // 10 + 57 + 60 + 1 = 128 bytes
+  EXPECT_EQ(npy_header_f32({}).size() % 64, 0u);
+  const std::string model = shared_data("reference/hf-tiny/llama-gqa");
+  const TinyReference ref = tiny_reference("llama-gqa");
+  const int64_t T = static_cast<int64_t>(ref.ids.size()), vocab = 320;
+  ScratchDir dir;
+  write_file(dir.file("ids.json"), as_json(ref.ids));
+  const ProcessResult r = run_process({tool("sq-run"), "-m", model, "--token-ids", dir.file("ids.json"), "-n", "0", "-q",
+                                       "--logits", dir.file("logits.npy")});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_EQ(r.out, "");  // -n 0 with --logits: nothing generated, nothing printed
+  const std::vector<float> got = read_npy_f32(dir.file("logits.npy"), "(" + std::to_string(T) + ", 320)");
+  ASSERT_EQ(static_cast<int64_t>(got.size()), T * vocab);
+  // transformers' logits of the same ids: sqkit's FP32 forward agrees to ~2e-6 (docs/benchmarks.md
+  // "Architectures"); 1e-4 leaves room for summation order and still catches a misplaced row.
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - ref.logits.data()[i])));
+  EXPECT_LT(worst, 1e-4);
+  // An existing file is refused before any work (exit 2) and left alone; --force replaces it.
+  write_file(dir.file("old.npy"), "keep");
+  const ProcessResult again = run_process({tool("sq-run"), "-m", model, "--token-ids", dir.file("ids.json"), "-n", "0", "-q",
+                                           "--logits", dir.file("old.npy")});
+  EXPECT_EQ(again.exit_status, 2);
+  EXPECT_EQ(read_file(dir.file("old.npy")), "keep");
+  const ProcessResult forced = run_process({tool("sq-run"), "-m", model, "--token-ids", dir.file("ids.json"), "-n", "0", "-q",
+                                            "--logits", dir.file("old.npy"), "--force"});
+  EXPECT_EQ(forced.exit_status, 0) << forced.err;
+  EXPECT_EQ(read_npy_f32(dir.file("old.npy"), "(" + std::to_string(T) + ", 320)"), got);
 }
 
 TEST(TokenIdsTools, SqRunOnIdsGeneratesTheSameContinuationAsTheTextPrompt) {

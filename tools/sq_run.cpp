@@ -12,6 +12,7 @@
 #include "cuda/cuda_runtime.h"
 #include "cuda/device.h"
 #include "formats/mapped_file.h"
+#include "formats/npy_file.h"
 #include "formats/token_ids_file.h"
 #include "formats/tokenizer.h"
 #include "formats/utf8.h"
@@ -23,7 +24,8 @@ int main(int argc, char** argv) {
   CLI::App app{"sq-run: generate text with a model (prompt and generated text on stdout; logs and speed on stderr).\n"
                "With --token-ids: stdout has the generated ids on one line (space-separated), then, when the model has a "
                "tokenizer, the prompt and generated text decoded."};
-  std::string model_path, tokenizer_path, prompt, prompt_file, ids_path;
+  std::string model_path, tokenizer_path, prompt, prompt_file, ids_path, logits_path;
+  bool force = false;
   int64_t n = 256;
   int threads = 0;
   bool quiet = false;
@@ -40,6 +42,11 @@ int main(int argc, char** argv) {
                  "exactly as given (no BOS added; no tokenizer needed)")
       ->type_name("FILE");
   app.add_option("-n,--n-predict", n, "Number of tokens to generate")->capture_default_str();
+  app.add_option("--logits", logits_path,
+                 "Write the prompt's logits (one forward pass over every prompt token, FP32 cache) as a NumPy .npy "
+                 "float32 array [prompt tokens, vocab], for comparisons with other implementations; -n 0 stops there")
+      ->type_name("FILE.npy");
+  app.add_flag("--force", force, "Replace an existing --logits file");
   app.add_option("--temp", so.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
   app.add_option("--top-k", so.top_k, "Top-k sampling; 0 = off")->capture_default_str();
   app.add_option("--top-p", so.top_p, "Nucleus sampling threshold in (0, 1]")->capture_default_str();
@@ -75,6 +82,10 @@ int main(int argc, char** argv) {
     if (!from_ids && !from_text) throw sq::UsageError("give the prompt with -p TEXT or -f FILE, or its token ids with --token-ids FILE");
     // Pre-tokenized input is read (and its syntax checked) before the model is loaded.
     std::vector<int32_t> prompt_tokens = from_ids ? sq::read_token_ids_file(ids_path) : std::vector<int32_t>{};
+    if (!logits_path.empty()) {
+      if (on_cuda) throw sq::UsageError("--logits runs on the CPU runner only; drop --device cuda");
+      sq::check_output_path("--logits", logits_path, force, {model_path, tokenizer_path, prompt_file, ids_path});
+    }
     if (app.count("--file")) {
       prompt = sq::read_file_to_string(prompt_file);
       if (prompt.empty()) throw sq::InputError(prompt_file + ": the prompt file is empty");
@@ -96,6 +107,23 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     const int64_t context = loaded.model->config().max_seq_len;
+    if (!logits_path.empty()) {
+      // The reference forward of the whole prompt: what transformers' model(ids).logits computes.
+      const int64_t t = static_cast<int64_t>(prompt_tokens.size());
+      if (t == 0) throw sq::InputError("--logits: the prompt has no tokens");
+      if (t > context)
+        throw sq::UsageError("--logits: the prompt has " + std::to_string(t) + " tokens, more than the model's context of " +
+                             std::to_string(context));
+      const int64_t vocab = loaded.model->config().vocab_size;
+      sq::KVCache cache(loaded.model->config(), t);
+      sq::Workspace ws;
+      std::vector<float> logits(static_cast<size_t>(t * vocab));
+      loaded.model->forward(prompt_tokens.data(), t, cache, ws, logits.data(), sq::LogitsFor::AllTokens);
+      sq::write_npy_f32(logits_path, {t, vocab}, logits);
+      if (!quiet) std::fprintf(stderr, "sq-run: wrote logits [%lld, %lld] to %s\n", static_cast<long long>(t),
+                               static_cast<long long>(vocab), logits_path.c_str());
+      if (n == 0) return sq::kExitOk;
+    }
     go.policy = sq::parse_kv_policy(policy);
     const sq::KVQuantization kvq = sq::select_kv_format(loaded.kv, kv, kv_group, kv_sink, kv_keys, loaded.model->config());
     go.kv = kvq.spec;

@@ -303,33 +303,33 @@ nlohmann::ordered_json llama_like_config_json(const ModelConfig& c, const char* 
   return j;
 }
 
-std::vector<std::pair<std::string, Tensor>> llama_like_hf_tensors(const Checkpoint& ck) {
-  const ModelConfig& c = ck.config;
-  const int64_t d = c.dim, q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim,
-                h = c.hidden_dim, v = c.vocab_size;
-  std::vector<std::pair<std::string, Tensor>> out;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape) { out.emplace_back(name, ck.get(name, shape)); };
-  add(names::kEmbed, {v, d});
+HfPlanEntry plan_tensor(const std::string& name) {
+  HfPlanEntry e;
+  e.name = name;
+  e.sources = {name};
+  return e;
+}
+
+HfPlanEntry plan_linear(const std::string& name, std::vector<std::string> sources) {
+  HfPlanEntry e;
+  e.linear = true;
+  e.name = name;
+  e.sources = sources.empty() ? std::vector<std::string>{name} : std::move(sources);
+  return e;
+}
+
+std::vector<HfPlanEntry> llama_like_hf_plan(const ModelConfig& c) {
+  std::vector<HfPlanEntry> out;
+  out.push_back(plan_tensor(names::kEmbed));
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string p = names::layer(i), a = p + "self_attn.";
-    add(p + "input_layernorm.weight", {d});
-    add(a + "q_proj.weight", {q, d});
-    add(a + "k_proj.weight", {kv, d});
-    add(a + "v_proj.weight", {kv, d});
-    if (c.qkv_bias) {
-      add(a + "q_proj.bias", {q});
-      add(a + "k_proj.bias", {kv});
-      add(a + "v_proj.bias", {kv});
-    }
-    add(a + "o_proj.weight", {d, q});
-    if (c.spec.o_bias) add(a + "o_proj.bias", {d});
-    add(p + "post_attention_layernorm.weight", {d});
-    add(p + "mlp.gate_proj.weight", {h, d});
-    add(p + "mlp.up_proj.weight", {h, d});
-    add(p + "mlp.down_proj.weight", {d, h});
+    out.push_back(plan_tensor(p + "input_layernorm.weight"));
+    for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) out.push_back(plan_linear(a + proj));
+    out.push_back(plan_tensor(p + "post_attention_layernorm.weight"));
+    for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) out.push_back(plan_linear(p + "mlp." + proj));
   }
-  add(names::kFinalNorm, {d});
-  if (!c.tied_embeddings) add(names::kLmHead, {v, d});
+  out.push_back(plan_tensor(names::kFinalNorm));
+  if (!c.tied_embeddings) out.push_back(plan_linear("lm_head"));
   return out;
 }
 

@@ -126,8 +126,15 @@ void configure_llama_like(const HfConfigReader& r, ModelConfig& c, const LlamaDe
 nlohmann::ordered_json llama_like_config_json(const ModelConfig& c, const char* class_name, const char* model_type,
                                               bool windows, bool o_bias);
 
-/// The canonical tensors of the LLaMA layout in HF save order (what save_hf_checkpoint writes for
-/// Llama, Mistral, Qwen2), read with ck.get (InputError when missing or misshapen).
-std::vector<std::pair<std::string, Tensor>> llama_like_hf_tensors(const Checkpoint& ck);
+/// The write plan of the LLaMA layout in HF save order (Llama, Mistral, Qwen2): every name is the
+/// canonical one; linears q/k/v/o (biases when c.qkv_bias / spec.o_bias), gate/up/down. Usable as
+/// HfArchitecture::hf_plan.
+std::vector<HfPlanEntry> llama_like_hf_plan(const ModelConfig& c);
+
+/// A plan entry copying canonical tensor `name` under the same name.
+HfPlanEntry plan_tensor(const std::string& name);
+/// A plan entry for linear module `name` whose rows are those of canonical linears `sources`
+/// (default: the linear of the same name).
+HfPlanEntry plan_linear(const std::string& name, std::vector<std::string> sources = {});
 
 }  // namespace sq::hf

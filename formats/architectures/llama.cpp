@@ -39,17 +39,12 @@ nlohmann::ordered_json make_config(const ModelConfig& c) {
 }
 
 /// attention_bias gives HF's o_proj a bias too: zeros when sqkit's model has none.
-std::vector<std::pair<std::string, Tensor>> hf_tensors(const Checkpoint& ck) {
-  auto out = llama_like_hf_tensors(ck);
-  if (!ck.config.qkv_bias || ck.config.spec.o_bias) return out;
-  std::vector<std::pair<std::string, Tensor>> with_bias;
-  for (auto& [name, t] : out) {
-    with_bias.emplace_back(name, t);
-    const std::string suffix = "self_attn.o_proj.weight";
-    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
-      with_bias.emplace_back(name.substr(0, name.size() - 6) + "bias", Tensor::zeros({ck.config.dim}));
-  }
-  return with_bias;
+std::vector<HfPlanEntry> hf_plan(const ModelConfig& c) {
+  auto out = llama_like_hf_plan(c);
+  if (c.qkv_bias)
+    for (auto& e : out)
+      if (e.linear && e.name.size() > 16 && e.name.compare(e.name.size() - 16, 16, "self_attn.o_proj") == 0) e.zero_bias = true;
+  return out;
 }
 
 }  // namespace
@@ -62,7 +57,7 @@ HfArchitecture llama_architecture() {
   a.configure = configure;
   a.map_tensors = map_tensors;
   a.make_config = make_config;
-  a.hf_tensors = hf_tensors;
+  a.hf_plan = hf_plan;
   return a;
 }
 

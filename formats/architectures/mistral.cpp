@@ -31,7 +31,7 @@ HfArchitecture mistral_architecture() {
   a.configure = configure;
   a.map_tensors = map_llama_tensors;
   a.make_config = make_config;
-  a.hf_tensors = llama_like_hf_tensors;
+  a.hf_plan = llama_like_hf_plan;
   return a;
 }
 

@@ -1,5 +1,6 @@
 // Phi-3 (transformers models/phi3: configuration_phi3.py Phi3Config, modeling_phi3.py
 // Phi3ForCausalLM): Llama's structure with fused qkv_proj and gate_up_proj weights.
+#include "core/error.h"
 #include "formats/architectures/architectures.h"
 #include "formats/architectures/common.h"
 
@@ -38,6 +39,37 @@ void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& ou
   }
 }
 
+/// Phi3Config: the LLaMA keys plus partial_rotary_factor (rotated channels / head_dim) and
+/// pad_token_id 0 (Phi3Config's default 32000 is outside small vocabularies: nn.Embedding refuses
+/// a padding_idx past its rows).
+nlohmann::ordered_json make_config(const ModelConfig& c) {
+  ModelConfig plain = c;
+  plain.spec.rope_dim = 0;
+  nlohmann::ordered_json j = llama_like_config_json(plain, "Phi3ForCausalLM", "phi3", true, false);
+  if (c.qkv_bias) throw UnsupportedError("cannot write a Hugging Face Phi-3 config with q/k/v biases (Phi3Config has none)");
+  j["partial_rotary_factor"] = c.spec.rope_dim > 0 ? double(c.spec.rope_dim) / double(c.head_dim) : 1.0;
+  j["pad_token_id"] = 0;
+  return j;
+}
+
+/// The fused layout of map_tensors: qkv_proj = [q; k; v] rows, gate_up_proj = [gate; up] rows.
+std::vector<HfPlanEntry> hf_plan(const ModelConfig& c) {
+  std::vector<HfPlanEntry> out;
+  out.push_back(plan_tensor(names::kEmbed));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = names::layer(l), a = p + "self_attn.", m = p + "mlp.";
+    out.push_back(plan_tensor(p + "input_layernorm.weight"));
+    out.push_back(plan_linear(a + "qkv_proj", {a + "q_proj", a + "k_proj", a + "v_proj"}));
+    out.push_back(plan_linear(a + "o_proj"));
+    out.push_back(plan_tensor(p + "post_attention_layernorm.weight"));
+    out.push_back(plan_linear(m + "gate_up_proj", {m + "gate_proj", m + "up_proj"}));
+    out.push_back(plan_linear(m + "down_proj"));
+  }
+  out.push_back(plan_tensor(names::kFinalNorm));
+  if (!c.tied_embeddings) out.push_back(plan_linear("lm_head"));
+  return out;
+}
+
 }  // namespace
 
 HfArchitecture phi3_architecture() {
@@ -47,6 +79,8 @@ HfArchitecture phi3_architecture() {
   a.model_types = {"phi3"};
   a.configure = configure;
   a.map_tensors = map_tensors;
+  a.make_config = make_config;
+  a.hf_plan = hf_plan;
   return a;
 }
 

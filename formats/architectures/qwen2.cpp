@@ -41,7 +41,7 @@ HfArchitecture qwen2_architecture() {
   a.configure = configure;
   a.map_tensors = map_llama_tensors;
   a.make_config = make_config;
-  a.hf_tensors = llama_like_hf_tensors;
+  a.hf_plan = llama_like_hf_plan;
   return a;
 }
 

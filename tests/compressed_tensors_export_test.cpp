@@ -1,0 +1,548 @@
+// sq-export (issue 18): .sqm -> compressed-tensors / plain FP32 Hugging Face directories.
+//
+// The tiny Qwen2 checkpoint of reference/hf-tiny (2 layers, width 64, FFN 128, GQA 4/2 heads, q/k/v
+// biases) is calibrated on 4 windows of 64 random ids and converted once per scheme (W8A8 O1 and
+// O3, W4A16 g32 symmetric / asymmetric / GPTQ act-order, Atom, a ragged W4A16 g128, f32); each test
+// exports and decodes the safetensors with an unpacking written here from the compressed-tensors
+// spec (compressors/pack_quantized/helpers.py: 4-bit value q + 8 of element i of a run of 8 at bits
+// 4i of one int32; zero points packed the same way along dim 0), never with the exporter's code,
+// and compares codes, scales and zero points with the .sqm's own bytes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "calib/activation_stats.h"
+#include "core/tensor.h"
+#include "formats/calibration_h5.h"
+#include "formats/safetensors.h"
+#include "formats/sqm_file.h"
+#include "model/decoder.h"
+#include "model/model_loader.h"
+#include "model/sqm_model.h"
+#include "quant/int4_quantize.h"
+#include "runtime/kv_cache.h"
+#include "tests/support/hf_tiny.h"
+#include "tests/support/process.h"
+#include "tests/support/test_data.h"
+
+namespace sq::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* const kLinears[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+
+class ExportFixture : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new ScratchDir();
+    const std::string name = "qwen2";
+    std::mt19937 rng(18);
+    std::ostringstream ids;
+    for (int i = 0; i < 512; ++i) ids << rng() % 320u << ' ';
+    write_file(dir_->file("cal.txt"), ids.str());
+    const ProcessResult c = run_process({tool("sq-calibrate"), "-m", hf_tiny(name), "--token-ids", dir_->file("cal.txt"), "--samples", "4",
+                                         "--seq-len", "64", "--hessian", "-o", calib(), "-q", "-t", "2"});
+    ASSERT_EQ(c.exit_status, 0) << c.err;
+    const std::vector<std::pair<std::string, std::vector<std::string>>> schemes = {
+        {"w8a8-o1", {"--scheme", "w8a8", "--preset", "O1", "--calib", calib()}},
+        {"w8a8-o3", {"--scheme", "w8a8", "--preset", "O3", "--calib", calib()}},
+        {"w4a16-sym", {"--scheme", "w4a16", "--group-size", "32", "--sym"}},
+        {"w4a16-asym", {"--scheme", "w4a16", "--group-size", "32", "--asym"}},
+        {"w4a16-gptq-ao", {"--scheme", "w4a16", "--group-size", "32", "--asym", "--gptq", "--act-order", "--calib", calib()}},
+        {"w4a16-g128", {"--scheme", "w4a16", "--group-size", "128"}},
+        {"atom", {"--scheme", "w4a4-atom", "--group-size", "32", "--outlier-channels", "0"}},
+        {"f32", {"--scheme", "f32"}},
+    };
+    for (const auto& [s, args] : schemes) {
+      std::vector<std::string> argv = {tool("sq-convert"), "-m", hf_tiny(name), "-o", sqm(s), "-q", "-t", "2"};
+      argv.insert(argv.end(), args.begin(), args.end());
+      const ProcessResult r = run_process(argv);
+      ASSERT_EQ(r.exit_status, 0) << s << ": " << r.err;
+    }
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static std::string calib() { return dir_->file("calib.h5"); }
+  static std::string sqm(const std::string& scheme) { return dir_->file(scheme + ".sqm"); }
+  /// Runs sq-export on scheme's .sqm into a fresh directory name; returns the result.
+  static ProcessResult run_export(const std::string& scheme, const std::string& format, const std::string& out,
+                                  std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {tool("sq-export"), sqm(scheme), "--format", format, "-o", out};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return run_process(argv);
+  }
+  static std::string out_dir(const std::string& name) { return dir_->file("out-" + name); }
+  inline static ScratchDir* dir_ = nullptr;
+};
+
+nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(read_file(path)); }
+
+template <class T>
+std::vector<T> raw_values(const SafetensorsFile& f, const std::string& name) {
+  const auto& info = f.info(name);
+  std::vector<T> v((info.end - info.begin) / sizeof(T));
+  std::memcpy(v.data(), f.raw_data(name), v.size() * sizeof(T));
+  return v;
+}
+
+/// .sqm nibble i of a packed I4x2 / U4x2 tensor (low nibble = even index), as written in
+/// docs/formats.md.
+int sqm_nibble(const SqmBytes& b, int64_t i) { return (i & 1) ? b.data[i / 2] >> 4 : b.data[i / 2] & 0xF; }
+
+std::vector<float> sqm_f32(const SqmFile& f, const std::string& name) {
+  const SqmBytes b = f.raw(name);
+  std::vector<float> v(b.size / 4);
+  std::memcpy(v.data(), b.data, b.size);
+  return v;
+}
+
+std::string layer_linear(int l, const char* proj) { return "model.layers." + std::to_string(l) + "." + proj; }
+
+// ---- W8A8 ----------------------------------------------------------------------------------------
+
+TEST_F(ExportFixture, CompressedTensorsW8A8O1CodesScalesAndConfig) {
+  const std::string out = out_dir("w8a8-o1");
+  const ProcessResult r = run_export("w8a8-o1", "compressed-tensors", out);
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  const nlohmann::json cfg = read_json(out + "/config.json");
+  EXPECT_EQ(cfg.at("architectures")[0], "Qwen2ForCausalLM");
+  EXPECT_EQ(cfg.at("hidden_size"), 64);
+  const nlohmann::json& qc = cfg.at("quantization_config");
+  EXPECT_EQ(qc.at("quant_method"), "compressed-tensors");
+  EXPECT_EQ(qc.at("format"), "int-quantized");
+  EXPECT_EQ(qc.at("quantization_status"), "compressed");
+  EXPECT_EQ(qc.at("ignore"), nlohmann::json::array({"lm_head"}));
+  const nlohmann::json& g = qc.at("config_groups").at("group_0");
+  EXPECT_EQ(g.at("targets"), nlohmann::json::array({"Linear"}));
+  EXPECT_EQ(g.at("weights").at("num_bits"), 8);
+  EXPECT_EQ(g.at("weights").at("strategy"), "tensor");  // O1: per-tensor weights
+  EXPECT_EQ(g.at("input_activations").at("strategy"), "token");
+  EXPECT_EQ(g.at("input_activations").at("dynamic"), true);
+  EXPECT_TRUE(qc.at("kv_cache_scheme").is_null());
+
+  const auto sqm_file = SqmFile::open(sqm("w8a8-o1"));
+  const SafetensorsFile st(out + "/model.safetensors");
+  int checked = 0;
+  for (int l = 0; l < 2; ++l)
+    for (const char* proj : kLinears) {
+      const std::string b = layer_linear(l, proj);
+      SCOPED_TRACE(b);
+      ASSERT_EQ(st.dtype(b + ".weight"), "I8");
+      const SqmBytes q = sqm_file->raw(b + ".weight");
+      ASSERT_EQ(st.shape(b + ".weight"), sqm_file->info(b + ".weight").shape);
+      EXPECT_EQ(0, std::memcmp(st.raw_data(b + ".weight"), q.data, q.size));
+      ASSERT_EQ(st.dtype(b + ".weight_scale"), "F32");
+      EXPECT_EQ(st.shape(b + ".weight_scale"), (std::vector<int64_t>{1}));
+      EXPECT_EQ(raw_values<float>(st, b + ".weight_scale"), sqm_f32(*sqm_file, b + ".weight_scale"));
+      EXPECT_FALSE(st.has(b + ".input_scale"));
+      EXPECT_EQ(st.has(b + ".bias"), sqm_file->has(b + ".bias"));
+      if (sqm_file->has(b + ".bias")) {
+        EXPECT_EQ(raw_values<float>(st, b + ".bias"), sqm_f32(*sqm_file, b + ".bias"));
+      }
+      ++checked;
+    }
+  EXPECT_EQ(checked, 14);
+  EXPECT_TRUE(st.has("model.layers.0.self_attn.q_proj.bias"));  // Qwen2's q/k/v biases
+  EXPECT_EQ(st.dtype("lm_head.weight"), "F32");
+  EXPECT_EQ(st.load_f32("model.norm.weight").numel(), 64);
+}
+
+TEST_F(ExportFixture, CompressedTensorsW8A8O3StaticInputScalesAndFp8KvScales) {
+  const std::string out = out_dir("w8a8-o3");
+  const ProcessResult r = run_export("w8a8-o3", "compressed-tensors", out, {"--kv", "fp8", "--calibration", calib()});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  const nlohmann::json qc = read_json(out + "/config.json").at("quantization_config");
+  const nlohmann::json& ia = qc.at("config_groups").at("group_0").at("input_activations");
+  EXPECT_EQ(ia.at("strategy"), "tensor");
+  EXPECT_EQ(ia.at("dynamic"), false);
+  EXPECT_EQ(qc.at("kv_cache_scheme").at("type"), "float");
+  EXPECT_EQ(qc.at("kv_cache_scheme").at("num_bits"), 8);
+  EXPECT_EQ(qc.at("kv_cache_scheme").at("strategy"), "tensor");
+  const auto sqm_file = SqmFile::open(sqm("w8a8-o3"));
+  const SafetensorsFile st(out + "/model.safetensors");
+  for (int l = 0; l < 2; ++l)
+    for (const char* proj : kLinears) {
+      const std::string b = layer_linear(l, proj);
+      ASSERT_TRUE(st.has(b + ".input_scale")) << b;
+      EXPECT_EQ(st.shape(b + ".input_scale"), (std::vector<int64_t>{1}));
+      EXPECT_EQ(raw_values<float>(st, b + ".input_scale"), sqm_f32(*sqm_file, b + ".input_scale")) << b;
+    }
+  // KV scales: v = value absmax / 448; k bounds the post-RoPE key absmax: between the pre-RoPE
+  // absmax / 448 and √2 times it (√(a_i² + a_j²) ≤ √2 · max(a_i, a_j)).
+  const CalibrationData cal = read_calibration_h5(calib());
+  for (int l = 0; l < 2; ++l) {
+    const std::string m = "model.layers." + std::to_string(l) + ".self_attn.";
+    ASSERT_TRUE(st.has(m + "k_scale"));
+    EXPECT_EQ(st.shape(m + "k_scale"), (std::vector<int64_t>{1}));
+    const float k = raw_values<float>(st, m + "k_scale")[0], v = raw_values<float>(st, m + "v_scale")[0];
+    float ka = 0, va = 0;
+    for (float x : cal.layers[size_t(l)].keys.absmax) ka = std::max(ka, x);
+    for (float x : cal.layers[size_t(l)].values.absmax) va = std::max(va, x);
+    EXPECT_FLOAT_EQ(v, va / 448.0f);
+    EXPECT_GE(k, ka / 448.0f * 0.999999f);
+    EXPECT_LE(k, ka / 448.0f * 1.41422f);
+  }
+}
+
+// ---- W4A16 ---------------------------------------------------------------------------------------
+
+/// Decodes every W4A16 linear of `out` with the compressed-tensors layout and compares it with the
+/// .sqm's codes, FP16 scales and zero points.
+void expect_w4a16_matches(const std::string& sqm_path, const std::string& out, bool asym) {
+  const auto f = SqmFile::open(sqm_path);
+  const SafetensorsFile st(out + "/model.safetensors");
+  for (int l = 0; l < 2; ++l)
+    for (const char* proj : kLinears) {
+      const std::string b = layer_linear(l, proj);
+      SCOPED_TRACE(b);
+      const std::vector<int64_t> shape = f->info(b + ".weight").shape;
+      const int64_t rows = shape[0], cols = shape[1], G = cols / 32;
+      ASSERT_EQ(st.dtype(b + ".weight_packed"), "I32");
+      ASSERT_EQ(st.shape(b + ".weight_packed"), (std::vector<int64_t>{rows, (cols + 7) / 8}));
+      ASSERT_EQ(st.dtype(b + ".weight_shape"), "I64");
+      EXPECT_EQ(raw_values<int64_t>(st, b + ".weight_shape"), (std::vector<int64_t>{rows, cols}));
+      const std::vector<int32_t> packed = raw_values<int32_t>(st, b + ".weight_packed");
+      const SqmBytes codes = f->raw(b + ".weight");
+      int64_t mismatches = 0;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+          const uint32_t word = uint32_t(packed[size_t(r * ((cols + 7) / 8) + c / 8)]);
+          const int q = int((word >> (4 * (c % 8))) & 0xF) - 8;  // compressed-tensors: signed q
+          const int nib = sqm_nibble(codes, r * cols + c);
+          const int expected = asym ? nib - 8 : (nib >= 8 ? nib - 16 : nib);  // u − 8, or the I4 value
+          mismatches += q != expected;
+        }
+      EXPECT_EQ(mismatches, 0);
+      ASSERT_EQ(st.dtype(b + ".weight_scale"), "F32");
+      ASSERT_EQ(st.shape(b + ".weight_scale"), (std::vector<int64_t>{rows, G}));
+      const std::vector<float> scale = raw_values<float>(st, b + ".weight_scale");
+      const SqmBytes s16 = f->raw(b + ".weight_scale");
+      for (int64_t i = 0; i < rows * G; ++i) {
+        uint16_t h;
+        std::memcpy(&h, s16.data + 2 * i, 2);
+        ASSERT_EQ(scale[size_t(i)], half_to_float(h)) << i;
+      }
+      ASSERT_EQ(st.has(b + ".weight_zero_point"), asym);
+      if (asym) {
+        ASSERT_EQ(st.dtype(b + ".weight_zero_point"), "I32");
+        ASSERT_EQ(st.shape(b + ".weight_zero_point"), (std::vector<int64_t>{(rows + 7) / 8, G}));
+        const std::vector<int32_t> zp = raw_values<int32_t>(st, b + ".weight_zero_point");
+        const SqmBytes z = f->raw(b + ".weight_zero");
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t j = 0; j < G; ++j) {
+            const int got = int((uint32_t(zp[size_t((r / 8) * G + j)]) >> (4 * (r % 8))) & 0xF) - 8;
+            ASSERT_EQ(got, sqm_nibble(z, r * G + j) - 8) << r << "," << j;
+          }
+      }
+      EXPECT_EQ(st.has(b + ".bias"), f->has(b + ".bias"));
+      EXPECT_FALSE(st.has(b + ".weight"));
+      EXPECT_FALSE(st.has(b + ".g_idx"));
+    }
+}
+
+TEST_F(ExportFixture, CompressedTensorsW4A16SymmetricPacksCodesAndScales) {
+  const std::string out = out_dir("w4a16-sym");
+  const ProcessResult r = run_export("w4a16-sym", "compressed-tensors", out);
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  const nlohmann::json qc = read_json(out + "/config.json").at("quantization_config");
+  EXPECT_EQ(qc.at("format"), "pack-quantized");
+  const nlohmann::json& w = qc.at("config_groups").at("group_0").at("weights");
+  EXPECT_EQ(w.at("num_bits"), 4);
+  EXPECT_EQ(w.at("strategy"), "group");
+  EXPECT_EQ(w.at("group_size"), 32);
+  EXPECT_EQ(w.at("symmetric"), true);
+  EXPECT_FALSE(w.contains("actorder"));
+  EXPECT_TRUE(qc.at("config_groups").at("group_0").at("input_activations").is_null());
+  expect_w4a16_matches(sqm("w4a16-sym"), out, false);
+}
+
+TEST_F(ExportFixture, CompressedTensorsW4A16AsymmetricShiftsCodesAndZeroPoints) {
+  const std::string out = out_dir("w4a16-asym");
+  const ProcessResult r = run_export("w4a16-asym", "compressed-tensors", out);
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_EQ(read_json(out + "/config.json").at("quantization_config").at("config_groups").at("group_0").at("weights").at("symmetric"), false);
+  expect_w4a16_matches(sqm("w4a16-asym"), out, true);
+}
+
+TEST_F(ExportFixture, CompressedTensorsGptqActOrderIsStaticWithoutGIdx) {
+  const std::string out = out_dir("w4a16-gptq-ao");
+  const ProcessResult r = run_export("w4a16-gptq-ao", "compressed-tensors", out);
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  const nlohmann::json w = read_json(out + "/config.json").at("quantization_config").at("config_groups").at("group_0").at("weights");
+  EXPECT_EQ(w.at("actorder"), "static");
+  expect_w4a16_matches(sqm("w4a16-gptq-ao"), out, true);
+}
+
+// ---- --format hf ---------------------------------------------------------------------------------
+
+/// [n, vocab] logits of `model` for `ids`.
+std::vector<float> logits(const Decoder& model, const std::vector<int32_t>& ids) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  KVCache cache(model.config(), n);
+  Workspace ws;
+  std::vector<float> out(static_cast<size_t>(n * model.config().vocab_size));
+  model.forward(ids.data(), n, cache, ws, out.data(), LogitsFor::AllTokens);
+  return out;
+}
+
+TEST_F(ExportFixture, HfExportW4A16IsTheRunnersDequantizationAndRunsTheSameLogits) {
+  const std::string out = out_dir("hf-w4a16-asym");
+  const ProcessResult r = run_export("w4a16-asym", "hf", out);
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  const nlohmann::json cfg = read_json(out + "/config.json");
+  EXPECT_FALSE(cfg.contains("quantization_config"));
+  const auto f = SqmFile::open(sqm("w4a16-asym"));
+  const SafetensorsFile st(out + "/model.safetensors");
+  for (int l = 0; l < 2; ++l)
+    for (const char* proj : kLinears) {
+      const std::string b = layer_linear(l, proj);
+      Int4Weights w;
+      w.out = f->info(b + ".weight").shape[0];
+      w.in = f->info(b + ".weight").shape[1];
+      w.group = 32;
+      w.asym = true;
+      const SqmBytes q = f->raw(b + ".weight"), s = f->raw(b + ".weight_scale"), z = f->raw(b + ".weight_zero");
+      w.packed.assign(q.data, q.data + q.size);
+      w.scales_f16.resize(s.size / 2);
+      std::memcpy(w.scales_f16.data(), s.data, s.size);
+      w.zeros_packed.assign(z.data, z.data + z.size);
+      std::vector<float> ref(size_t(w.out * w.in));
+      dequantize_int4(w, ref.data());  // lib/quant: the runner's reference dequantization
+      ASSERT_EQ(st.dtype(b + ".weight"), "F32");
+      EXPECT_EQ(raw_values<float>(st, b + ".weight"), ref) << b;  // bit-exact
+    }
+  // sqkit loads the export as a Hugging Face checkpoint: the same dequantized weights through
+  // DenseLinear instead of W4A16Linear's kernel (which dequantizes in FP32 too but sums in another
+  // order), so the logits agree to FP32 rounding of the dot products.
+  const std::vector<int32_t> ids = hf_tiny_reference_ids("qwen2");
+  const std::vector<float> a = logits(*build_model_from_sqm(SqmFile::open(sqm("w4a16-asym"))), ids);
+  const std::vector<float> b = logits(*load_model(out).model, ids);
+  ASSERT_EQ(a.size(), b.size());
+  double max_abs = 0, max_ref = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_abs = std::max(max_abs, std::abs(double(a[i]) - b[i]));
+    max_ref = std::max(max_ref, std::abs(double(a[i])));
+  }
+  std::printf("hf export vs .sqm logits: max |diff| %.3g (max |logit| %.3g)\n", max_abs, max_ref);
+  EXPECT_LT(max_abs, 1e-4 * max_ref);
+}
+
+TEST_F(ExportFixture, HfExportW8A8IsStepTimesCode) {
+  const std::string out = out_dir("hf-w8a8-o1");
+  const ProcessResult r = run_export("w8a8-o1", "hf", out);
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  const auto f = SqmFile::open(sqm("w8a8-o1"));
+  const SafetensorsFile st(out + "/model.safetensors");
+  for (int l = 0; l < 2; ++l)
+    for (const char* proj : kLinears) {
+      const std::string b = layer_linear(l, proj);
+      const SqmBytes q = f->raw(b + ".weight");
+      const std::vector<float> s = sqm_f32(*f, b + ".weight_scale");
+      const std::vector<float> w = raw_values<float>(st, b + ".weight");
+      ASSERT_EQ(w.size(), q.size);
+      for (size_t i = 0; i < q.size; ++i) ASSERT_EQ(w[i], s[0] * float(int8_t(q.data[i]))) << b << " " << i;
+    }
+}
+
+TEST_F(ExportFixture, FloatSchemeWritesAPlainCheckpoint) {
+  const std::string out = out_dir("f32");
+  const ProcessResult r = run_export("f32", "compressed-tensors", out, {"--json", "-"});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_FALSE(read_json(out + "/config.json").contains("quantization_config"));
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("scheme"), "f32");
+  EXPECT_EQ(j.at("files"), nlohmann::json::array({"config.json", "model.safetensors"}));
+  const SafetensorsFile ref(hf_tiny("qwen2") + "/model.safetensors"), got(out + "/model.safetensors");
+  for (const std::string& n : ref.names()) {
+    const Tensor a = ref.load_f32(n), b = got.load_f32(n);
+    ASSERT_EQ(a.shape(), b.shape()) << n;
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), size_t(a.numel()) * 4)) << n;
+  }
+}
+
+// ---- refusals and the output location -----------------------------------------------------------
+
+/// Entries of the scratch directory whose names start with `prefix` (outputs and temporaries).
+int entries_starting(const std::string& dir, const std::string& prefix) {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) n += e.path().filename().string().rfind(prefix, 0) == 0;
+  return n;
+}
+
+TEST_F(ExportFixture, RefusalsExitTwoAndWriteNothing) {
+  struct Case {
+    std::string scheme, format;
+    std::vector<std::string> extra;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"atom", "compressed-tensors", {}, "w4a4-atom"},
+      {"atom", "hf", {}, "w4a4-atom"},
+      {"w4a16-g128", "compressed-tensors", {}, "ragged"},
+      {"w8a8-o1", "gguf-nope", {}, "--format"},
+      {"w8a8-o1", "hf", {"--kv", "fp8", "--calibration", "x.h5"}, "compressed-tensors only"},
+      {"w8a8-o1", "compressed-tensors", {"--kv", "fp8"}, "--calibration"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.scheme + " " + c.format);
+    const std::string out = out_dir("refused");
+    const ProcessResult r = run_export(c.scheme, c.format, out, c.extra);
+    EXPECT_EQ(r.exit_status, 2) << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_EQ(entries_starting(dir_->path(), "out-refused"), 0);
+  }
+  // Not a .sqm: the tiny checkpoint's config.json.
+  const ProcessResult r = run_process({tool("sq-export"), hf_tiny("qwen2") + "/config.json", "--format", "hf", "-o", out_dir("refused")});
+  EXPECT_EQ(r.exit_status, 2);
+  EXPECT_NE(r.err.find("not an sqkit .sqm file"), std::string::npos) << r.err;
+  EXPECT_EQ(entries_starting(dir_->path(), "out-refused"), 0);
+}
+
+TEST_F(ExportFixture, ExistingOutputNeedsForceAndIsReplacedOnlyOnSuccess) {
+  const std::string out = out_dir("existing");
+  fs::create_directories(out);
+  write_file(out + "/keep.txt", "old");
+  ProcessResult r = run_export("w4a16-sym", "hf", out);
+  EXPECT_EQ(r.exit_status, 2);
+  EXPECT_NE(r.err.find("already exists"), std::string::npos) << r.err;
+  // A refused export with --force leaves the old directory as it was.
+  r = run_export("atom", "hf", out, {"--force"});
+  EXPECT_EQ(r.exit_status, 2);
+  EXPECT_TRUE(fs::exists(out + "/keep.txt"));
+  r = run_export("w4a16-sym", "hf", out, {"--force"});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_FALSE(fs::exists(out + "/keep.txt"));
+  EXPECT_TRUE(fs::exists(out + "/model.safetensors"));
+  EXPECT_EQ(entries_starting(dir_->path(), "out-existing"), 1);  // no temporary left beside it
+  // Writing into the input's own directory is refused.
+  r = run_process({tool("sq-export"), sqm("w4a16-sym"), "--format", "hf", "-o", dir_->path(), "--force"});
+  EXPECT_EQ(r.exit_status, 2);
+  EXPECT_NE(r.err.find("input"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::exists(sqm("w4a16-sym")));
+}
+
+// ---- fused layouts (Phi-3: qkv_proj = [q; k; v], gate_up_proj = [gate; up]) -----------------------
+
+TEST(ExportFused, Phi3StacksRowsWithTheirScalesAndRefusesDifferentPerTensorScales) {
+  ScratchDir dir;
+  const std::string pc = dir.file("pc.sqm"), pt = dir.file("pt.sqm");
+  ProcessResult r = run_process({tool("sq-convert"), "-m", hf_tiny("phi3"), "-o", pc, "-q", "-t", "2", "--scheme", "w8a8", "--no-smooth",
+                                 "--weight", "per-channel", "--act", "per-token"});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  r = run_process({tool("sq-export"), pc, "--format", "compressed-tensors", "-o", dir.file("ct")});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  const auto f = SqmFile::open(pc);
+  const SafetensorsFile st(dir.file("ct") + "/model.safetensors");
+  EXPECT_EQ(read_json(dir.file("ct") + "/config.json").at("architectures")[0], "Phi3ForCausalLM");
+  for (int l = 0; l < 2; ++l) {
+    const std::string a = "model.layers." + std::to_string(l) + ".self_attn.", m = "model.layers." + std::to_string(l) + ".mlp.";
+    for (const auto& [fused, parts] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+             {a + "qkv_proj", {a + "q_proj", a + "k_proj", a + "v_proj"}}, {m + "gate_up_proj", {m + "gate_proj", m + "up_proj"}}}) {
+      std::string codes;
+      std::vector<float> scales;
+      int64_t rows = 0;
+      for (const auto& p : parts) {
+        const SqmBytes q = f->raw(p + ".weight");
+        codes.append(reinterpret_cast<const char*>(q.data), q.size);
+        const auto s = sqm_f32(*f, p + ".weight_scale");
+        scales.insert(scales.end(), s.begin(), s.end());
+        rows += f->info(p + ".weight").shape[0];
+      }
+      ASSERT_EQ(st.shape(fused + ".weight"), (std::vector<int64_t>{rows, 64})) << fused;
+      EXPECT_EQ(0, std::memcmp(st.raw_data(fused + ".weight"), codes.data(), codes.size())) << fused;
+      EXPECT_EQ(st.shape(fused + ".weight_scale"), (std::vector<int64_t>{rows, 1}));
+      EXPECT_EQ(raw_values<float>(st, fused + ".weight_scale"), scales) << fused;
+    }
+  }
+  // The float path (--format hf) writes the same fused plan, which sqkit reads back as Phi-3.
+  r = run_process({tool("sq-export"), pc, "--format", "hf", "-o", dir.file("hf")});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_EQ(load_model(dir.file("hf")).model->config().architecture, "phi3");
+  // O1: per-tensor weight scales, different for q, k and v: one qkv_proj scale cannot hold them.
+  r = run_process({tool("sq-convert"), "-m", hf_tiny("phi3"), "-o", pt, "-q", "-t", "2", "--scheme", "w8a8", "--no-smooth", "--weight",
+                   "per-tensor", "--act", "per-token"});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  r = run_process({tool("sq-export"), pt, "--format", "compressed-tensors", "-o", dir.file("ct-pt")});
+  EXPECT_EQ(r.exit_status, 2);
+  EXPECT_NE(r.err.find("per-tensor weight scales differ"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("qkv_proj"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir.file("ct-pt")));
+}
+
+// ---- interleaved RoPE layout (llama2.c): q/k rows reordered to half-split with their scales --------
+
+TEST(ExportInterleaved, StoriesQKRowsMoveWithTheirScalesAndTheHfExportRunsTheSameModel) {
+  ScratchDir dir;
+  const std::string m = dir.file("s.sqm");
+  ProcessResult r = run_process({tool("sq-convert"), "-m", stories_model(), "--tokenizer", stories_tokenizer(), "-o", m, "-q", "-t", "2",
+                                 "--scheme", "w8a8", "--no-smooth", "--weight", "per-channel", "--act", "per-token"});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  r = run_process({tool("sq-export"), m, "--format", "compressed-tensors", "-o", dir.file("ct")});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_NE(r.err.find("llama2c"), std::string::npos) << r.err;  // its tokenizer has no HF form: a note
+  const auto f = SqmFile::open(m);
+  const ModelConfig c = model_config_from_json(f->header().at("model_config"), m);
+  ASSERT_EQ(c.rope_layout, RopeLayout::Interleaved);
+  const SafetensorsFile st(dir.file("ct") + "/model.safetensors");
+  const std::string b = "model.layers.1.self_attn.k_proj";
+  const int64_t in = f->info(b + ".weight").shape[1];
+  const SqmBytes q = f->raw(b + ".weight");
+  const std::vector<float> s = sqm_f32(*f, b + ".weight_scale"), got_s = raw_values<float>(st, b + ".weight_scale");
+  const auto* got_q = reinterpret_cast<const int8_t*>(st.raw_data(b + ".weight"));
+  // HF row h·hd + j·hd/2 + i is interleaved row h·hd + 2i + j (permute_qk_rows_for_half_split).
+  const int hd = c.head_dim;
+  for (int h = 0; h < c.n_kv_heads; ++h)
+    for (int j = 0; j < 2; ++j)
+      for (int i = 0; i < hd / 2; ++i) {
+        const int64_t nr = h * hd + j * (hd / 2) + i, orow = h * hd + 2 * i + j;
+        ASSERT_EQ(got_s[size_t(nr)], s[size_t(orow)]) << nr;
+        ASSERT_EQ(0, std::memcmp(got_q + nr * in, q.data + orow * in, size_t(in))) << nr;
+      }
+  // The dequantized export of a W4A16 model (ragged groups: FFN width 172 with g32, fine for
+  // --format hf) is a half-split HF checkpoint that sqkit runs with the same weights as the .sqm.
+  const std::string w4 = dir.file("w4.sqm");
+  r = run_process({tool("sq-convert"), "-m", stories_model(), "--tokenizer", stories_tokenizer(), "-o", w4, "-q", "-t", "2", "--scheme",
+                   "w4a16", "--group-size", "32"});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  r = run_process({tool("sq-export"), w4, "--format", "hf", "-o", dir.file("hf")});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 300, 30, 9, 72};
+  const std::vector<float> a = logits(*build_model_from_sqm(SqmFile::open(w4)), ids);
+  const std::vector<float> d = logits(*load_model(dir.file("hf")).model, ids);
+  ASSERT_EQ(a.size(), d.size());
+  double max_abs = 0, max_ref = 0;
+  for (size_t k = 0; k < a.size(); ++k) {
+    max_abs = std::max(max_abs, std::abs(double(a[k]) - d[k]));
+    max_ref = std::max(max_ref, std::abs(double(a[k])));
+  }
+  std::printf("stories W4A16 .sqm vs its dequantized hf export: max |diff| %.3g (max |logit| %.3g)\n", max_abs, max_ref);
+  // Same weights; RoPE over the reordered q/k rows (half-split) is the same rotation, computed on
+  // rows in another order: FP32 rounding at most.
+  EXPECT_LT(max_abs, 1e-4 * max_ref);
+}
+
+TEST(ExportArchitectures, UnwrittenArchitecturesAreRefusedByName) {
+  ScratchDir dir;
+  const std::string m = dir.file("gpt2.sqm");
+  ProcessResult r = run_process({tool("sq-convert"), "-m", hf_tiny("gpt2"), "-o", m, "-q", "-t", "2", "--scheme", "f32"});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  r = run_process({tool("sq-export"), m, "--format", "hf", "-o", dir.file("out")});
+  EXPECT_EQ(r.exit_status, 2);
+  EXPECT_NE(r.err.find("'gpt2'"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir.file("out")));
+}
+
+}  // namespace
+}  // namespace sq::test

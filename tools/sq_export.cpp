@@ -1,0 +1,55 @@
+// sq-export: write a .sqm model as a Hugging Face checkpoint directory — compressed-tensors
+// (W8A8 int-quantized, W4A16 pack-quantized, FP8 KV-cache scales) or a plain FP32 checkpoint of
+// the dequantized weights (formats/export/sqm_export.h, docs/formats.md "Exports (sq-export)").
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/error.h"
+#include "core/tool_main.h"
+#include "formats/export/sqm_export.h"
+#include "tool_cli.h"
+
+int main(int argc, char** argv) {
+  std::string formats;
+  for (const auto& f : sq::export_formats()) formats += std::string(formats.empty() ? "" : " | ") + f.name;
+  CLI::App app{"sq-export: write a .sqm model as a Hugging Face checkpoint directory (config.json, model.safetensors, tokenizer).\n"
+               "Formats: compressed-tensors (W8A8 int-quantized, W4A16 pack-quantized; loads in transformers / vLLM) or hf "
+               "(plain FP32 of the weights dequantized exactly as sqkit runs them)."};
+  std::string model_path, out_dir, json_path;
+  sq::ExportOptions o;
+  app.add_option("model", model_path, "The .sqm model (from sq-convert)")->required();
+  app.add_option("--format", o.format, formats)->required();
+  app.add_option("-o,--output", out_dir, "Output directory (written beside, renamed into place at the end)")->required();
+  app.add_flag("--force", o.force, "Replace an existing output directory (only once the export succeeded)");
+  app.add_option("--kv", o.kv, "compressed-tensors: fp8 = per-tensor FP8 KV-cache scales (k_scale / v_scale) from --calibration");
+  app.add_option("--calibration", o.calibration, "sq-calibrate file whose K/V statistics give the --kv fp8 scales");
+  sq::add_json_option(app, json_path, "A summary of what was written");
+  sq::add_version_flag(app, "sq-export");
+  if (const int status = sq::parse_tool_args(app, "sq-export", argc, argv); status >= 0) return status;
+  return sq::run_tool("sq-export", [&]() {
+    if (!json_path.empty() && json_path != "-") sq::check_output_path("--json", json_path, true, {model_path, o.calibration});
+    sq::StdoutToStderr redirect(json_path == "-");
+    const sq::ExportSummary s = sq::export_sqm(model_path, out_dir, o);
+    for (const std::string& n : s.notes) std::fprintf(stderr, "sq-export: note: %s\n", n.c_str());
+    redirect.restore();
+    if (!json_path.empty()) {
+      nlohmann::ordered_json j;
+      j["input"] = model_path;
+      j["output"] = s.output;
+      j["format"] = s.format;
+      j["scheme"] = s.scheme;
+      j["files"] = s.files;
+      j["tensors"] = s.tensors;
+      j["safetensors_bytes"] = s.safetensors_bytes;
+      j["notes"] = s.notes;
+      j["quantization_config"] = s.quantization_config;
+      sq::write_json_report(json_path, j.dump(2) + "\n");
+    }
+    if (json_path != "-")
+      std::printf("sq-export: %s -> %s (%s, scheme %s, %lld tensors, %.2f MiB)\n", model_path.c_str(), out_dir.c_str(), s.format.c_str(),
+                  s.scheme.c_str(), static_cast<long long>(s.tensors), static_cast<double>(s.safetensors_bytes) / (1 << 20));
+    return sq::kExitOk;
+  });
+}
