@@ -28,6 +28,7 @@
 #include "formats/bpe_tokenizer.h"
 #include "formats/gguf_file.h"
 #include "formats/gguf_tokenizer.h"
+#include "formats/gguf_writer.h"
 #include "formats/tokenizer.h"
 #include "formats/safetensors.h"
 #include "formats/sqm_file.h"
@@ -575,6 +576,51 @@ TEST(GgufExport, Llama2cSourceAndRaggedRowsDequantized) {
   std::printf("[ stories260K ] f32 export |Δlogit| %.3g, W4A16 dequantized export |Δlogit| %.3g (max |logit| %.3g)\n", max_abs_diff(a, b),
               max_abs_diff(c, d), max_abs(c));
   EXPECT_LE(max_abs_diff(c, d), 1e-4 * max_abs(c));  // W4A16 kernel (padded ragged groups) vs FP32 dense
+}
+
+// The streaming writer alone: infos, alignment padding and data bytes read back by GgufFile; the
+// temporary never survives a failure; bad specs are refused before anything is created.
+TEST(GgufStreamWriter, WritesAlignedTensorsAndNothingOnFailure) {
+  ScratchDir dir;
+  const std::string out = dir.file("w.gguf");
+  GgufValue name;
+  name.type = GgufValueType::STRING;
+  name.str = "x";
+  const std::vector<std::pair<std::string, const GgufValue*>> kvs = {{"general.name", &name}};
+  std::vector<GgufTensorSpec> specs = {{"a", {3}, GgmlType::F32}, {"b", {32, 2}, GgmlType::Q8_0}, {"c", {5}, GgmlType::F16}};
+  {
+    GgufStreamWriter w(out, kvs, specs);
+    const float a[3] = {1, 2, 3};
+    w.write_next(a, sizeof a);
+    std::vector<uint8_t> b(68);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = uint8_t(i);
+    EXPECT_THROW(w.write_next(b.data(), 67), std::logic_error);
+    w.write_next(b.data(), b.size());
+    const uint16_t c[5] = {0x3c00, 0x4000, 0, 0x8000, 0x3555};
+    w.write_next(c, sizeof c);
+    w.finish();
+  }
+  const GgufFile f(out);
+  EXPECT_EQ(f.get_string("general.name"), "x");
+  ASSERT_EQ(f.tensors().size(), 3u);
+  EXPECT_EQ(f.tensor("a").offset, 0u);
+  EXPECT_EQ(f.tensor("b").offset, 32u);   // 12 bytes padded to 32
+  EXPECT_EQ(f.tensor("c").offset, 128u);  // 68 bytes padded to 96
+  EXPECT_EQ(f.data_offset() % 32, 0u);
+  EXPECT_EQ(f.tensor_data(f.tensor("b"))[67], 67);
+  EXPECT_EQ(std::memcmp(f.tensor_data(f.tensor("c")), "\x00\x3c\x00\x40", 4), 0);
+  // Destroyed before finish(): no output, no temporary.
+  const std::string partial = dir.file("p.gguf");
+  { GgufStreamWriter w(partial, kvs, specs); }
+  EXPECT_FALSE(fs::exists(partial));
+  size_t files = 0;
+  for (auto it = fs::directory_iterator(dir.path()); it != fs::directory_iterator(); ++it) ++files;
+  EXPECT_EQ(files, 1u);
+  specs[1].dims = {31, 2};  // not a whole number of Q8_0 blocks
+  EXPECT_THROW(GgufStreamWriter(dir.file("bad.gguf"), kvs, specs), InputError);
+  specs[1] = {"a", {32}, GgmlType::F32};  // duplicated name
+  EXPECT_THROW(GgufStreamWriter(dir.file("bad.gguf"), kvs, specs), InputError);
+  EXPECT_FALSE(fs::exists(dir.file("bad.gguf")));
 }
 
 // SmolLM2-135M (GGUF Q4_1/Q8_0 source) -> sq-convert W4A16 g32 symmetric -> GGUF Q4_0 -> sqkit.
