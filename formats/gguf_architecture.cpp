@@ -140,7 +140,30 @@ const GgufArchitecture kGemma3{
         },
 };
 
-const GgufArchitecture* const kArchitectures[] = {&kLlama, &kGemma3};
+/// `qwen2` (llama.cpp LLM_ARCH_QWEN2; written by convert_hf_to_gguf.py's Qwen2Model for
+/// Qwen2ForCausalLM checkpoints). llama's keys and tensors with the prefix `qwen2.`, plus the q/k/v
+/// biases (LLM_TENSOR_ATTN_Q/K/V with suffix "bias"). llama.cpp runs Qwen2's RoPE in NEOX mode
+/// (LLAMA_ROPE_TYPE_NEOX), so the converter writes q/k rows unpermuted (Qwen2Model has no permute;
+/// transformers' GGUF loader has no Qwen2 tensor processor): already the half-split order.
+/// No sliding window: llama.cpp's qwen2 graph has none (Qwen2's use_sliding_window is false in the
+/// released models).
+GgufArchitecture make_qwen2() {
+  GgufArchitecture a = kLlama;
+  a.name = "qwen2";
+  a.config_architecture = "qwen2";
+  a.qkv_bias = true;
+  for (GgufTensorRule& r : a.layer_tensors) r.qk = GgufQkRows::None;
+  a.layer_tensors.insert(a.layer_tensors.begin() + 4, {
+      {"attn_q.bias", "self_attn.q_proj.bias", {D::QWidth}},
+      {"attn_k.bias", "self_attn.k_proj.bias", {D::KvWidth}},
+      {"attn_v.bias", "self_attn.v_proj.bias", {D::KvWidth}},
+  });
+  return a;
+}
+
+const GgufArchitecture kQwen2 = make_qwen2();
+
+const GgufArchitecture* const kArchitectures[] = {&kLlama, &kGemma3, &kQwen2};
 
 }  // namespace
 

@@ -6,7 +6,11 @@
 // interprets the table. A new architecture is one more table entry: its metadata keys, its tensor
 // names, its layer structure (DecoderSpec) and what llama.cpp hard-codes for it rather than storing
 // in the file (sliding-window pattern, local RoPE base, embedding and attention scales).
-// Supported: `llama`, `gemma3` (issue 16).
+// Supported: `llama`, `gemma3` (issue 16), `qwen2` (issue 18).
+//
+// The same table drives the GGUF export (formats/gguf_export.h) in the inverse direction: canonical
+// names -> GGUF names, ModelConfig fields -> metadata keys, and the Q/K row permutation applied
+// instead of undone, so reading and writing cannot disagree.
 #pragma once
 
 #include <string>
@@ -107,12 +111,15 @@ struct GgufArchitecture {
   float (*attn_scale)(const ModelConfig&) = nullptr;
   GgufSlidingWindow sliding_window = {};
   std::vector<GgufRefusedKey> refused_keys = {};
+  /// ModelConfig::qkv_bias of the architecture: q/k/v projections have biases (their rules are in
+  /// layer_tensors: "attn_q.bias", ...; Qwen2).
+  bool qkv_bias = false;
 };
 
 /// The architecture named `name` (`general.architecture`), or nullptr when sqkit has no mapping.
 const GgufArchitecture* find_gguf_architecture(const std::string& name);
 
-/// The names of the supported architectures, comma-separated ("llama").
+/// The names of the supported architectures, comma-separated ("llama, gemma3, qwen2").
 std::string supported_gguf_architectures();
 
 }  // namespace sq

@@ -190,7 +190,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   // (gemma3) store them in that order already.
   c.rope_layout = RopeLayout::HalfSplit;
   c.spec = spec_of(f, a, c);
-  c.qkv_bias = false;
+  c.qkv_bias = a.qkv_bias;
   c.tied_embeddings = true;
   for (const GgufTensorRule& r : a.global_tensors)
     if (r.optional && std::strcmp(r.canonical, names::kLmHead) == 0) c.tied_embeddings = !f.has_tensor(r.gguf);

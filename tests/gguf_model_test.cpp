@@ -734,7 +734,7 @@ TEST(GgufModelTiny, BadFilesAreOneLineExit2) {
   {
     TinyLlama t;
     t.arch = "qwen3";
-    cases.push_back({"other architecture", t, {"GGUF architecture 'qwen3' is not supported yet (supported: llama, gemma3)"}});
+    cases.push_back({"other architecture", t, {"GGUF architecture 'qwen3' is not supported yet (supported: llama, gemma3, qwen2)"}});
   }
   ScratchDir dir;
   for (const Case& k : cases) {
