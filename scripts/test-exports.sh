@@ -64,10 +64,16 @@ check() {  # check NAME CMD...: runs an export_check.py subcommand, prints its k
 #  * W4A16 / FP32 exports: both sides multiply the same FP32 weights; only summation order differs
 #    (FP32 logits of these models agree to ~3e-6, docs/benchmarks.md "Architectures"): 1e-4.
 #  * W8A8: transformers' compressed-tensors simulation quantizes activations per token with step
-#    absmax/127.5 on [-128, 127], sqkit with absmax/127 on [-127, 127] (docs/formats.md "Exports"):
-#    the two activation roundings differ by up to one step, measured 0.0x here: bound 0.5.
+#    absmax/127.5 on [-128, 127], sqkit with absmax/127 on [-127, 127] (docs/formats.md "Exports").
+#    export_check.py runs both roundings as fake quantization on the dequantized export: the
+#    compressed-tensors one must reproduce transformers' logits (2e-3: the exact check that the
+#    exported weights and scales are what transformers runs), the sqkit one sqkit's runner. These
+#    random tiny models amplify single rounding flips caused by 1e-6 differences upstream (a step
+#    nudged by 1e-6 moves gemma3-text's logits by 0.31, qwen2's by 0.03), so the sqkit-side and
+#    transformers-vs-sqkit bounds are only sanity bounds (2.5; logits are O(3-6)); the measured
+#    values are printed.
 TOL_W4=1e-4
-TOL_W8=0.5
+TOL_W8=2.5
 
 for arch in $ARCHS; do
   dir=$TINY/$arch
@@ -96,8 +102,13 @@ EOF
     "$BIN/sq-run" -m "$m.sqm" --token-ids "$w/ids.json" -n 0 -q --logits "$m.npy"
     if "$BIN/sq-export" "$m.sqm" --format compressed-tensors -o "$m.ct" 2>"$w/export.err"; then
       "$BIN/sq-export" "$m.sqm" --format hf -o "$m.hf" 2>/dev/null
-      extra=()
-      [[ $scheme == w4a16-asym ]] && extra=(--ct-dequantize)
+      extra=(--sqkit-sim-tol "$TOL_W8")
+      # transformers 5.24 limitations (docs/formats.md "Exports"): asymmetric pack-quantized and
+      # Falcon's FalconLinear load only decompressed; Mixtral's expert fusing on load fails on
+      # quantized experts (W8A8, asymmetric W4A16): those are checked by decompression alone.
+      [[ $scheme == w4a16-asym || ( $arch == falcon && $scheme == w4a16-* ) ]] && extra+=(--ct-dequantize)
+      [[ $arch == mixtral-moe && ( $scheme == w8a8-* || $scheme == w4a16-asym ) ]] &&
+        extra+=(--no-transformers "transformers 5.24 fuses Mixtral's experts on load and fails on quantized ones")
       check "$arch $scheme compressed-tensors" $CHECK ct "$m.ct" --dequantized "$m.hf" --token-ids "$w/ids.json" \
         --sqkit-logits "$m.npy" --logit-tol "$tol" "${extra[@]}"
     else
@@ -110,8 +121,14 @@ EOF
       "$BIN/sq-run" -m "$m.gguf" --token-ids "$w/ids.json" -n 0 -q --logits "$m.gguf.npy"
       # Q4_0 is exact; Q4_1's m = −d·z and Q8_0's d are FP16-rounded: a relative 2^-11 of a scale,
       # i.e. at most ~2^-11 of a tensor's absmax per weight (bound 1e-3).
+      gextra=()
+      # transformers' GGUF loader does not read gemma3's attention scale (query_pre_attn_scalar:
+      # 32 in this tiny model, its default 256 = the head_dim of real Gemma 3 models) nor RoPE
+      # parameters beyond the base: the file is checked by gguf-py alone here (the Gemma 3 270M
+      # export is compared in transformers by scripts/test-gemma3.sh users by hand).
+      [[ $arch == gemma3-text ]] && gextra=(--no-transformers "transformers' GGUF loader ignores gemma3's query_pre_attn_scalar")
       check "$arch $scheme gguf" $CHECK gguf "$m.gguf" --dequantized "$m.f32.gguf" --weight-tol 1e-3 \
-        --token-ids "$w/ids.json" --sqkit-logits "$m.gguf.npy" --logit-tol "$TOL_W4"
+        --token-ids "$w/ids.json" --sqkit-logits "$m.gguf.npy" --logit-tol "$TOL_W4" "${gextra[@]}"
     else
       note "$arch $scheme gguf" "refused: $(head -1 "$w/export.err")"
     fi

@@ -546,6 +546,43 @@ TEST(GgufExport, RefusesWhatGgufCannotExpressAndWritesNothing) {
   EXPECT_NO_THROW(SqmFile::open(copy));
 }
 
+// The tool: sq-export --format gguf [--outtype f32] writes what export_gguf writes; bad input is one
+// line on stderr, exit 2, nothing written.
+TEST(GgufExport, SqExportToolWritesGgufAndRefusesBadInput) {
+  Fixture& fx = fixture();
+  ScratchDir out_dir;
+  const std::string sym = fx.sym("qwen2");
+  const std::string out = out_dir.file("q.gguf"), f32 = out_dir.file("q-f32.gguf");
+  ProcessResult r = run_process({tool("sq-export"), sym, "--format", "gguf", "-o", out});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_NE(r.out.find("file type MOSTLY_Q4_0"), std::string::npos) << r.out;
+  r = run_process({tool("sq-export"), sym, "--format", "gguf", "--outtype", "f32", "-o", f32, "--json", out_dir.file("s.json")});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(read_file(out_dir.file("s.json")))["gguf"]["file_type"], "ALL_F32");
+  // The Q4_0 file dequantizes to the F32 file's values exactly (symmetric INT4 codes, FP16 steps).
+  const Checkpoint q = load_gguf_checkpoint(out), f = load_gguf_checkpoint(f32);
+  const std::string w = "model.layers.1.mlp.down_proj.weight";
+  const Tensor& tq = q.tensors.at(w);
+  const Tensor& tf = f.tensors.at(w);
+  ASSERT_EQ(tq.numel(), tf.numel());
+  EXPECT_EQ(std::memcmp(tq.data(), tf.data(), size_t(tq.numel()) * 4), 0);
+  // Bad input: each one line, exit 2, the existing file untouched / nothing new written.
+  write_file(out_dir.file("keep.gguf"), "keep");
+  for (const std::vector<std::string>& bad : {
+           std::vector<std::string>{sym, "--format", "gguf", "-o", out_dir.file("keep.gguf")},                 // exists, no --force
+           std::vector<std::string>{sym, "--format", "gguf", "--outtype", "q5_k", "-o", out_dir.file("a.gguf")},  // unknown outtype
+           std::vector<std::string>{sym, "--format", "hf", "--outtype", "f32", "-o", out_dir.file("b")},          // gguf-only option
+           std::vector<std::string>{fx.convert("opt", "f32", {"--scheme", "f32"}), "--format", "gguf", "-o", out_dir.file("c.gguf")}}) {
+    std::vector<std::string> argv = {tool("sq-export")};
+    argv.insert(argv.end(), bad.begin(), bad.end());
+    const ProcessResult e = run_process(argv);
+    EXPECT_EQ(e.exit_status, 2) << e.err;
+    EXPECT_EQ(std::count(e.err.begin(), e.err.end(), '\n'), 1) << e.err;
+  }
+  EXPECT_EQ(read_file(out_dir.file("keep.gguf")), "keep");
+  for (const char* name : {"a.gguf", "b", "c.gguf"}) EXPECT_FALSE(fs::exists(out_dir.file(name))) << name;
+}
+
 // A llama2.c-sourced .sqm (stories260K) holds q/k rows in the interleaved order already: written
 // unpermuted, read back by the GGUF reader restored to half-split — the same function. Its FFN
 // width 172 is not a multiple of 32: W4A16 exports only dequantized to F32.
