@@ -245,7 +245,10 @@ def cmd_gguf(args):
         from transformers import AutoModelForCausalLM
         torch.set_num_threads(args.threads)
         t0 = time.time()
-        model = AutoModelForCausalLM.from_pretrained(os.path.dirname(os.path.abspath(args.file)), gguf_file=os.path.basename(args.file), dtype=torch.float32)
+        overrides = json.loads(args.config_override) if args.config_override else {}
+        report["config_override"] = overrides
+        model = AutoModelForCausalLM.from_pretrained(os.path.dirname(os.path.abspath(args.file)), gguf_file=os.path.basename(args.file),
+                                                     dtype=torch.float32, **overrides)
         model.eval()
         report["transformers_class"] = type(model).__name__
         report["transformers_load_seconds"] = round(time.time() - t0, 2)
@@ -310,6 +313,7 @@ def main():
     g = sub.add_parser("gguf", parents=[common])
     g.add_argument("file")
     g.add_argument("--dequantized", help="sq-export --format gguf --outtype f32 of the same .sqm")
+    g.add_argument("--config-override", help="JSON object of config values transformers' GGUF loader does not read (passed to from_pretrained)")
     g.add_argument("--weight-tol", type=float, default=0.0, help="bound on max |Δw| / max |w| per tensor (FP16 scale rounding)")
     q = sub.add_parser("ppl", parents=[common])
     q.add_argument("dir")

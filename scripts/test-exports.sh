@@ -90,8 +90,10 @@ rng = random.Random(18)
 open(w + "/cal.txt", "w").write(" ".join(str(rng.randrange(vocab)) for _ in range(512)))
 EOF
   "$BIN/sq-calibrate" -m "$dir" --token-ids "$w/cal.txt" --samples 4 --seq-len 64 --hessian -o "$w/calib.h5" -q -t 2
-  for scheme in w8a8-o1 w8a8-o3 w4a16-sym w4a16-asym; do
+  for scheme in w8a8-o1 w8a8-o3 w8a8-pc w4a16-sym w4a16-asym; do
     case $scheme in
+      # per-channel weights: what fused q/k/v architectures export (one per-tensor scale cannot hold three)
+      w8a8-pc) args=(--scheme w8a8 --weight per-channel --act per-token --calib "$w/calib.h5"); tol=$TOL_W8 ;;
       w8a8-o1) args=(--scheme w8a8 --preset O1 --calib "$w/calib.h5"); tol=$TOL_W8 ;;
       w8a8-o3) args=(--scheme w8a8 --preset O3 --calib "$w/calib.h5"); tol=$TOL_W8 ;;
       w4a16-sym) args=(--scheme w4a16 --sym --group-size 32 --gptq --act-order --calib "$w/calib.h5"); tol=$TOL_W4 ;;
@@ -122,11 +124,10 @@ EOF
       # Q4_0 is exact; Q4_1's m = −d·z and Q8_0's d are FP16-rounded: a relative 2^-11 of a scale,
       # i.e. at most ~2^-11 of a tensor's absmax per weight (bound 1e-3).
       gextra=()
-      # transformers' GGUF loader does not read gemma3's attention scale (query_pre_attn_scalar:
-      # 32 in this tiny model, its default 256 = the head_dim of real Gemma 3 models) nor RoPE
-      # parameters beyond the base: the file is checked by gguf-py alone here (the Gemma 3 270M
-      # export is compared in transformers by scripts/test-gemma3.sh users by hand).
-      [[ $arch == gemma3-text ]] && gextra=(--no-transformers "transformers' GGUF loader ignores gemma3's query_pre_attn_scalar")
+      # transformers' GGUF loader does not read gemma3's attention scale (llama.cpp's
+      # gemma3.attention.scale is not mapped; query_pre_attn_scalar is 32 in this tiny model, the
+      # default 256 equals the head_dim of real Gemma 3 models): given to from_pretrained by hand.
+      [[ $arch == gemma3-text ]] && gextra=(--config-override "$($PY -c 'import json,sys; print(json.dumps({"query_pre_attn_scalar": json.load(open(sys.argv[1]))["query_pre_attn_scalar"]}))' "$dir/config.json")")
       check "$arch $scheme gguf" $CHECK gguf "$m.gguf" --dequantized "$m.f32.gguf" --weight-tol 1e-3 \
         --token-ids "$w/ids.json" --sqkit-logits "$m.gguf.npy" --logit-tol "$TOL_W4" "${gextra[@]}"
     else

@@ -31,8 +31,8 @@ struct LoadedModel {
 /// Detects the format of `path` and loads it: a directory is a Hugging Face checkpoint
 /// (config.json + safetensors); a file starting with "SQKITMDL" is a packed .sqm model (checksums
 /// verified); a file starting with "GGUF" is a GGUF model (load_gguf_checkpoint,
-/// formats/gguf_checkpoint.h: dequantized to owned FP32 tensor by tensor; architecture `llama`
-/// only, others are refused with UnsupportedError naming them); a file with a llama2.c header is a
+/// formats/gguf_checkpoint.h: dequantized to owned FP32 tensor by tensor; architectures `llama`,
+/// `gemma3`, `qwen2`; others are refused with UnsupportedError naming them); a file with a llama2.c header is a
 /// llama2.c checkpoint.
 /// Every stored floating-point value is checked once here (check_checkpoint_finite: the FP32
 /// tensors, F16/BF16 ones after widening; check_sqm_finite: a .sqm's F32/F16/BF16 tensors, scales
