@@ -179,4 +179,16 @@ std::string supported_gguf_architectures() {
   return out;
 }
 
+int64_t gguf_dim_size(GgufDim d, const ModelConfig& c) {
+  switch (d) {
+    case GgufDim::Dim: return c.dim;
+    case GgufDim::QWidth: return int64_t(c.n_heads) * c.head_dim;
+    case GgufDim::KvWidth: return int64_t(c.n_kv_heads) * c.head_dim;
+    case GgufDim::Hidden: return c.hidden_dim;
+    case GgufDim::Vocab: return c.vocab_size;
+    case GgufDim::HeadDim: return c.head_dim;
+  }
+  return 0;
+}
+
 }  // namespace sq

@@ -13,6 +13,7 @@
 // instead of undone, so reading and writing cannot disagree.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -115,6 +116,10 @@ struct GgufArchitecture {
   /// layer_tensors: "attn_q.bias", ...; Qwen2).
   bool qkv_bias = false;
 };
+
+/// The size of symbolic dimension `d` in `config` (e.g. QWidth = n_heads · head_dim): the one
+/// resolution of GgufTensorRule::shape, shared by the GGUF reader and the GGUF exporter.
+int64_t gguf_dim_size(GgufDim d, const ModelConfig& config);
 
 /// The architecture named `name` (`general.architecture`), or nullptr when sqkit has no mapping.
 const GgufArchitecture* find_gguf_architecture(const std::string& name);

@@ -57,18 +57,6 @@ RopeScaling rope_scaling_of(const GgufFile& f, const std::string& arch) {
   return s;
 }
 
-int64_t resolve(GgufDim d, const ModelConfig& c) {
-  switch (d) {
-    case GgufDim::Dim: return c.dim;
-    case GgufDim::QWidth: return int64_t(c.n_heads) * c.head_dim;
-    case GgufDim::KvWidth: return int64_t(c.n_kv_heads) * c.head_dim;
-    case GgufDim::Hidden: return c.hidden_dim;
-    case GgufDim::Vocab: return c.vocab_size;
-    case GgufDim::HeadDim: return c.head_dim;
-  }
-  return 0;
-}
-
 /// The DecoderSpec of architecture `a` for config `c` (sizes, rope_theta already set): the table's
 /// layer structure plus what llama.cpp derives or hard-codes (formats/gguf_architecture.h).
 DecoderSpec spec_of(const GgufFile& f, const GgufArchitecture& a, const ModelConfig& c) {
@@ -268,7 +256,7 @@ Checkpoint load_gguf_checkpoint(const GgufFile& file) {
   std::vector<Planned> plan;
   auto expect = [&](const GgufTensorRule& r, const std::string& gguf_name, const std::string& canonical) {
     std::vector<int64_t> shape;
-    for (GgufDim d : r.shape) shape.push_back(resolve(d, c));
+    for (GgufDim d : r.shape) shape.push_back(gguf_dim_size(d, c));
     auto it = by_canonical.find(canonical);
     if (it == by_canonical.end()) {
       if (r.optional) return;

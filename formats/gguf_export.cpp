@@ -562,20 +562,9 @@ GgufExportReport export_gguf(const std::string& sqm_path, const std::string& out
   // ---- the tensor plan (no data read yet beyond scales) -----------------------------------------
   std::set<std::string> consumed;
   std::vector<Planned> plan;
-  auto resolve = [&](GgufDim d) -> int64_t {
-    switch (d) {
-      case GgufDim::Dim: return c.dim;
-      case GgufDim::QWidth: return int64_t(c.n_heads) * c.head_dim;
-      case GgufDim::KvWidth: return int64_t(c.n_kv_heads) * c.head_dim;
-      case GgufDim::Hidden: return c.hidden_dim;
-      case GgufDim::Vocab: return c.vocab_size;
-      case GgufDim::HeadDim: return c.head_dim;
-    }
-    return 0;
-  };
   auto add = [&](const GgufTensorRule& r, const std::string& gguf, const std::string& canonical) {
     std::vector<int64_t> shape;
-    for (GgufDim d : r.shape) shape.push_back(resolve(d));
+    for (GgufDim d : r.shape) shape.push_back(gguf_dim_size(d, c));
     if (!f.has(canonical)) {
       if (r.optional && c.tied_embeddings) return;
       throw InputError(sqm_path + ": tensor '" + canonical + "' (GGUF " + gguf + ", shape " + shape_to_string(shape) + ") is missing");
