@@ -287,16 +287,6 @@ TEST_F(ExportFixture, CompressedTensorsGptqActOrderIsStaticWithoutGIdx) {
 
 // ---- --format hf ---------------------------------------------------------------------------------
 
-/// [n, vocab] logits of `model` for `ids`.
-std::vector<float> logits(const Decoder& model, const std::vector<int32_t>& ids) {
-  const int64_t n = static_cast<int64_t>(ids.size());
-  KVCache cache(model.config(), n);
-  Workspace ws;
-  std::vector<float> out(static_cast<size_t>(n * model.config().vocab_size));
-  model.forward(ids.data(), n, cache, ws, out.data(), LogitsFor::AllTokens);
-  return out;
-}
-
 TEST_F(ExportFixture, HfExportW4A16IsTheRunnersDequantizationAndRunsTheSameLogits) {
   const std::string out = out_dir("hf-w4a16-asym");
   const ProcessResult r = run_export("w4a16-asym", "hf", out);
@@ -327,8 +317,8 @@ TEST_F(ExportFixture, HfExportW4A16IsTheRunnersDequantizationAndRunsTheSameLogit
   // DenseLinear instead of W4A16Linear's kernel (which dequantizes in FP32 too but sums in another
   // order), so the logits agree to FP32 rounding of the dot products.
   const std::vector<int32_t> ids = hf_tiny_reference_ids("qwen2");
-  const std::vector<float> a = logits(*build_model_from_sqm(SqmFile::open(sqm("w4a16-asym"))), ids);
-  const std::vector<float> b = logits(*load_model(out).model, ids);
+  const std::vector<float> a = decoder_logits(*build_model_from_sqm(SqmFile::open(sqm("w4a16-asym"))), ids);
+  const std::vector<float> b = decoder_logits(*load_model(out).model, ids);
   ASSERT_EQ(a.size(), b.size());
   double max_abs = 0, max_ref = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -520,8 +510,8 @@ TEST(ExportInterleaved, StoriesQKRowsMoveWithTheirScalesAndTheHfExportRunsTheSam
   r = run_process({tool("sq-export"), w4, "--format", "hf", "-o", dir.file("hf")});
   ASSERT_EQ(r.exit_status, 0) << r.err;
   const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 300, 30, 9, 72};
-  const std::vector<float> a = logits(*build_model_from_sqm(SqmFile::open(w4)), ids);
-  const std::vector<float> d = logits(*load_model(dir.file("hf")).model, ids);
+  const std::vector<float> a = decoder_logits(*build_model_from_sqm(SqmFile::open(w4)), ids);
+  const std::vector<float> d = decoder_logits(*load_model(dir.file("hf")).model, ids);
   ASSERT_EQ(a.size(), d.size());
   double max_abs = 0, max_ref = 0;
   for (size_t k = 0; k < a.size(); ++k) {
@@ -568,7 +558,7 @@ TEST_P(ExportArchitecture, FloatRoundTripIsIdentical) {
     EXPECT_EQ(0, std::memcmp(u.data(), t.data(), size_t(t.numel()) * 4)) << n;
   }
   const std::vector<int32_t> ids = hf_tiny_reference_ids(name);
-  EXPECT_EQ(logits(*load_model(hf_tiny(name)).model, ids), logits(*load_model(dir.file("hf")).model, ids));
+  EXPECT_EQ(decoder_logits(*load_model(hf_tiny(name)).model, ids), decoder_logits(*load_model(dir.file("hf")).model, ids));
 }
 
 INSTANTIATE_TEST_SUITE_P(Export, ExportArchitecture, ::testing::ValuesIn(kHfTinyCheckpoints), HfTinyParamName());
@@ -646,7 +636,7 @@ TEST_P(ExportQuantizedArchitecture, CompressedTensorsAndDequantizedHf) {
       EXPECT_GT(checked, 0);
     }
     if (s.rfind("w4a16", 0) == 0) {
-      const auto [d, mx] = max_diff(logits(*build_model_from_sqm(SqmFile::open(m)), ids), logits(*loaded.model, ids));
+      const auto [d, mx] = max_diff(decoder_logits(*build_model_from_sqm(SqmFile::open(m)), ids), decoder_logits(*loaded.model, ids));
       std::printf("%s %s: .sqm vs dequantized hf export logits max |diff| %.3g (max |logit| %.3g)\n", name.c_str(), s.c_str(), d, mx);
       EXPECT_LT(d, 1e-4 * mx);
     }

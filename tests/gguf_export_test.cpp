@@ -46,15 +46,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<float> logits_of(const Decoder& model, const std::vector<int32_t>& ids) {
-  const int64_t n = static_cast<int64_t>(ids.size());
-  KVCache cache(model.config(), n);
-  Workspace ws;
-  std::vector<float> out(static_cast<size_t>(n * model.config().vocab_size));
-  model.forward(ids.data(), n, cache, ws, out.data(), LogitsFor::AllTokens);
-  return out;
-}
-
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
@@ -181,10 +172,10 @@ TEST_P(GgufExportTiny, Q4_0IsExactAndRoundTripsTheLogits) {
   const std::vector<int32_t> ids = ref_ids(c.arch);
   const Decoder ref = Decoder::from_checkpoint(sqm_dequantized_checkpoint(sqm));
   const LoadedModel back = load_model(out);
-  const std::vector<float> l_ref = logits_of(ref, ids), l_back = logits_of(*back.model, ids);
+  const std::vector<float> l_ref = decoder_logits(ref, ids), l_back = decoder_logits(*back.model, ids);
   EXPECT_EQ(max_abs_diff(l_ref, l_back), 0.0);
   // The .sqm's own runner (W4A16Linear: same weights, its own GEMM accumulation order).
-  const std::vector<float> l_sqm = logits_of(*build_model_from_sqm(SqmFile::open(sqm)), ids);
+  const std::vector<float> l_sqm = decoder_logits(*build_model_from_sqm(SqmFile::open(sqm)), ids);
   const double d = max_abs_diff(l_sqm, l_back);
   std::printf("[ %s ] Q4_0 export: |Δlogit| vs the .sqm runner %.3g (max |logit| %.3g)\n", c.arch, d, max_abs(l_sqm));
   EXPECT_LE(d, 1e-4 * max_abs(l_sqm));
@@ -219,8 +210,8 @@ TEST_P(GgufExportTiny, Q4_1IsWithinTheFp16OffsetBound) {
   });
   EXPECT_DOUBLE_EQ(worst, rep.max_weight_abs_error);  // the report measures what ggml dequantizes
   const std::vector<int32_t> ids = ref_ids(c.arch);
-  const std::vector<float> l_ref = logits_of(Decoder::from_checkpoint(sqm_dequantized_checkpoint(sqm)), ids);
-  const std::vector<float> l_back = logits_of(*load_model(out).model, ids);
+  const std::vector<float> l_ref = decoder_logits(Decoder::from_checkpoint(sqm_dequantized_checkpoint(sqm)), ids);
+  const std::vector<float> l_back = decoder_logits(*load_model(out).model, ids);
   const double d = max_abs_diff(l_ref, l_back);
   std::printf("[ %s ] Q4_1 export: max |Δw| %.3g (rel %.3g of the block max), FP16 offset rounding %.3g, |Δlogit| %.3g (max |logit| %.3g)\n",
               c.arch, worst, rep.max_weight_rel_error, rep.max_scale_rounding_rel, d, max_abs(l_ref));
@@ -262,8 +253,8 @@ TEST_P(GgufExportTiny, Q8_0FromW8A8IsWithinTheFp16ScaleBound) {
   });
   EXPECT_DOUBLE_EQ(worst, rep.max_weight_abs_error);
   const std::vector<int32_t> ids = ref_ids(c.arch);
-  const std::vector<float> l_ref = logits_of(Decoder::from_checkpoint(sqm_dequantized_checkpoint(sqm)), ids);
-  const std::vector<float> l_back = logits_of(*load_model(out).model, ids);
+  const std::vector<float> l_ref = decoder_logits(Decoder::from_checkpoint(sqm_dequantized_checkpoint(sqm)), ids);
+  const std::vector<float> l_back = decoder_logits(*load_model(out).model, ids);
   const double d = max_abs_diff(l_ref, l_back);
   std::printf("[ %s ] Q8_0 export: max |Δw| %.3g (rel %.3g), FP16 scale rounding %.3g, |Δlogit| %.3g (max |logit| %.3g)\n", c.arch,
               worst, rep.max_weight_rel_error, rep.max_scale_rounding_rel, d, max_abs(l_ref));
@@ -292,8 +283,8 @@ TEST_P(GgufExportTiny, F32AndDequantizedExportsAreExact) {
   // An F32 .sqm runs as DenseLinear: its runner and the export's model are the same computation.
   const std::string f32 = fx.f32(c.arch);
   const std::vector<int32_t> ids = ref_ids(c.arch);
-  EXPECT_EQ(max_abs_diff(logits_of(*build_model_from_sqm(SqmFile::open(f32)), ids),
-                         logits_of(*load_model(fx.dir.file(fs::path(f32).stem().string() + ".gguf")).model, ids)),
+  EXPECT_EQ(max_abs_diff(decoder_logits(*build_model_from_sqm(SqmFile::open(f32)), ids),
+                         decoder_logits(*load_model(fx.dir.file(fs::path(f32).stem().string() + ".gguf")).model, ids)),
             0.0);
 }
 
@@ -406,8 +397,8 @@ TEST(GgufExport, QuantizedHeadBf16AndKvCache) {
       EXPECT_LE(worst, big * (std::ldexp(1.0, -11) + std::ldexp(1.0, -23)) + 127 * std::ldexp(1.0, -25)) << name;
     });
     const std::vector<int32_t> ids = ref_ids(arch);
-    const std::vector<float> l_ref = logits_of(Decoder::from_checkpoint(sqm_dequantized_checkpoint(sqm)), ids);
-    EXPECT_LE(max_abs_diff(l_ref, logits_of(*load_model(out).model, ids)), logit_tolerance(arch) * max_abs(l_ref));
+    const std::vector<float> l_ref = decoder_logits(Decoder::from_checkpoint(sqm_dequantized_checkpoint(sqm)), ids);
+    EXPECT_LE(max_abs_diff(l_ref, decoder_logits(*load_model(out).model, ids)), logit_tolerance(arch) * max_abs(l_ref));
   }
   const std::string bf = fx.convert("qwen2", "bf16", {"--scheme", "bf16"}), bf_out = fx.dir.file("qwen2-bf16.gguf");
   const GgufExportReport rb = export_gguf(bf, bf_out, {});
@@ -600,16 +591,16 @@ TEST(GgufExport, Llama2cSourceAndRaggedRowsDequantized) {
   ASSERT_EQ(rep.warnings.size(), 1u);
   EXPECT_NE(rep.warnings[0].find("'llama2c' tokenizer"), std::string::npos) << rep.warnings[0];
   const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 90, 259, 300, 429, 268, 505, 275, 1, 32, 64, 128};
-  const std::vector<float> a = logits_of(*build_model_from_sqm(SqmFile::open(f32)), ids);
-  const std::vector<float> b = logits_of(*load_model(dir.file("s.gguf")).model, ids);
+  const std::vector<float> a = decoder_logits(*build_model_from_sqm(SqmFile::open(f32)), ids);
+  const std::vector<float> b = decoder_logits(*load_model(dir.file("s.gguf")).model, ids);
   // Same weights, the same RoPE rotations; a head's q·k products are summed in another order.
   EXPECT_LE(max_abs_diff(a, b), 1e-5 * max_abs(a));
   expect_refused<UnsupportedError>(w4, dir.file("w4.gguf"), {"rows of 172 weights, not a multiple of 32"});
   GgufExportOptions deq;
   deq.dequantize = true;
   export_gguf(w4, dir.file("w4.gguf"), deq);
-  const std::vector<float> c = logits_of(*build_model_from_sqm(SqmFile::open(w4)), ids);
-  const std::vector<float> d = logits_of(*load_model(dir.file("w4.gguf")).model, ids);
+  const std::vector<float> c = decoder_logits(*build_model_from_sqm(SqmFile::open(w4)), ids);
+  const std::vector<float> d = decoder_logits(*load_model(dir.file("w4.gguf")).model, ids);
   std::printf("[ stories260K ] f32 export |Δlogit| %.3g, W4A16 dequantized export |Δlogit| %.3g (max |logit| %.3g)\n", max_abs_diff(a, b),
               max_abs_diff(c, d), max_abs(c));
   EXPECT_LE(max_abs_diff(c, d), 1e-4 * max_abs(c));  // W4A16 kernel (padded ragged groups) vs FP32 dense
@@ -678,9 +669,9 @@ TEST(GgufExportSmolLM2, W4A16SymRoundTripsThroughQ4_0) {
   std::vector<int32_t> ids(16);
   std::mt19937 rng(135);
   for (auto& id : ids) id = int32_t(rng() % 49152u);
-  const std::vector<float> l_sqm = logits_of(*build_model_from_sqm(SqmFile::open(sqm)), ids);
+  const std::vector<float> l_sqm = decoder_logits(*build_model_from_sqm(SqmFile::open(sqm)), ids);
   const LoadedModel back = load_model(out);
-  const std::vector<float> l_back = logits_of(*back.model, ids);
+  const std::vector<float> l_back = decoder_logits(*back.model, ids);
   const int64_t V = back.model->config().vocab_size;
   int agree = 0;
   for (size_t t = 0; t < ids.size(); ++t) {

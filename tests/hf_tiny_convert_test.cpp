@@ -110,16 +110,6 @@ std::string ids_text(const std::vector<int32_t>& ids) {
   return s.str();
 }
 
-/// [n, vocab] logits of `model` for `ids`.
-std::vector<float> logits(const Decoder& model, const std::vector<int32_t>& ids) {
-  const int64_t n = static_cast<int64_t>(ids.size());
-  KVCache cache(model.config(), n);
-  Workspace ws;
-  std::vector<float> out(static_cast<size_t>(n * model.config().vocab_size));
-  model.forward(ids.data(), n, cache, ws, out.data(), LogitsFor::AllTokens);
-  return out;
-}
-
 double relative_error(const std::vector<float>& ref, const std::vector<float>& got, int64_t vocab) {
   double num = 0, den = 0;
   for (size_t r = 0; r * size_t(vocab) < ref.size(); ++r) {
@@ -238,7 +228,7 @@ TEST_P(HfTinyConvert, SchemesConvertLoadAndEvaluate) {
 
   const double nll_fp32 = eval_nll(hf_tiny(name), dir.file("ref.txt"), ctx);
   ASSERT_TRUE(std::isfinite(nll_fp32));
-  const std::vector<float> ref_logits = logits(*fp32.model, ref);
+  const std::vector<float> ref_logits = decoder_logits(*fp32.model, ref);
   for (const SchemeCase& s : schemes()) {
     SCOPED_TRACE(name + " " + s.name);
     const std::string out = dir.file(s.name + ".sqm");
@@ -263,7 +253,7 @@ TEST_P(HfTinyConvert, SchemesConvertLoadAndEvaluate) {
     EXPECT_GT(nll, nll_fp32 / kNllFactor);
     if (s.rel_error > 0 || s.name == "bf16") {
       const LoadedModel q = load_model(out);
-      const double e = relative_error(ref_logits, logits(*q.model, ref), vocab);
+      const double e = relative_error(ref_logits, decoder_logits(*q.model, ref), vocab);
       if (s.rel_error > 0) {
         EXPECT_LT(e, std::min(1.2, s.rel_error * factor(fp32.model->config(), s.name)));
       }

@@ -5,6 +5,8 @@
 #include <stdexcept>
 
 #include "formats/safetensors.h"
+#include "model/decoder.h"
+#include "runtime/kv_cache.h"
 #include "tests/support/test_data.h"
 
 namespace sq::test {
@@ -33,6 +35,15 @@ void expect_hf_tiny_listed(const std::set<std::string>& listed, bool files) {
       for (const char* file : {"config.json", "model.safetensors", "reference.safetensors"})
         EXPECT_TRUE(std::filesystem::is_regular_file(hf_tiny(name) + "/" + file)) << hf_tiny(name) + "/" + file << " is missing";
   EXPECT_EQ(hf_tiny_folders_on_disk(), listed);
+}
+
+std::vector<float> decoder_logits(const Decoder& model, const std::vector<int32_t>& ids) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  KVCache cache(model.config(), n);
+  Workspace ws;
+  std::vector<float> out(static_cast<size_t>(n * model.config().vocab_size));
+  model.forward(ids.data(), n, cache, ws, out.data(), LogitsFor::AllTokens);
+  return out;
 }
 
 }  // namespace sq::test

@@ -10,6 +10,10 @@
 #include <string>
 #include <vector>
 
+namespace sq {
+class Decoder;
+}
+
 namespace sq::test {
 
 /// Every folder of reference/hf-tiny; HfTinyFolders.* fails when one is missing or unlisted.
@@ -41,5 +45,9 @@ struct HfTinyParamName {
     return s;
   }
 };
+
+/// [ids.size(), vocab] logits of `model` for `ids` (row-major FP32): one forward pass over every
+/// token from an empty FP32 cache, as transformers' model(ids).logits.
+std::vector<float> decoder_logits(const Decoder& model, const std::vector<int32_t>& ids);
 
 }  // namespace sq::test
