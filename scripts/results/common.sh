@@ -1,0 +1,121 @@
+# Sourced by the result-table scripts of docs/results.md (scripts/results/*.sh, issue #17): moves to
+# the repository root, parses the shared options, and defines the inputs, the calibration, the
+# conversions and the measurement of one table row.
+#
+# Shared options (before OUT_DIR):
+#   --model smollm2|gemma3|PATH  the FP32 original: SmolLM2-135M (default) or Gemma 3 270M from
+#                                models/ (scripts/fetch-models.sh), or any model file sqkit opens
+#   --chunks N                   llamacpp protocol (-c 512): the first N chunks of WikiText-2 test
+#                                (default 20 = 10,240 tokens, 5,120 scored; 0 = the whole file)
+#   --windows-chunks N           windows protocol (-c 2048): the first N windows (default 3 = 6,144
+#                                tokens, 6,141 scored; 0 = skip this protocol)
+#   --samples N                  calibration windows of 512 tokens from the C4 sample (default 128)
+#   --quick                      CI size: --chunks 2 --windows-chunks 0 --samples 16, and no separate
+#                                speed run (tokens/s then includes the reference model)
+# OUT_DIR defaults to build/results/MODEL; everything measured there is reused when newer than its
+# model file, so an interrupted run resumes and the tables of one model share one calibration.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[1]}")/../.."
+MODEL=smollm2 CHUNKS=20 WCHUNKS=3 SAMPLES=128 QUICK=0
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --model) MODEL=$2; shift 2 ;;
+    --chunks) CHUNKS=$2; shift 2 ;;
+    --windows-chunks) WCHUNKS=$2; shift 2 ;;
+    --samples) SAMPLES=$2; shift 2 ;;
+    --quick) CHUNKS=2 WCHUNKS=0 SAMPLES=16 QUICK=1; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d'; exit 0 ;;
+    -*) echo "$(basename "${BASH_SOURCE[1]}"): unknown option $1" >&2; exit 2 ;;
+    *) break ;;
+  esac
+done
+MODELS=${SQKIT_MODELS:-models}
+case $MODEL in
+  smollm2) M=$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf FETCH=smollm2-135m ;;
+  gemma3)  M=$MODELS/gemma-3-270m-q4_k_m.gguf FETCH=gemma3-270m ;;
+  *)       M=$MODEL FETCH="" ;;
+esac
+[[ -e $M ]] || { echo "$(basename "${BASH_SOURCE[1]}"): $M is missing${FETCH:+; run: bash scripts/fetch-models.sh $FETCH}" >&2; exit 2; }
+OUT=${1:-build/results/$(basename "$MODEL" | sed 's/\.[^.]*$//')}
+mkdir -p "$OUT"
+DATA=../shared/data
+C4=$DATA/c4/c4-sample-1480.txt
+WIKI=$DATA/wikitext2/wiki.test.raw
+B=build/bin
+# The protocols every row is measured under: "NAME CTX CHUNKS".
+PROTOCOLS=("llamacpp 512 $CHUNKS")
+[[ $WCHUNKS != 0 ]] && PROTOCOLS+=("windows 2048 $WCHUNKS")
+
+# fresh FILE DEP: true when FILE exists and is newer than DEP (a measurement to reuse).
+fresh() { [[ -s $1 && $1 -nt $2 ]]; }
+
+# calibrate NAME [sq-calibrate args...]: $OUT/NAME.h5 from $SAMPLES x 512 tokens of the C4 sample
+# (seed 42); made once.
+calibrate() {
+  local o=$OUT/$1.h5; shift
+  fresh "$o" "$M" && return 0
+  echo "== sq-calibrate $(basename "$o"): $SAMPLES x 512 C4 tokens $* ==" >&2
+  $B/sq-calibrate -m "$M" -f $C4 --samples "$SAMPLES" --seq-len 512 "$@" -o "$o" --force -q
+}
+
+# convert NAME [sq-convert args...]: $OUT/NAME.sqm from the original model; made once.
+convert() {
+  local o=$OUT/$1.sqm; shift
+  fresh "$o" "$M" && return 0
+  echo "== sq-convert $(basename "$o"): $* ==" >&2
+  $B/sq-convert -m "$M" "$@" -o "$o" --force -q >/dev/null
+}
+
+# measure NAME FILE PROTOCOL CTX CHUNKS [sq-eval args...]: evaluates FILE on WikiText-2 against the
+# original (--reference-model) into $OUT/NAME.PROTOCOL.json, and its speed alone (no reference; the
+# first 4 llamacpp chunks) into $OUT/NAME.speed.json (with --quick: a link to the first).
+measure() {
+  local name=$1 file=$2 proto=$3 ctx=$4 chunks=$5; shift 5
+  local j=$OUT/$name.$proto.json s=$OUT/$name.speed.json
+  local c=(); [[ $chunks != 0 ]] && c=(--chunks "$chunks")
+  fresh "$j" "$file" || $B/sq-eval -m "$file" -f $WIKI --protocol "$proto" -c "$ctx" "${c[@]}" \
+    --reference-model "$M" -q --json "$j" --force "$@" >/dev/null
+  [[ $QUICK == 1 ]] && { ln -sf "$(basename "$j")" "$s"; return 0; }
+  fresh "$s" "$file" || $B/sq-eval -m "$file" -f $WIKI --protocol llamacpp -c 512 --chunks 4 \
+    -q --json "$s" --force "$@" >/dev/null
+}
+
+# table_header TITLE EXTRA_COLUMNS...: a Markdown table head with the standard columns.
+table_header() {
+  local title=$1; shift
+  local cols=("$title" PPL ΔPPL "KLD (mean ± se)" "KLD p99" "top-1 %" "$@" "tokens/s")
+  local IFS='|'; echo "|${cols[*]}|" | sed 's/|/ | /g; s/^ //; s/ $//'
+  printf '|'; for _ in "${cols[@]}"; do printf -- '---|'; done; echo
+}
+
+# row NAME FILE [sq-eval args...]: measures FILE under every protocol of $PROTOCOLS and appends its
+# row to $OUT/rows.PROTOCOL.md (printed by print_tables). Extra columns: $ROW_COLUMNS, a list of
+# scripts/results/row.py column names (bpw, lbpw, bytes, kv, dprev).
+ROW_COLUMNS=${ROW_COLUMNS:-lbpw bpw bytes}
+row() {
+  local name=$1 file=$2; shift 2
+  local pc proto ctx chunks
+  for pc in "${PROTOCOLS[@]}"; do
+    read -r proto ctx chunks <<<"$pc"
+    local slug; slug=$(echo "$name" | tr -c 'A-Za-z0-9.\n' '_')
+    measure "$slug" "$file" "$proto" "$ctx" "$chunks" "$@"
+    python3 scripts/results/row.py --name "$name" --json "$OUT/$slug.$proto.json" --speed "$OUT/$slug.speed.json" \
+      --model "$file" --columns $ROW_COLUMNS --state "$OUT/rows.$proto.state" | tee -a "$OUT/rows.$proto.md" >&2
+  done
+}
+
+# begin_table: forgets the rows of the previous table.
+begin_table() { local pc; for pc in "${PROTOCOLS[@]}"; do read -r proto _ <<<"$pc"; : > "$OUT/rows.$proto.md"; rm -f "$OUT/rows.$proto.state"; done; }
+
+# print_tables TITLE EXTRA_COLUMN_TITLES...: prints one Markdown table per protocol, from the rows.
+print_tables() {
+  local pc proto ctx chunks
+  for pc in "${PROTOCOLS[@]}"; do
+    read -r proto ctx chunks <<<"$pc"
+    echo
+    echo "WikiText-2 test, \`--protocol $proto -c $ctx\`, $([[ $chunks == 0 ]] && echo "whole file" || echo "first $chunks chunks"); reference: $(basename "$M") (FP32):"
+    echo
+    table_header "$@"
+    cat "$OUT/rows.$proto.md"
+  done
+}

@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Prints one Markdown row of a docs/results.md table (scripts/results/common.sh `row`).
+
+Reads the sq-eval JSON of a run with --reference-model (PPL, the reference's PPL, KL divergence,
+top-1 agreement) and of its speed run (tokens/s of the model alone), and the model file (sq-inspect
+for bits per weight). Columns, in order: name, PPL ± stderr, ΔPPL vs the reference's PPL on the same
+tokens, mean KLD ± stderr, KLD p99, top-1 agreement %, the --columns asked for, tokens/s.
+Extra columns: lbpw (bits per weight of the quantized linears), bpw (the whole file), bytes (file
+size), kv (KV-cache bytes per token measured by sq-eval), dprev (PPL minus the previous row's PPL of
+the same --state file).
+"""
+import argparse
+import json
+import os
+import subprocess
+
+
+def inspect(path):
+    """sq-inspect --json of a model file ({} when it cannot be read)."""
+    try:
+        return json.loads(subprocess.run(["build/bin/sq-inspect", "--json", path], check=True,
+                                         capture_output=True, text=True).stdout)
+    except (subprocess.CalledProcessError, json.JSONDecodeError):
+        return {}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--json", required=True, help="sq-eval --reference-model JSON")
+    ap.add_argument("--speed", required=True, help="sq-eval JSON of the speed run")
+    ap.add_argument("--model", required=True, help="the evaluated model file")
+    ap.add_argument("--columns", nargs="*", default=[])
+    ap.add_argument("--state", help="file keeping the previous row's PPL (for dprev)")
+    a = ap.parse_args()
+    j = json.load(open(a.json))
+    s = json.load(open(a.speed))
+    kld = j["kl_divergence"]
+    cells = [a.name, "%.4f ± %.4f" % (j["ppl"], j["ppl_stderr"]),
+             "%+.2f%%" % (100 * (j["ppl"] / j["reference"]["ppl"] - 1)),
+             "%.4f ± %.4f" % (kld["mean"], kld["stderr"]), "%.3f" % kld["p99"],
+             "%.1f" % (100 * j["top1_agreement"])]
+    info = None
+    for c in a.columns:
+        if c in ("lbpw", "bpw"):
+            info = info if info is not None else inspect(a.model)
+            v = info.get("quantized_linear_bits_per_weight" if c == "lbpw" else "bits_per_weight")
+            cells.append("%.2f" % v if v else "-")
+        elif c == "bytes":
+            cells.append("%d" % os.path.getsize(a.model))
+        elif c == "kv":
+            cells.append("%.1f" % j["kv_cache"]["bytes_per_token"])
+        elif c == "dprev":
+            prev = open(a.state).read().strip() if a.state and os.path.exists(a.state) else ""
+            cells.append("%+.3f" % (j["ppl"] - float(prev)) if prev else "-")
+        else:
+            raise SystemExit("row.py: unknown column " + c)
+    if a.state:
+        open(a.state, "w").write("%r\n" % j["ppl"])
+    cells.append("%.0f" % s["tokens_per_second"])
+    print("| " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
