@@ -2,7 +2,7 @@
 """Checks a reduced table 1 run (scripts/test-results.sh) against definitions and recorded figures.
 
 Usage: check_quick.py OUT_DIR EXPECTED.json [--record]
-OUT_DIR holds the sq-eval JSON files (NAME.llamacpp.json, with --reference-model) that
+OUT_DIR holds the sq-eval JSON files (NAME.llamacpp-CHUNKS.json, with --reference-model) that
 scripts/results/smoothquant.sh --quick wrote. EXPECTED.json maps each NAME to its PPL and mean KLD,
 with the relative tolerances under "tolerance". --record rewrites EXPECTED.json from OUT_DIR.
 Exits 1 naming every failed check.
@@ -18,8 +18,8 @@ import sys
 def main():
     out, expected_path = sys.argv[1], sys.argv[2]
     record = "--record" in sys.argv[3:]
-    runs = {os.path.basename(p)[:-len(".llamacpp.json")]: json.load(open(p))
-            for p in sorted(glob.glob(os.path.join(out, "*.llamacpp.json")))}
+    runs = {os.path.basename(p).split(".llamacpp-")[0]: json.load(open(p))
+            for p in sorted(glob.glob(os.path.join(out, "*.llamacpp-*.json")))}
     failures = []
     if "FP32" not in runs or len(runs) < 2:
         sys.exit(f"check_quick.py: {out} lacks the FP32 row or the quantized rows ({sorted(runs)})")

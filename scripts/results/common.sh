@@ -24,7 +24,8 @@ while [[ $# -gt 0 ]]; do
     --windows-chunks) WCHUNKS=$2; shift 2 ;;
     --samples) SAMPLES=$2; shift 2 ;;
     --quick) CHUNKS=2 WCHUNKS=0 SAMPLES=16 QUICK=1; shift ;;
-    -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d'; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/p' "${BASH_SOURCE[1]}" | grep '^#' | cut -c3-
+               sed -n '/^# Shared options/,/^set -euo/p' "${BASH_SOURCE[0]}" | grep '^#' | cut -c3-; exit 0 ;;
     -*) echo "$(basename "${BASH_SOURCE[1]}"): unknown option $1" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -67,11 +68,11 @@ convert() {
 }
 
 # measure NAME FILE PROTOCOL CTX CHUNKS [sq-eval args...]: evaluates FILE on WikiText-2 against the
-# original (--reference-model) into $OUT/NAME.PROTOCOL.json, and its speed alone (no reference; the
+# original (--reference-model) into $OUT/NAME.PROTOCOL-CHUNKS.json (CHUNKS 0: "all"), and its speed alone (no reference; the
 # first 4 llamacpp chunks) into $OUT/NAME.speed.json (with --quick: a link to the first).
 measure() {
   local name=$1 file=$2 proto=$3 ctx=$4 chunks=$5; shift 5
-  local j=$OUT/$name.$proto.json s=$OUT/$name.speed.json
+  local j=$OUT/$name.$proto-${chunks/#0/all}.json s=$OUT/$name.speed.json
   local c=(); [[ $chunks != 0 ]] && c=(--chunks "$chunks")
   fresh "$j" "$file" || $B/sq-eval -m "$file" -f $WIKI --protocol "$proto" -c "$ctx" "${c[@]}" \
     --reference-model "$M" -q --json "$j" --force "$@" >/dev/null
@@ -99,7 +100,7 @@ row() {
     read -r proto ctx chunks <<<"$pc"
     local slug; slug=$(echo "$name" | tr -c 'A-Za-z0-9.\n' '_')
     measure "$slug" "$file" "$proto" "$ctx" "$chunks" "$@"
-    python3 scripts/results/row.py --name "$name" --json "$OUT/$slug.$proto.json" --speed "$OUT/$slug.speed.json" \
+    python3 scripts/results/row.py --name "$name" --json "$OUT/$slug.$proto-${chunks/#0/all}.json" --speed "$OUT/$slug.speed.json" \
       --model "$file" --columns $ROW_COLUMNS --state "$OUT/rows.$proto.state" | tee -a "$OUT/rows.$proto.md" >&2
   done
 }

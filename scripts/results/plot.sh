@@ -4,6 +4,8 @@
 # recipe, x = bits per weight of the quantized linears (FP32 = 32; sq-inspect), y = WikiText-2 PPL
 # under the llamacpp protocol, one colour per family (naive W8A8, SmoothQuant W8A8, W4A16 RTN,
 # W4A16 GPTQ, Atom W4A4), the FP32 PPL as a line. Needs gnuplot (apt-get install gnuplot-nox).
+# Points above $YMAX (default 120) are off the scale (the docs name them). $CHUNKS (default 20):
+# which llamacpp runs to plot (the tables' --chunks).
 # Usage: scripts/results/plot.sh OUT_DIR PNG [TITLE]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -11,14 +13,14 @@ OUT=${1:?usage: scripts/results/plot.sh OUT_DIR PNG [TITLE]}
 PNG=${2:?usage: scripts/results/plot.sh OUT_DIR PNG [TITLE]}
 TITLE=${3:-$(basename "$OUT")}
 command -v gnuplot >/dev/null || { echo "plot.sh: gnuplot is missing (apt-get install gnuplot-nox)" >&2; exit 2; }
-python3 - "$OUT" <<'PY'
+python3 - "$OUT" "${CHUNKS:-20}" <<'PY'
 import glob, json, os, subprocess, sys
-out = sys.argv[1]
+out, chunks = sys.argv[1], sys.argv[2]
 families = [("naive", "naive W8A8"), ("sq", "SmoothQuant W8A8"), ("rtn", "W4A16 RTN"),
             ("gptq", "W4A16 GPTQ"), ("atom", "Atom W4A4")]
 rows = {f: [] for f, _ in families}
 fp32 = None
-for j in sorted(glob.glob(os.path.join(out, "*.llamacpp.json"))):
+for j in sorted(glob.glob(os.path.join(out, f"*.llamacpp-{chunks}.json"))):
     d = json.load(open(j)); model = d["model"]["path"]; name = os.path.basename(model)[:-len(".sqm")]
     if not model.endswith(".sqm") or "kv_cache" in d and d["kv_cache"]["format"] != "fp32":
         continue
@@ -49,7 +51,7 @@ set output '$PNG'
 set title "$TITLE: WikiText-2 PPL (llamacpp -c 512) vs bits per weight of the quantized linears"
 set xlabel "bits per weight (quantized linears)"
 set ylabel "PPL"
-set logscale y
+set yrange [$(python3 -c "print($FP32 * 0.9)"):${YMAX:-120}]
 set xrange [3.5:9.5]
 set key top right
 set grid
