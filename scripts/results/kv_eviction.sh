@@ -2,7 +2,7 @@
 # Table 6 of docs/results.md (issue #17; H2O vs Q-Hitter on a real model): token-by-token decoding
 # (sq-eval --protocol streaming, every token scored) of WikiText-2 test cut into streams of
 # $STREAM tokens (default 2,048), the first $STREAMS streams (default 1), under a KV budget of 20% of
-# the stream: window:20%, h2o:20%,recent:10% and qhitter:20%,recent:10%,lambda:0.5,
+# the stream: window:(20% rounded), h2o:20%,recent:10% and qhitter:20%,recent:10%,lambda:0.5,
 # with dense as the reference, each with an FP32, int4 (uniform, per token and head) and nuq3
 # (KVQuant, Fisher from kvquant.sh's calibration file) KV cache. Columns: PPL per KV format.
 # Usage: scripts/results/kv_eviction.sh [--model smollm2|gemma3|PATH] [OUT_DIR]
@@ -14,7 +14,7 @@ FISHER_SAMPLES=${FISHER_SAMPLES:-16}
 SAMPLES=$FISHER_SAMPLES calibrate fisher --fisher --fisher-tokens $((FISHER_SAMPLES * 512))
 convert f32 --scheme f32
 convert nuq3 --scheme f32 --calib "$OUT/fisher.h5" --kv nuq3
-POLICIES="dense window:20% h2o:20%,recent:10% qhitter:20%,recent:10%,lambda:0.5"
+POLICIES="dense window:$(((STREAM * 2 + 5) / 10)) h2o:20%,recent:10% qhitter:20%,recent:10%,lambda:0.5"
 for kv in fp32 int4 nuq3; do
   for p in $POLICIES; do
     j=$OUT/evict_${kv}_$(echo "$p" | tr ':,%' '___').json
