@@ -23,6 +23,7 @@
 #include "model/w4a4_linear.h"
 #include "runtime/kv_cache.h"
 #include "tests/support/cli.h"
+#include "tests/support/hf_tiny.h"
 #include "tests/support/process.h"
 #include "tests/support/scheme_cli_fixture.h"
 #include "tests/support/test_data.h"
@@ -57,15 +58,6 @@ std::vector<int32_t> random_order(int64_t in, int64_t n_outlier, uint32_t seed) 
   std::mt19937 rng(seed);
   for (auto& e : energy) e = std::uniform_real_distribution<double>(0, 1)(rng);
   return outlier_channel_order(energy, n_outlier);
-}
-
-std::vector<float> logits_of(const Decoder& m, const std::vector<int32_t>& tokens) {
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  KVCache cache(m.config(), n);
-  Workspace ws;
-  std::vector<float> logits(static_cast<size_t>(n * m.config().vocab_size));
-  m.forward(tokens.data(), n, cache, ws, logits.data(), LogitsFor::AllTokens);
-  return logits;
 }
 
 TEST(AtomReorder, FoldAndGatherLeaveFp32LogitsUnchanged) {
@@ -104,7 +96,7 @@ TEST(AtomReorder, FoldAndGatherLeaveFp32LogitsUnchanged) {
   }
   std::vector<int32_t> tokens(96);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 37 + 1) % c.vocab_size);
-  const auto a = logits_of(*src.model, tokens), b = logits_of(reordered, tokens);
+  const auto a = decoder_logits(*src.model, tokens), b = decoder_logits(reordered, tokens);
   double max_diff = 0, max_abs = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     max_diff = std::max(max_diff, double(std::fabs(a[i] - b[i])));

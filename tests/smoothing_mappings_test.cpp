@@ -92,15 +92,6 @@ constexpr double kGemmaTol = 5e-4;
 constexpr double kWrongFactor = 100.0;
 double tolerance(const std::string& name) { return name == "gemma3-text" ? kGemmaTol : kTol; }
 
-std::vector<float> logits_of(const Decoder& m, const std::vector<int32_t>& ids) {
-  const int64_t n = static_cast<int64_t>(ids.size());
-  KVCache cache(m.config(), n);
-  Workspace ws;
-  std::vector<float> out(static_cast<size_t>(n * m.config().vocab_size));
-  m.forward(ids.data(), n, cache, ws, out.data(), LogitsFor::AllTokens);
-  return out;
-}
-
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
@@ -138,7 +129,7 @@ TEST_P(SmoothingMappings, SmoothingAlonePreservesLogits) {
   EXPECT_EQ(maps.size(), want.size() * size_t(c.n_layers)) << name;
 
   const std::vector<int32_t> ids = hf_tiny_reference_ids(name);
-  const std::vector<float> ref = logits_of(*m.model, ids);
+  const std::vector<float> ref = decoder_logits(*m.model, ids);
   const auto stats = collect_activation_stats(*m.model, calibration_windows(c.vocab_size));
 
   // Every mapping, v → o and up → down included, at α = 0.5.
@@ -156,14 +147,14 @@ TEST_P(SmoothingMappings, SmoothingAlonePreservesLogits) {
     s_min = std::min(s_min, *lo);
     s_max = std::max(s_max, *hi);
   }
-  const double d = max_abs_diff(ref, logits_of(Decoder::from_checkpoint(ck), ids));
+  const double d = max_abs_diff(ref, decoder_logits(Decoder::from_checkpoint(ck), ids));
   std::printf("[ measured ] %-24s %zu mappings, factors in [%.3g, %.3g], max |dlogit| after smoothing = %.3g (tolerance %.0e)\n",
               name.c_str(), maps.size(), s_min, s_max, d, tolerance(name));
   EXPECT_LT(d, tolerance(name)) << name;
   // The loaded checkpoint and its Decoder, which share storage with `ck`'s tensors before smoothing
   // (Tensor copies are shallow; split, transposed or folded tensors are owned), are untouched.
-  EXPECT_EQ(max_abs_diff(ref, logits_of(*m.model, ids)), 0.0) << name;
-  EXPECT_EQ(max_abs_diff(ref, logits_of(Decoder::from_checkpoint(base), ids)), 0.0) << name;
+  EXPECT_EQ(max_abs_diff(ref, decoder_logits(*m.model, ids)), 0.0) << name;
+  EXPECT_EQ(max_abs_diff(ref, decoder_logits(Decoder::from_checkpoint(base), ids)), 0.0) << name;
 
   // A deliberately wrong mapping changes the logits by far more than the tolerance: each mapping
   // of layer 0 applied with its last balance linear left out (the smooth tensors still divided).
@@ -173,7 +164,7 @@ TEST_P(SmoothingMappings, SmoothingAlonePreservesLogits) {
     wrong.balance.pop_back();
     Checkpoint bad = base;
     apply_mapping(bad, wrong, groups[k].factors);
-    const double e = max_abs_diff(ref, logits_of(Decoder::from_checkpoint(bad), ids));
+    const double e = max_abs_diff(ref, decoder_logits(Decoder::from_checkpoint(bad), ids));
     std::printf("[ measured ] %-24s without %s: max |dlogit| = %.3g\n", name.c_str(), maps[k].balance.back().c_str(), e);
     EXPECT_GT(e, kWrongFactor * tolerance(name)) << name << ": " << describe_mapping(maps[k]);
   }
