@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   std::string policy_text = "dense";
   int64_t segment = 1000, max_tokens = 0;
   app.add_option("--kv-policy", policy_text,
-                 "Streaming: dense | window:W | sink:S,window:W | recompute:W | h2o:B,recent:R | qhitter:B,recent:R,lambda:L "
+                 "Streaming: dense | window:W | sink:S,window:W | recompute:W[,stride:K] | h2o:B,recent:R | qhitter:B,recent:R,lambda:L "
                  "(B, R may be N% of the stream)")
       ->capture_default_str();
   app.add_option("--segment", segment, "Streaming: tokens per reported PPL segment")->capture_default_str();

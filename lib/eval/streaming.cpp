@@ -88,68 +88,93 @@ StreamOut decode_stream(const Decoder& model, const int32_t* toks, int64_t len, 
   return out;
 }
 
-/// Recompute:W: the logits at t come from a fresh prefill of tokens [max(0, t−W+1), t].
+/// One prefill of recompute:W,stride:K: the predictions at positions [begin, end] (end − begin < K)
+/// come from tokens [first, end], first = max(0, end − W + 1) ≤ begin, from an empty cache.
+struct RecomputeBlock {
+  int64_t first, begin, end;
+};
+
+/// Block i of a stream of `len` tokens (len − 1 predictions) under recompute:W,stride:K.
+RecomputeBlock recompute_block(int64_t i, int64_t len, int64_t w, int64_t k) {
+  const int64_t begin = i * k, end = std::min(begin + k, len - 1) - 1;
+  return {std::max<int64_t>(0, end - w + 1), begin, end};
+}
+
+/// Runs block `b`: tokens [first, begin) go through without logits, then tokens [begin, end] with
+/// logits [end − begin + 1, vocab] into `logits`. False when a logit is not finite.
+bool run_recompute_block(const Decoder& model, const int32_t* toks, const RecomputeBlock& b, KVCache& cache, Workspace& ws,
+                         std::vector<float>& logits) {
+  const int64_t vocab = model.config().vocab_size, n = b.end - b.begin + 1;
+  cache.clear();
+  if (b.begin > b.first) model.forward(toks + b.first, b.begin - b.first, cache, ws, nullptr, LogitsFor::None);
+  model.forward(toks + b.begin, n, cache, ws, logits.data(), LogitsFor::AllTokens);
+  return first_nonfinite_f32(logits.data(), n * vocab) < 0;
+}
+
+/// Recompute:W[,stride:K] (kv_policy.h): the stream's len − 1 predictions in blocks of K, each block
+/// from one fresh prefill of at most W tokens (K = 1: the logits at t come from tokens
+/// [max(0, t−W+1), t]).
 StreamOut recompute_stream(const Decoder& model, const int32_t* toks, int64_t len, const KVPolicy& policy,
                            const StreamingOptions& o, const std::function<void()>& tick) {
   const int vocab = model.config().vocab_size;
-  const int64_t w = policy.window;
+  const int64_t w = policy.window, k = policy.stride, n_blocks = (len - 1 + k - 1) / k;
   StreamOut out;
   out.nll.resize(static_cast<size_t>(len - 1));
-  if (o.reference) {  // positions in order, in lock-step with the reference's dense decoding
+  auto score = [&](const RecomputeBlock& b, const std::vector<float>& logits) {
+    for (int64_t t = b.begin; t <= b.end; ++t) {
+      const float* row = logits.data() + (t - b.begin) * vocab;
+      out.nll[size_t(t)] = ops::log_sum_exp(row, vocab) - row[size_t(toks[t + 1])];
+    }
+  };
+  auto locate = [&](const RecomputeBlock& b) {  // re-run the failing prefill layer by layer
+    KVCache cache(model.config(), w, o.kv, o.kv_params);
+    Workspace ws;
+    out.nonfinite = true;
+    out.nonfinite_pos = b.begin;
+    out.nonfinite_location = locate_nonfinite_activation(model, toks + b.first, b.end - b.first + 1, cache, ws);
+  };
+  int64_t peak = 0;
+  if (o.reference) {  // blocks in order, in lock-step with the reference's dense decoding
     ReferenceStream ref(*o.reference, len);
     out.cmp.resize(static_cast<size_t>(len - 1));
     KVCache cache(model.config(), w, o.kv, o.kv_params);
     Workspace ws;
-    std::vector<float> logits(static_cast<size_t>(vocab));
-    for (int64_t t = 0; t < len - 1; ++t) {
-      const int64_t first = std::max<int64_t>(0, t - w + 1);
-      cache.clear();
-      model.forward(toks + first, t - first + 1, cache, ws, logits.data(), LogitsFor::LastToken);
-      if (first_nonfinite_f32(logits.data(), vocab) >= 0) {
-        KVCache c2(model.config(), w, o.kv, o.kv_params);
-        Workspace ws2;
-        out.nonfinite = true;
-        out.nonfinite_pos = t;
-        out.nonfinite_location = locate_nonfinite_activation(model, toks + first, t - first + 1, c2, ws2);
+    std::vector<float> logits(static_cast<size_t>(std::min(k, len - 1) * vocab));
+    for (int64_t i = 0; i < n_blocks; ++i) {
+      const RecomputeBlock b = recompute_block(i, len, w, k);
+      if (!run_recompute_block(model, toks, b, cache, ws, logits)) {
+        locate(b);
         return out;
       }
-      out.nll[size_t(t)] = ops::log_sum_exp(logits.data(), vocab) - logits[size_t(toks[t + 1])];
-      if (!ref.step(toks, t, logits.data(), out)) return out;
-      out.peak_bytes = std::max(out.peak_bytes, cache.bytes().total());
-      if (tick) tick();
-    }
-    out.peak_rows = std::min(w, len);
-    for (int64_t t = 0; t + 1 < len; ++t)
-      if ((t + 1) % o.segment == 0 || t + 2 == len) out.segment_bytes.push_back(out.peak_bytes);
-    return out;
-  }
-  int64_t peak = 0;
-  std::vector<char> bad(static_cast<size_t>(len - 1), 0);  // per position: logits not finite
-#pragma omp parallel reduction(max : peak)
-  {
-    KVCache cache(model.config(), w, o.kv, o.kv_params);
-    Workspace ws;
-    std::vector<float> logits(static_cast<size_t>(vocab));
-#pragma omp for schedule(dynamic, 16)
-    for (int64_t t = 0; t < len - 1; ++t) {
-      const int64_t first = std::max<int64_t>(0, t - w + 1);
-      cache.clear();
-      model.forward(toks + first, t - first + 1, cache, ws, logits.data(), LogitsFor::LastToken);
-      bad[size_t(t)] = first_nonfinite_f32(logits.data(), vocab) >= 0;
-      out.nll[size_t(t)] = ops::log_sum_exp(logits.data(), vocab) - logits[size_t(toks[t + 1])];
+      score(b, logits);
       peak = std::max(peak, cache.bytes().total());
-      if (tick) tick();
+      for (int64_t t = b.begin; t <= b.end; ++t) {
+        if (!ref.step(toks, t, logits.data() + (t - b.begin) * vocab, out)) return out;
+        if (tick) tick();
+      }
     }
-  }
-  const auto it = std::find(bad.begin(), bad.end(), 1);
-  if (it != bad.end()) {  // re-run the first failing prefill layer by layer
-    const int64_t t = it - bad.begin(), first = std::max<int64_t>(0, t - w + 1);
-    KVCache cache(model.config(), w, o.kv, o.kv_params);
-    Workspace ws;
-    out.nonfinite = true;
-    out.nonfinite_pos = t;
-    out.nonfinite_location = locate_nonfinite_activation(model, toks + first, t - first + 1, cache, ws);
-    return out;
+  } else {
+    std::vector<char> bad(static_cast<size_t>(n_blocks), 0);  // per block: logits not finite
+#pragma omp parallel reduction(max : peak)
+    {
+      KVCache cache(model.config(), w, o.kv, o.kv_params);
+      Workspace ws;
+      std::vector<float> logits(static_cast<size_t>(std::min(k, len - 1) * vocab));
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t i = 0; i < n_blocks; ++i) {
+        const RecomputeBlock b = recompute_block(i, len, w, k);
+        bad[size_t(i)] = !run_recompute_block(model, toks, b, cache, ws, logits);
+        if (!bad[size_t(i)]) score(b, logits);
+        peak = std::max(peak, cache.bytes().total());
+        if (tick)
+          for (int64_t t = b.begin; t <= b.end; ++t) tick();
+      }
+    }
+    const auto it = std::find(bad.begin(), bad.end(), 1);
+    if (it != bad.end()) {
+      locate(recompute_block(it - bad.begin(), len, w, k));
+      return out;
+    }
   }
   out.peak_bytes = peak;
   out.peak_rows = std::min(w, len);

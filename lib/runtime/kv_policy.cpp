@@ -27,7 +27,7 @@ const char* kind_name(KVPolicyKind k) {
 
 [[noreturn]] void bad(const std::string& text, const std::string& why) {
   throw UsageError("--kv-policy '" + text + "': " + why +
-                   " (expected dense, window:W, sink:S,window:W, recompute:W, h2o:B,recent:R or qhitter:B,recent:R,lambda:L)");
+                   " (expected dense, window:W, sink:S,window:W, recompute:W[,stride:K], h2o:B,recent:R or qhitter:B,recent:R,lambda:L)");
 }
 
 /// A positive token count, or "N%" (0 < N ≤ 100) returning the percentage in `percent`.
@@ -48,6 +48,8 @@ int64_t parse_count(const std::string& text, const std::string& key, const std::
 void validate(const KVPolicy& p, const std::string& text) {
   if (p.kind == KVPolicyKind::Sink && p.sinks >= p.window)
     bad(text, "sink:" + std::to_string(p.sinks) + " must be smaller than window:" + std::to_string(p.window));
+  if (p.kind == KVPolicyKind::Recompute && p.stride > p.window)
+    bad(text, "stride:" + std::to_string(p.stride) + " must not exceed recompute:" + std::to_string(p.window));
   if ((p.kind == KVPolicyKind::H2O || p.kind == KVPolicyKind::QHitter) && p.budget_percent < 0 && p.recent_percent < 0 &&
       p.recent > p.budget)
     bad(text, "recent:" + std::to_string(p.recent) + " is larger than the budget " + std::to_string(p.budget));
@@ -100,9 +102,10 @@ KVPolicy parse_kv_policy(const std::string& text) {
     p.sinks = parse_count(text, "sink", fields[0].second, nullptr);
     p.window = parse_count(text, "window", fields[1].second, nullptr);
   } else if (head == "recompute") {
-    expect_keys({"recompute"});
+    expect_keys(fields.size() == 2 ? std::vector<std::string>{"recompute", "stride"} : std::vector<std::string>{"recompute"});
     p.kind = KVPolicyKind::Recompute;
     p.window = parse_count(text, "recompute", fields[0].second, nullptr);
+    if (fields.size() == 2) p.stride = parse_count(text, "stride", fields[1].second, nullptr);
   } else if (head == "h2o" || head == "qhitter") {
     const bool q = head == "qhitter";
     expect_keys(q ? std::vector<std::string>{"qhitter", "recent", "lambda"} : std::vector<std::string>{"h2o", "recent"});
@@ -144,7 +147,8 @@ std::string kv_policy_name(const KVPolicy& p) {
     case KVPolicyKind::Dense: return "dense";
     case KVPolicyKind::Window: return "window:" + std::to_string(p.window);
     case KVPolicyKind::Sink: return "sink:" + std::to_string(p.sinks) + ",window:" + std::to_string(p.window);
-    case KVPolicyKind::Recompute: return "recompute:" + std::to_string(p.window);
+    case KVPolicyKind::Recompute:
+      return "recompute:" + std::to_string(p.window) + (p.stride > 1 ? ",stride:" + std::to_string(p.stride) : "");
     case KVPolicyKind::H2O:
     case KVPolicyKind::QHitter: {
       std::string s = std::string(kind_name(p.kind)) + ":" + count(p.budget, p.budget_percent) + ",recent:" +

@@ -6,6 +6,9 @@
 //                              sinks") plus the W most recent; S + W tokens in all
 //   recompute:W                sliding window with re-computation: every token's logits come from a
 //                              fresh prefill of its W most recent tokens (the quality baseline)
+//   recompute:W,stride:K       strided re-computation (the cheap form for long streams): one fresh
+//                              prefill of W tokens scores its last K predictions, so each is made
+//                              from W − K + 1 … W tokens (1 ≤ K ≤ W; K = 1 is recompute:W)
 //   h2o:B,recent:R             H2O (Zhang et al. 2023): B tokens in all, the R most recent always kept,
 //                              the rest chosen by accumulated attention score ("heavy hitters")
 //   qhitter:B,recent:R,lambda:λ  Q-Hitter (Zhang et al. 2024, Algorithm 1): like h2o but the score is
@@ -40,6 +43,7 @@ struct KVPolicy {
   KVPolicyKind kind = KVPolicyKind::Dense;
   int64_t sinks = 0;   ///< S (Sink)
   int64_t window = 0;  ///< W (Window, Sink, Recompute)
+  int64_t stride = 1;  ///< K (Recompute): predictions scored per prefill, 1 ≤ K ≤ W
   int64_t budget = 0;  ///< B (H2O, QHitter)
   int64_t recent = 0;  ///< R (H2O, QHitter)
   double lambda = 0;   ///< λ ∈ [0, 1] (QHitter)
@@ -52,8 +56,8 @@ struct KVPolicy {
 };
 
 /// Parses a --kv-policy string (grammar above). Throws UsageError naming the policy and what was
-/// expected: unknown policy or key, missing/extra fields, non-positive sizes, S ≥ W, R > B, λ
-/// outside [0, 1].
+/// expected: unknown policy or key, missing/extra fields, non-positive sizes, S ≥ W, stride K > W, R > B,
+/// λ outside [0, 1].
 KVPolicy parse_kv_policy(const std::string& text);
 
 /// Replaces percentage budgets by token counts for a stream of `length` tokens (rounded, ≥ 1) and
