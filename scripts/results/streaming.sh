@@ -7,7 +7,7 @@
 # recompute:W,stride:W/8 and recompute:256,stride:32 (docs/protocols.md: each prediction sees
 # W − K + 1 … W tokens; per-token recompute decoding is derived as tokens/s ÷ K).
 # Texts: wap = War and Peace, wiki = WikiText-2 test (the concatenated articles).
-# Decode speed, side by side and alone on the machine: sink:4,window:W−4 vs recompute:W,stride:W/8
+# Decode speed, side by side (run them alone on the machine): sink:4,window:W−4 vs recompute:W,stride:W/8
 # over the first $SPEED_TOKENS tokens (default 4,096) of the first text, each run twice, the faster
 # kept (per-token recompute = its tokens/s ÷ W/8).
 # Prints the table (PPL overall and per position band, vs recompute) and the speed line, and draws the PPL by
@@ -107,11 +107,12 @@ for text in texts:
                 f.write(f"{lo + 512} {band(j, lo, lo + 1024)}\n")
 # decode speed, side by side
 sink, re_ = f"sink:4,window:{W - 4}", f"recompute:{W},stride:{W // 8}"
-def tps(p):
-    return max(json.load(open(f"{out}/stream_speed_{texts[0]}-{speed_tokens}_{p.replace(':', '_').replace(',', '_')}.{r}.json"))
-               ["tokens_per_second"] for r in (1, 2))
-s_tps, r_tps = tps(sink), tps(re_)
-print(f"\nDecode speed over the first {speed_tokens:,} tokens of {names[texts[0]]} (best of 2 runs each, alone on the machine): "
+def speed_runs(p):
+    return [json.load(open(f"{out}/stream_speed_{texts[0]}-{speed_tokens}_{p.replace(':', '_').replace(',', '_')}.{r}.json")) for r in (1, 2)]
+s_tps, r_tps = (max(j["tokens_per_second"] for j in speed_runs(p)) for p in (sink, re_))
+threads = sorted({j["threads"] for p in (sink, re_) for j in speed_runs(p)})
+print(f"\nDecode speed over the first {speed_tokens:,} tokens of {names[texts[0]]} (best of 2 runs each, "
+      f"{'/'.join(map(str, threads))} thread(s)): "
       f"`{sink}` {s_tps:.1f} tokens/s; `{re_}` {r_tps:.1f} tokens/s, so per-token `recompute:{W}` ≈ {r_tps / (W // 8):.2f} "
       f"tokens/s: StreamingLLM decodes {s_tps / (r_tps / (W // 8)):.0f}× faster.")
 PY
@@ -127,7 +128,7 @@ if command -v gnuplot >/dev/null; then
   }
   set -- $TEXTS
   gnuplot <<GP
-set terminal png size 1000,$((380 * $#)) font ',9'
+set terminal png size 1000,$((380 * $#)) font ',9' noenhanced
 set output '$PNG'
 set multiplot layout $#,1
 set logscale y
