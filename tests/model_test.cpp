@@ -175,6 +175,36 @@ TEST(Decoder, TokenByTokenDecodeMatchesPrefill) {
   EXPECT_EQ(c2.length(), n);
 }
 
+// forward_tail (the LM head on a chunk's scored tail only, issue 19) computes the same rows as
+// forward(AllTokens), and its ends are forward(LastToken) and a range error.
+TEST(Decoder, ForwardTailComputesTheLastRowsOfAllTokens) {
+  const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
+  const Decoder model = Decoder::from_checkpoint(ck);
+  auto tok = load_tokenizer(test::stories_tokenizer());
+  const auto tokens = first_tokens(*tok, 96);
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int V = ck.config.vocab_size;
+  Workspace ws;
+  std::vector<float> all(size_t(n) * V);
+  {
+    KVCache cache(ck.config, n);
+    model.forward(tokens.data(), n, cache, ws, all.data(), LogitsFor::AllTokens);
+  }
+  for (const int64_t first : {int64_t(0), n / 2, n - 1}) {
+    KVCache cache(ck.config, n);
+    std::vector<float> tail(size_t(n - first) * V, -1.0f);
+    model.forward_tail(tokens.data(), n, first, cache, ws, tail.data());
+    EXPECT_EQ(cache.length(), n);
+    // The same rows through a GEMM of fewer rows: FP32 rounding of a different blocking at most.
+    EXPECT_LT(max_abs_diff(tail.data(), all.data() + size_t(first) * V, tail.size()), 1e-4f) << "first row " << first;
+  }
+  KVCache cache(ck.config, n);
+  std::vector<float> last(static_cast<size_t>(V));
+  EXPECT_THROW(model.forward_tail(tokens.data(), n, n, cache, ws, last.data()), std::out_of_range);
+  EXPECT_THROW(model.forward_tail(tokens.data(), n, -1, cache, ws, last.data()), std::out_of_range);
+  EXPECT_EQ(cache.length(), 0);  // a rejected call runs nothing
+}
+
 TEST(Decoder, GreedyGenerationIsTheKnownStory) {
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
   const Decoder model = Decoder::from_checkpoint(ck);

@@ -2,6 +2,7 @@
 // exit status 2 for every bad input (never a crash, a hang or a partial output file).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -174,6 +175,47 @@ TEST(SqBench, StreamingSuiteDecodesTheSameTokensAsSqEval) {
   expect_one_line_error("sq-bench", {"--suite", "streaming", "--eval-model", m, "--eval-tokenizer", t, "--eval-text",
                                      dir.file("text.txt"), "--stream-sinks", "8", "--stream-window", "8"},
                         "must be smaller than window", dir);
+}
+
+// sq-bench --suite real (issue 19): every variant is timed (speed itself is not asserted: no timed
+// unit tests), the reported ratios are those of the reported rates, and the FP32 eval row is
+// sq-eval's own perplexity on the same chunks (same code, same tokens: exact).
+TEST(SqBench, RealSuiteTimesEveryVariantAndItsEvalIsSqEvals) {
+  ScratchDir dir;
+  const std::string m = stories_model(), t = stories_tokenizer();
+  write_file(dir.file("text.txt"), read_file(tinystories_valid()).substr(0, 4000));  // ~1,000 tokens
+  const auto r = run_process({tool("sq-bench"), "--suite", "real", "-m", m, "--eval-tokenizer", t, "--eval-text", dir.file("text.txt"),
+                              "-p", "32", "-n", "8", "--eval-ctx", "64", "--eval-chunks", "3", "--group-size", "32",
+                              "--min-seconds", "0.01", "-t", "1", "--json", dir.file("bench.json")});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_NE(r.out.find("of the sgemm bound"), std::string::npos) << r.out;
+  const auto j = nlohmann::json::parse(read_file(dir.file("bench.json")))["real"];
+  EXPECT_EQ(j["prompt_tokens"], 32);
+  EXPECT_EQ(j["gen_tokens"], 8);
+  EXPECT_GT(j["sgemm_bound"]["tokens_per_second"].get<double>(), 0.0);
+  const auto& v = j["variants"];
+  ASSERT_EQ(v.size(), 4u);
+  const std::vector<std::string> names = {"fp32", "w8a8-o1-head", "w4a16-g32", "w4a16-g32-head"};
+  const double fp32_ppl = v[0]["eval_ppl"].get<double>();
+  for (size_t i = 0; i < v.size(); ++i) {
+    EXPECT_EQ(v[i]["name"], names[i]);
+    for (const char* k : {"pp", "tg", "eval"}) {
+      const double tps = v[i][std::string(k) + "_tokens_per_second"].get<double>();
+      EXPECT_GT(tps, 0.0) << names[i] << " " << k;
+      const double ratio = v[i][std::string(k) + "_ratio_to_fp32"].get<double>();
+      EXPECT_NEAR(ratio, tps / v[0][std::string(k) + "_tokens_per_second"].get<double>(), 1e-9 * ratio) << names[i] << " " << k;
+    }
+    // Quantized stories260K stays a language model: finite PPL within 2x of FP32 (measured ~1.01-1.3x).
+    const double ppl = v[i]["eval_ppl"].get<double>();
+    EXPECT_TRUE(std::isfinite(ppl)) << names[i];
+    EXPECT_LT(ppl, 2 * fp32_ppl) << names[i];
+  }
+  const auto e = run_process({tool("sq-eval"), "-m", m, "--tokenizer", t, "-f", dir.file("text.txt"), "--protocol", "llamacpp", "-c", "64",
+                              "--chunks", "3", "-t", "1", "-q", "--json", dir.file("eval.json")});
+  ASSERT_EQ(e.exit_status, 0) << e.err;
+  EXPECT_EQ(fp32_ppl, nlohmann::json::parse(read_file(dir.file("eval.json")))["ppl"].get<double>());
+  expect_one_line_error("sq-bench", {"--suite", "real"}, "needs -m MODEL", dir);
+  expect_one_line_error("sq-bench", {"--suite", "real", "-m", m, "-p", "0"}, "must be >= 1", dir);
 }
 
 // sq-tokenize: llama-tokenize's output format, the id list, BOS overrides, bad inputs.

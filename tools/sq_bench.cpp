@@ -11,6 +11,7 @@
 #include "bench/kmeans_bench.h"
 #include "bench/streaming_bench.h"
 #include "bench/kv_decode_bench.h"
+#include "bench/real_model_bench.h"
 #include "bench/w4a16_bench.h"
 #include "bench/w4a4_bench.h"
 #include "bench/w8a8_bench.h"
@@ -36,7 +37,10 @@ int main(int argc, char** argv) {
                "not in the default suites), "
                "decoder (issue 16: generic Decoder vs the pre-issue-16 LLaMA layer, prefill and decode, on --eval-model or the "
                "synthetic model; not run by default), "
-               "cuda-kv-decode (CUDA decode attention, LLaMA-7B heads: nuq4 vs FP16 vs FP32 rows; needs a GPU; not run by default)."};
+               "cuda-kv-decode (CUDA decode attention, LLaMA-7B heads: nuq4 vs FP16 vs FP32 rows; needs a GPU; not run by default), "
+               "real (issue 19: -m MODEL as FP32, W8A8 O1 and W4A16: llama-bench-style pp/tg, the sgemm bound of the same FLOPs, "
+               "and sq-eval throughput on --eval-text; not run by default)."};
+  sq::bench::RealModelBenchOptions real;
   sq::bench::Fp32BenchOptions fp32;
   std::string json_path, suites = "fp32,w8a8-linear,w8a8-prefill", eval_model, eval_tok, eval_text, synthetic_dir;
   int threads = 0, eval_ctx = 256, synthetic_layers = 16;
@@ -52,7 +56,7 @@ int main(int argc, char** argv) {
   app.add_option("--eval-model", eval_model, "Also measure sq-eval throughput (llamacpp protocol) on this model");
   app.add_option("--eval-tokenizer", eval_tok, "Tokenizer for --eval-model");
   app.add_option("--eval-text", eval_text, "Text for --eval-model");
-  app.add_option("--eval-ctx", eval_ctx, "Context for --eval-model")->capture_default_str();
+  app.add_option("--eval-ctx", eval_ctx, "Context for --eval-model (real suite: 512 unless given)")->capture_default_str();
   app.add_option("--write-synthetic", synthetic_dir, "Only write the synthetic 1B-class model as an HF F32 checkpoint directory");
   app.add_option("--synthetic-layers", synthetic_layers, "Layers for --write-synthetic")->capture_default_str();
   app.add_option("--kmeans-values", kmeans_values, "Weighted values per codebook fit (kmeans suite)")->capture_default_str();
@@ -62,6 +66,11 @@ int main(int argc, char** argv) {
   app.add_option("--kv-contexts", kv_contexts, "Cached tokens for the kv-decode suite")->delimiter(',')->capture_default_str();
   app.add_option("--cuda-kv-contexts", cuda_kv_contexts, "Cached tokens for the cuda-kv-decode suite")->delimiter(',')->capture_default_str();
   app.add_option("--cuda-kv-reps", cuda_kv_reps, "Timed calls per item of the cuda-kv-decode suite (median)")->capture_default_str();
+  app.add_option("-m,--model", real.model, "real suite: the FP32 model (any file sqkit opens)");
+  app.add_option("-p,--n-prompt", real.prompt_tokens, "real suite: prompt tokens of the pp test (llama-bench -p)")->capture_default_str();
+  app.add_option("-n,--n-gen", real.gen_tokens, "real suite: generated tokens of the tg test (llama-bench -n)")->capture_default_str();
+  app.add_option("--eval-chunks", real.eval_chunks, "real suite: llamacpp chunks of --eval-text per variant (0 = all)")->capture_default_str();
+  app.add_option("--group-size", real.group, "real suite: W4A16 group size")->capture_default_str();
   sq::add_json_option(app, json_path, "All results");
   bool force = false;
   app.add_flag("--force", force, "Replace an existing --json file or --write-synthetic checkpoint");
@@ -71,7 +80,7 @@ int main(int argc, char** argv) {
   return sq::run_tool("sq-bench", [&]() {
     if (threads > 0) omp_set_num_threads(threads);
     // Outputs are checked before any benchmark runs.
-    if (!json_path.empty()) sq::check_output_path("--json", json_path, force, {eval_model, eval_text, eval_tok}, true);
+    if (!json_path.empty()) sq::check_output_path("--json", json_path, force, {eval_model, eval_text, eval_tok, real.model}, true);
     if (!synthetic_dir.empty()) {
       sq::check_output_directory("--write-synthetic", synthetic_dir, force, {eval_model, eval_text, eval_tok});
       const sq::Checkpoint ck = sq::make_synthetic_checkpoint(sq::synthetic_1b_config(synthetic_layers));
@@ -86,7 +95,7 @@ int main(int argc, char** argv) {
     for (std::string s; std::getline(ss, s, ',');) {
       if (s != "fp32" && s != "w8a8-linear" && s != "w8a8-prefill" && s != "w4a16" && s != "w4a4" &&
           s != "kmeans" && s != "streaming" && s != "kv-decode" && s != "cuda-gemm" &&
-          s != "cuda-kv-decode" && s != "decoder") throw sq::UsageError("unknown --suite '" + s + "'");
+          s != "cuda-kv-decode" && s != "decoder" && s != "real") throw sq::UsageError("unknown --suite '" + s + "'");
       want.insert(s);
     }
     // A CUDA suite without CUDA (or a device) fails before any other suite spends time.
@@ -116,6 +125,15 @@ int main(int argc, char** argv) {
       streaming.tokenizer = eval_tok;
       streaming.text = eval_text;
       all["streaming"] = sq::bench::run_streaming_bench(streaming);
+    }
+    if (want.count("real")) {
+      if (real.model.empty()) throw sq::UsageError("--suite real needs -m MODEL");
+      if (real.eval_chunks < 0) throw sq::UsageError("--eval-chunks must be >= 0, got " + std::to_string(real.eval_chunks));
+      real.text = eval_text;
+      real.tokenizer = eval_tok;
+      real.eval_ctx = app.count("--eval-ctx") ? eval_ctx : 512;  // llama-perplexity -c 512
+      real.min_seconds = fp32.min_seconds;
+      all["real"] = sq::bench::run_real_model_bench(real);
     }
     if (want.count("cuda-kv-decode")) all["cuda_kv_decode"] = sq::bench::run_cuda_kv_decode_bench(cuda_kv_contexts, cuda_kv_reps);
     if (want.count("kv-decode")) all["kv_decode"] = sq::bench::run_kv_decode_bench(kv_contexts, fp32.min_seconds);

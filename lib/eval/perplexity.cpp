@@ -76,20 +76,24 @@ void chunk_input(const std::vector<int32_t>& tokens, int64_t chunk, const Perple
   if (o.protocol == PplProtocol::LlamaCpp && o.replace_first_with_bos) input[0] = bos;
 }
 
-/// NLL sums over the scored predictions of chunk `chunk` from its logits [ctx, vocab]; only
-/// `nonfinite` set when a logit is NaN or ±Inf.
+/// The first position of a chunk whose prediction is scored: ctx/2 under the llamacpp protocol, 0
+/// under windows. The CPU paths compute the logits of rows first_scored … ctx−1 only.
+int first_scored(const PerplexityOptions& o) { return o.protocol == PplProtocol::LlamaCpp ? o.ctx / 2 : 0; }
+
+/// NLL sums over the scored predictions of chunk `chunk` from its logits [ctx − row0, vocab] (rows
+/// row0 … ctx−1; row0 ≤ first_scored(o)); only `nonfinite` set when a logit is NaN or ±Inf.
 ChunkSums score_logits(const std::vector<int32_t>& tokens, int64_t chunk, const PerplexityOptions& o, int vocab,
-                       const float* logits) {
+                       const float* logits, int row0) {
   const int ctx = o.ctx;
   const int64_t start = chunk * ctx;
-  const int first = o.protocol == PplProtocol::LlamaCpp ? ctx / 2 : 0;  // first scored position
+  const int first = first_scored(o);
   ChunkSums s;
-  if (first_nonfinite_f32(logits, int64_t(ctx) * vocab) >= 0) {
+  if (first_nonfinite_f32(logits, int64_t(ctx - row0) * vocab) >= 0) {
     s.nonfinite = true;
     return s;
   }
   for (int pos = first; pos < ctx - 1; ++pos) {
-    const float* row = logits + static_cast<size_t>(pos) * vocab;
+    const float* row = logits + static_cast<size_t>(pos - row0) * vocab;
     const int32_t target = tokens[static_cast<size_t>(start + pos + 1)];
     const double nll = ops::log_sum_exp(row, vocab) - row[target];
     s.nll += nll;
@@ -102,33 +106,35 @@ ChunkSums score_logits(const std::vector<int32_t>& tokens, int64_t chunk, const 
 /// "at chunk 2 (tokens 512-767)".
 std::string chunk_where(int64_t chunk, const PerplexityOptions& o);
 
-/// Runs chunk `input` on the reference into ref.logits [ctx, vocab].
+/// Runs chunk `input` on the reference into ref.logits [ctx − first_scored, vocab].
 void run_reference(const PerplexityOptions& o, const std::vector<int32_t>& input, ReferenceRun& ref) {
   ref.cache.clear();
-  ref.logits.resize(static_cast<size_t>(o.ctx) * static_cast<size_t>(ref.model.config().vocab_size));
-  ref.model.forward(input.data(), o.ctx, ref.cache, ref.ws, ref.logits.data(), LogitsFor::AllTokens);
+  const int first = first_scored(o);
+  ref.logits.resize(static_cast<size_t>(o.ctx - first) * static_cast<size_t>(ref.model.config().vocab_size));
+  ref.model.forward_tail(input.data(), o.ctx, first, ref.cache, ref.ws, ref.logits.data());
 }
 
 /// Compares the reference's logits (run_reference, already run when `ran`) with the test's `logits`
-/// [ctx, vocab] on the chunk's scored predictions (positions in parallel, results in order) into s.cmp.
+/// [ctx − row0, vocab] (rows row0 … ctx−1) on the chunk's scored predictions (positions in
+/// parallel, results in order) into s.cmp.
 void compare_chunk(const std::vector<int32_t>& tokens, int64_t chunk, const PerplexityOptions& o, int vocab,
-                   const float* logits, const std::vector<int32_t>& input, ReferenceRun& ref, ChunkSums& s,
+                   const float* logits, int row0, const std::vector<int32_t>& input, ReferenceRun& ref, ChunkSums& s,
                    bool ran = false) {
   if (!ran) run_reference(o, input, ref);
-  if (first_nonfinite_f32(ref.logits.data(), int64_t(o.ctx) * vocab) >= 0) {
+  const int first = first_scored(o);
+  if (first_nonfinite_f32(ref.logits.data(), int64_t(o.ctx - first) * vocab) >= 0) {
     KVCache cache(ref.model.config(), o.ctx);
     Workspace ws;
     throw nonfinite_activation_error(locate_nonfinite_activation(ref.model, input.data(), o.ctx, cache, ws),
                                      "in the reference model " + chunk_where(chunk, o));
   }
-  const int first = o.protocol == PplProtocol::LlamaCpp ? o.ctx / 2 : 0;
   const int64_t start = chunk * o.ctx;
   s.cmp.assign(static_cast<size_t>(o.ctx - 1 - first), TokenComparison{});
 #pragma omp parallel for schedule(static)
   for (int pos = first; pos < o.ctx - 1; ++pos) {
-    const size_t off = static_cast<size_t>(pos) * vocab;
+    const size_t ref_off = static_cast<size_t>(pos - first) * vocab, off = static_cast<size_t>(pos - row0) * vocab;
     s.cmp[static_cast<size_t>(pos - first)] =
-        compare_token_logits(ref.logits.data() + off, logits + off, vocab, tokens[static_cast<size_t>(start + pos + 1)]);
+        compare_token_logits(ref.logits.data() + ref_off, logits + off, vocab, tokens[static_cast<size_t>(start + pos + 1)]);
   }
 }
 
@@ -139,7 +145,8 @@ ChunkSums score_chunk(const Decoder& model, const std::vector<int32_t>& tokens, 
   const int vocab = model.config().vocab_size;
   chunk_input(tokens, chunk, o, model.config().bos_id, input);
   cache.clear();
-  logits.resize(static_cast<size_t>(o.ctx) * vocab);
+  const int first = first_scored(o);  // the LM head runs on the scored rows' tail only
+  logits.resize(static_cast<size_t>(o.ctx - first) * vocab);
   // A small model with a reference: both forwards at once, each on one thread (ops inside run
   // single-threaded, as in the chunk-parallel path); otherwise one after the other, ops parallel.
   const bool pair = ref && model.config().dim < 1024 && omp_get_max_threads() > 1 && !omp_in_parallel();
@@ -147,16 +154,16 @@ ChunkSums score_chunk(const Decoder& model, const std::vector<int32_t>& tokens, 
 #pragma omp parallel sections num_threads(2)
     {
 #pragma omp section
-      model.forward(input.data(), o.ctx, cache, ws, logits.data(), LogitsFor::AllTokens);
+      model.forward_tail(input.data(), o.ctx, first, cache, ws, logits.data());
 #pragma omp section
       run_reference(o, input, *ref);
     }
   } else {
-    model.forward(input.data(), o.ctx, cache, ws, logits.data(), LogitsFor::AllTokens);
+    model.forward_tail(input.data(), o.ctx, first, cache, ws, logits.data());
   }
-  ChunkSums s = score_logits(tokens, chunk, o, vocab, logits.data());
+  ChunkSums s = score_logits(tokens, chunk, o, vocab, logits.data(), first);
   s.kv = cache.bytes();
-  if (ref && !s.nonfinite) compare_chunk(tokens, chunk, o, vocab, logits.data(), input, *ref, s, pair);
+  if (ref && !s.nonfinite) compare_chunk(tokens, chunk, o, vocab, logits.data(), first, input, *ref, s, pair);
   return s;
 }
 
@@ -301,12 +308,12 @@ PerplexityResult evaluate_perplexity_with(const ModelConfig& config, const std::
     chunk_input(tokens, i, o, config.bos_id, input);
     const KVCacheBytes kv = run_chunk(input.data(), o.ctx, logits.data());
     ChunkSums& s = sums[static_cast<size_t>(i)];
-    s = score_logits(tokens, i, o, config.vocab_size, logits.data());
+    s = score_logits(tokens, i, o, config.vocab_size, logits.data(), 0);
     if (s.nonfinite)
       throw nonfinite_activation_error(o.locate_nonfinite ? o.locate_nonfinite(input.data(), o.ctx) : std::string(),
                                        chunk_where(i, o));
     s.kv = kv;
-    if (ref) compare_chunk(tokens, i, o, config.vocab_size, logits.data(), input, *ref, s);
+    if (ref) compare_chunk(tokens, i, o, config.vocab_size, logits.data(), 0, input, *ref, s);
     if (o.on_progress) o.on_progress(i + 1, chunks, (i + 1) * o.ctx);
   }
   return combine(sums, o, seconds_since(t0));

@@ -164,11 +164,25 @@ void Decoder::embed(const int32_t* tokens, int64_t n, float* x, int64_t first_po
 
 void Decoder::forward(const int32_t* tokens, int64_t n, KVCache& cache, Workspace& ws, float* logits,
                       LogitsFor which, ActivationObserver* obs) const {
+  if (n <= 0) return;
+  const int64_t first = which == LogitsFor::AllTokens ? 0 : which == LogitsFor::LastToken ? n - 1 : n;  // n: no logits
+  run_and_project(tokens, n, first, cache, ws, logits, obs);
+}
+
+void Decoder::forward_tail(const int32_t* tokens, int64_t n, int64_t first_row, KVCache& cache, Workspace& ws, float* logits,
+                           ActivationObserver* obs) const {
+  if (n <= 0) return;
+  if (first_row < 0 || first_row >= n)
+    throw std::out_of_range("forward_tail: first logit row " + std::to_string(first_row) + " outside [0, " + std::to_string(n) + ")");
+  run_and_project(tokens, n, first_row, cache, ws, logits, obs);
+}
+
+void Decoder::run_and_project(const int32_t* tokens, int64_t n, int64_t first, KVCache& cache, Workspace& ws, float* logits,
+                              ActivationObserver* obs) const {
   const ModelConfig& c = config_;
   const DecoderSpec& sp = c.spec;
   const int64_t d = c.dim;
   const int64_t p0 = cache.length();
-  if (n <= 0) return;
   if (p0 + n > cache.capacity())
     throw std::length_error("KV cache full: " + std::to_string(p0) + " + " + std::to_string(n) + " positions exceed capacity " +
                             std::to_string(cache.capacity()));
@@ -178,9 +192,8 @@ void Decoder::forward(const int32_t* tokens, int64_t n, KVCache& cache, Workspac
   for (int l = 0; l < c.n_layers; ++l) run_layer(l, layers_[static_cast<size_t>(l)], x, n, cache, ws, obs);
   cache.advance(n);
 
-  if (which == LogitsFor::None) return;
-  const int64_t first = which == LogitsFor::AllTokens ? 0 : n - 1;
-  const int64_t rows = n - first;
+  const int64_t rows = n - first;  // logits of rows first … n−1
+  if (rows <= 0) return;
   float* xn = ws.xn.data();
   ops::norm(sp.norm, x + first * d, final_norm_.data(), globals_.final_norm_bias.data(), xn, rows, static_cast<int>(d), c.norm_eps);
   lm_head_->forward(xn, rows, logits);  // logits[rows, vocab]

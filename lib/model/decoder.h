@@ -118,6 +118,13 @@ class Decoder {
   /// cache has no room for n more positions.
   void forward(const int32_t* tokens, int64_t n, KVCache& cache, Workspace& ws, float* logits, LogitsFor which,
                ActivationObserver* observer = nullptr) const;
+  /// forward() that computes the logits of rows `first_row` … n−1 only: logits [n − first_row,
+  /// vocab] row-major (row r is token first_row + r). For protocols that score the tail of a chunk
+  /// (llama.cpp's perplexity scores positions ctx/2 … ctx−2): the LM head of the other rows is
+  /// skipped. first_row = 0 is forward(AllTokens), n − 1 is forward(LastToken). Throws
+  /// std::out_of_range when first_row is outside [0, n), and as forward().
+  void forward_tail(const int32_t* tokens, int64_t n, int64_t first_row, KVCache& cache, Workspace& ws, float* logits,
+                    ActivationObserver* observer = nullptr) const;
 
   /// x [n, dim] row-major = the input of layer 0 for `tokens` at text positions first_position …:
   /// the embedding rows (dequantized when the embedding is INT8) × spec.embed_scale, plus the
@@ -153,6 +160,9 @@ class Decoder {
 
  private:
   void prepare(Workspace& ws, int64_t n, int64_t p0) const;
+  /// forward()'s body: runs the n tokens and writes the logits of rows first … n−1 (none when first == n).
+  void run_and_project(const int32_t* tokens, int64_t n, int64_t first, KVCache& cache, Workspace& ws, float* logits,
+                       ActivationObserver* obs) const;
   void run_layer(int l, const DecoderLayer& L, float* x, int64_t n, KVCache& cache, Workspace& ws, ActivationObserver* obs) const;
   /// y [n, dim] = the FFN of layer l on h [n, dim] (dense MLP or mixture of experts).
   void run_mlp(int l, const DecoderLayer& L, const float* h, float* y, int64_t n, Workspace& ws, ActivationObserver* obs) const;

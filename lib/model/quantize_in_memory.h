@@ -1,4 +1,4 @@
-// Replace a loaded FP32 model's linears by W8A8 linears in memory (benchmarks, experiments).
+// Replace a loaded FP32 model's linears by W8A8 or W4A16 linears in memory (benchmarks, experiments).
 #pragma once
 
 #include "model/decoder.h"
@@ -10,5 +10,12 @@ namespace sq {
 /// W8A8Linear quantized from its FP32 weight (naive W8A8: no smoothing, dynamic activations only).
 /// Throws UsageError for ActQuant::PerTensorStatic (it needs calibrated scales: use sq-convert).
 void quantize_linears_w8a8(Decoder& model, WeightGranularity weight, ActQuant act, bool include_head);
+
+/// Replaces every DenseLinear projection of every layer (and the LM head when `include_head`) by a
+/// W4A16Linear RTN-quantized from its FP32 weight with group size `group` (32, 64 or 128), symmetric
+/// or asymmetric (model/w4a16_linear.h). GPTQ changes the values, not the layout or the kernels, so
+/// for speed this model is the one sq-convert --scheme w4a16 writes. Throws std::invalid_argument
+/// from W4A16Linear for an unsupported group size or an odd input width.
+void quantize_linears_w4a16(Decoder& model, int64_t group, bool asym, bool include_head);
 
 }  // namespace sq

@@ -1,0 +1,179 @@
+#include "bench/real_model_bench.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "bench/timing.h"
+#include "core/error.h"
+#include "eval/perplexity.h"
+#include "formats/mapped_file.h"
+#include "formats/tokenizer.h"
+#include "model/decoder.h"
+#include "model/model_loader.h"
+#include "model/quantize_in_memory.h"
+
+namespace sq::bench {
+
+namespace {
+
+struct Variant {
+  std::string name;
+  std::string description;
+  std::unique_ptr<Decoder> model;
+  double pp_seconds = 0, tg_seconds = 0;
+  double eval_tps = 0, eval_ppl = 0;
+};
+
+/// Best-of time of C[m, n] = A[m, k]·B[n, k]ᵀ (the Linear layout) with OpenBLAS, seconds.
+double sgemm_seconds(int m, int k, int n, double min_seconds) {
+  const auto a = normal_vector(int64_t(m) * k, 1), b = normal_vector(int64_t(n) * k, 2);
+  std::vector<float> c(static_cast<size_t>(m) * n);
+  return time_it([&] {
+           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, c.data(), n);
+         }, min_seconds)
+      .best_seconds;
+}
+
+/// The sgemm-bound time of one prefill of `n` tokens (see the header): every linear's GEMM at its
+/// own shape, causal attention, and the LM head for the last row. Shapes are measured once each.
+/// Returns {seconds, FLOPs}.
+std::pair<double, double> sgemm_bound(const Decoder& model, int n, double min_seconds) {
+  std::map<std::pair<int64_t, int64_t>, int> shapes;  // (in, out) -> count
+  for (const DecoderLayer& L : model.layers())
+    for (const auto* lin : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj})
+      if (*lin) ++shapes[{(*lin)->in_features(), (*lin)->out_features()}];
+  const double per = min_seconds / 4;
+  double seconds = 0, flops = 0;
+  for (const auto& [s, count] : shapes) {
+    seconds += count * sgemm_seconds(n, int(s.first), int(s.second), per);
+    flops += count * 2.0 * n * double(s.first) * double(s.second);
+  }
+  // Causal attention: QKᵀ and PV are each half of an [n, head_dim]·[head_dim, n] product per head.
+  const ModelConfig& c = model.config();
+  const double heads = double(c.n_heads) * c.n_layers;
+  seconds += heads * sgemm_seconds(n, c.head_dim, n, per);  // 2 products × ½ (causal)
+  flops += heads * 2 * 2.0 * c.head_dim * double(n) * (n + 1) / 2;
+  const Linear& head = model.lm_head();
+  seconds += sgemm_seconds(1, int(head.in_features()), int(head.out_features()), per);
+  flops += 2.0 * double(head.in_features()) * double(head.out_features());
+  return {seconds, flops};
+}
+
+}  // namespace
+
+nlohmann::json run_real_model_bench(const RealModelBenchOptions& o) {
+  if (o.prompt_tokens < 1 || o.gen_tokens < 1 || o.eval_ctx < 2)
+    throw UsageError("sq-bench --suite real: --real-pp and --real-tg must be >= 1 and --eval-ctx >= 2");
+  LoadedModel loaded = load_model(o.model);
+  const ModelConfig& c = loaded.model->config();
+  std::vector<Variant> v;
+  auto add = [&](std::string name, std::string what, auto quantize) {
+    LoadedModel copy = load_model(o.model);
+    quantize(*copy.model);
+    v.push_back({std::move(name), std::move(what), std::move(copy.model)});
+  };
+  v.push_back({"fp32", "FP32 (as loaded)", std::move(loaded.model)});
+  add("w8a8-o1-head", "W8A8 O1 (per-tensor W, per-token A), head W8A8",
+      [](Decoder& m) { quantize_linears_w8a8(m, WeightGranularity::PerTensor, ActQuant::PerToken, true); });
+  const std::string g = std::to_string(o.group);
+  add("w4a16-g" + g, "W4A16 g" + g + " sym, head FP32", [&](Decoder& m) { quantize_linears_w4a16(m, o.group, false, false); });
+  add("w4a16-g" + g + "-head", "W4A16 g" + g + " sym, head W4A16 g" + g,
+      [&](Decoder& m) { quantize_linears_w4a16(m, o.group, false, true); });
+
+  const int64_t np = o.prompt_tokens, ng = o.gen_tokens;
+  std::vector<int32_t> tokens(static_cast<size_t>(std::max(np, ng)));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7919 + 13) % size_t(c.vocab_size));
+  KVCache cache(c, std::max(np, ng));
+  Workspace ws;
+  std::vector<float> logits(static_cast<size_t>(c.vocab_size));
+  std::vector<TimedItem> pp, tg;
+  for (Variant& x : v) {
+    const Decoder* m = x.model.get();
+    pp.push_back({x.name, [&, m] {
+                    cache.clear();
+                    m->forward(tokens.data(), np, cache, ws, logits.data(), LogitsFor::LastToken);
+                  }});
+    tg.push_back({x.name, [&, m] {
+                    cache.clear();
+                    for (int64_t s = 0; s < ng; ++s) m->forward(tokens.data() + s, 1, cache, ws, logits.data(), LogitsFor::LastToken);
+                  }});
+  }
+  std::printf("== real model: %s (%d layers, dim %d, ffn %d, %d/%d heads, vocab %d), %d threads, load %.2f ==\n", o.model.c_str(),
+              c.n_layers, c.dim, c.hidden_dim, c.n_heads, c.n_kv_heads, c.vocab_size, omp_get_max_threads(), load_average());
+  std::fflush(stdout);
+  time_interleaved(pp, o.min_seconds, 5);
+  time_interleaved(tg, o.min_seconds, 5);
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i].pp_seconds = pp[i].best;
+    v[i].tg_seconds = tg[i].best;
+  }
+  const auto [bound_s, bound_flops] = sgemm_bound(*v[0].model, int(np), o.min_seconds);
+
+  if (!o.text.empty()) {
+    LoadedModel for_tok = load_model(o.model);
+    auto tok = open_tokenizer_for(for_tok, o.tokenizer);
+    const auto ids = tok->encode(read_file_to_string(o.text), true, false);
+    const std::vector<int32_t> text_tokens(ids.begin(), ids.end());
+    PerplexityOptions opt;
+    opt.protocol = PplProtocol::LlamaCpp;
+    opt.ctx = o.eval_ctx;
+    opt.max_chunks = o.eval_chunks;
+    opt.replace_first_with_bos = tok->default_add_bos();
+    for (Variant& x : v) {
+      const PerplexityResult r = evaluate_perplexity(*x.model, text_tokens, opt);
+      x.eval_tps = r.tokens_per_second;
+      x.eval_ppl = r.ppl;
+    }
+  }
+
+  const Variant& f = v[0];
+  std::printf("sgemm bound of pp%lld (same FLOPs, %.2f GFLOP, at this model's shapes): %.3f s = %.1f tok/s, %.1f GFLOP/s\n",
+              static_cast<long long>(np), bound_flops / 1e9, bound_s, np / bound_s, bound_flops / bound_s / 1e9);
+  std::printf("%-18s %-46s %10s %7s %10s %7s", "variant", "", ("pp" + std::to_string(np) + " tok/s").c_str(), "x FP32",
+              ("tg" + std::to_string(ng) + " tok/s").c_str(), "x FP32");
+  if (!o.text.empty()) std::printf(" %11s %7s %9s", "eval tok/s", "x FP32", "eval PPL");
+  std::printf("\n");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Variant& x : v) {
+    const double pps = np / x.pp_seconds, tgs = ng / x.tg_seconds;
+    std::printf("%-18s %-46s %10.1f %7.2f %10.1f %7.2f", x.name.c_str(), x.description.c_str(), pps, f.pp_seconds / x.pp_seconds, tgs,
+                f.tg_seconds / x.tg_seconds);
+    nlohmann::json row = {{"name", x.name},
+                          {"description", x.description},
+                          {"pp_tokens_per_second", pps},
+                          {"pp_ratio_to_fp32", f.pp_seconds / x.pp_seconds},
+                          {"tg_tokens_per_second", tgs},
+                          {"tg_ratio_to_fp32", f.tg_seconds / x.tg_seconds}};
+    if (!o.text.empty()) {
+      std::printf(" %11.1f %7.2f %9.4f", x.eval_tps, x.eval_tps / f.eval_tps, x.eval_ppl);
+      row["eval_tokens_per_second"] = x.eval_tps;
+      row["eval_ratio_to_fp32"] = x.eval_tps / f.eval_tps;
+      row["eval_ppl"] = x.eval_ppl;
+    }
+    std::printf("\n");
+    rows.push_back(std::move(row));
+  }
+  const double frac = bound_s / f.pp_seconds;
+  std::printf("FP32 pp%lld = %.1f%% of the sgemm bound (target >= 90%%)\n", static_cast<long long>(np), 100 * frac);
+  nlohmann::json out = {{"model", o.model},
+                        {"threads", omp_get_max_threads()},
+                        {"prompt_tokens", np},
+                        {"gen_tokens", ng},
+                        {"sgemm_bound", {{"seconds", bound_s}, {"gflop", bound_flops / 1e9}, {"tokens_per_second", np / bound_s}}},
+                        {"fp32_pp_fraction_of_sgemm_bound", frac},
+                        {"variants", rows},
+                        {"load_average", load_average()}};
+  if (!o.text.empty())
+    out["eval"] = {{"text", o.text}, {"protocol", "llamacpp"}, {"ctx", o.eval_ctx}, {"chunks", o.eval_chunks}};
+  return out;
+}
+
+}  // namespace sq::bench
