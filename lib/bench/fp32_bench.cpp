@@ -84,7 +84,7 @@ nlohmann::json run_eval_speed_bench(const std::string& model_path, const std::st
                                     int ctx) {
   LoadedModel loaded = load_model(model_path);
   auto tok = open_tokenizer_for(loaded, tokenizer_path);
-  const auto ids = tok->encode(read_file_to_string(text_path), true, false);
+  const auto ids = tok->encode(read_file_to_string(text_path), tok->default_add_bos(), false);
   const std::vector<int32_t> tokens(ids.begin(), ids.end());
   PerplexityOptions opt;
   opt.protocol = PplProtocol::LlamaCpp;

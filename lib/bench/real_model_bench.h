@@ -37,10 +37,10 @@ struct RealModelBenchOptions {
 ///   tg  `gen_tokens` single-token steps from an empty cache, every step's logits (llama-bench -n N);
 /// and, when `text` is set, sq-eval's throughput (evaluate_perplexity, llamacpp protocol, tokens
 /// processed per second, as sq-eval reports it) over the first `eval_chunks` chunks.
-/// The sgemm bound: the same prefill's FLOPs run as bare OpenBLAS sgemm calls at the model's own
-/// shapes (every linear as C[pp, out] = A[pp, in]·Wᵀ, causal attention as half of a
-/// [pp, head_dim]×[head_dim, pp] product per head for QKᵀ and for PV, the LM head for one row);
-/// pp of the FP32 model is reported as a fraction of it.
+/// The sgemm bound: the prefill's FLOPs (2·pp·in·out per linear, causal QKᵀ and PV, the LM head
+/// for the last row) at the rate OpenBLAS sgemm reaches on the model's own linear shapes
+/// (C[pp, out] = A[pp, in]·Wᵀ, each distinct shape timed, weighted by its count); pp of the FP32
+/// model is reported as a fraction of it.
 /// Prints a table (tokens/s and ratios to FP32) and returns everything as JSON. Throws InputError
 /// from the loader, UsageError for prompt_tokens/gen_tokens/eval_ctx < 1.
 nlohmann::json run_real_model_bench(const RealModelBenchOptions& options);

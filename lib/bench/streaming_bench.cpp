@@ -17,7 +17,7 @@ namespace sq::bench {
 nlohmann::json run_streaming_bench(const StreamingBenchOptions& o) {
   LoadedModel loaded = load_model(o.model);
   auto tok = open_tokenizer_for(loaded, o.tokenizer);
-  const auto ids = tok->encode(read_file_to_string(o.text), true, false);
+  const auto ids = tok->encode(read_file_to_string(o.text), tok->default_add_bos(), false);
   const std::vector<int32_t> tokens(ids.begin(), ids.end());
   const int threads = omp_get_max_threads();
   const double load_before = load_average();

@@ -22,7 +22,7 @@ namespace sq {
 namespace {
 
 /// Products below this many multiply-adds run on the calling thread (an OpenMP fork costs more).
-constexpr int64_t kParallelMinMacs = int64_t(1) << 22;
+constexpr int64_t kParallelMinMacs = int64_t(1) << 16;
 
 /// Per-thread scratch buffer (grown on demand, reused across calls), 64-byte aligned.
 template <typename T, int Tag>

@@ -8,7 +8,7 @@
 namespace sq::gemm {
 
 /// Products below this many multiply-adds run on the calling thread (an OpenMP fork costs more).
-inline constexpr int64_t kParallelMinMacs = int64_t(1) << 22;
+inline constexpr int64_t kParallelMinMacs = int64_t(1) << 16;
 
 /// x rounded up to a multiple of `to` (x ≥ 0, to > 0).
 constexpr int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
