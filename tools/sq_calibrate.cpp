@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output", out_path, "Output calibration file (.h5)")->required();
   app.add_option("-t,--threads", threads, "Threads (default: all cores)");
   app.add_flag("--force", force, "Replace an existing output file");
-  app.add_flag("-q,--quiet", quiet, "No progress bar");
+  app.add_flag("-q,--quiet", quiet, "No progress (a bar on a terminal, else a line with rate and ETA every 30 s)");
   sq::add_version_flag(app, "sq-calibrate");
   if (const int status = sq::parse_tool_args(app, "sq-calibrate", argc, argv); status >= 0) return status;
   return sq::run_tool("sq-calibrate", [&]() {

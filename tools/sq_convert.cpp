@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   app.add_flag("--force", o.write.force, "Replace an existing output file");
   app.add_option("-o,--output", out_path, "Output .sqm file")->required();
   app.add_option("-t,--threads", threads, "Threads (default: all cores)");
-  app.add_flag("-q,--quiet", quiet, "No progress bar");
+  app.add_flag("-q,--quiet", quiet, "No progress (a bar on a terminal, else a line with rate and ETA every 30 s)");
   app.add_flag("--report-memory", report_memory, "Print the peak anonymous resident memory (sampled RssAnon) on stderr");
   sq::add_version_flag(app, "sq-convert");
   if (const int status = sq::parse_tool_args(app, "sq-convert", argc, argv); status >= 0) return status;

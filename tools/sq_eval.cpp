@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   app.add_option("--kv-sink-fp16", kv_sink, "Uniform formats: keep the first N tokens in FP16 (KVQuant 3.6; default 0)");
   app.add_option("--kv-keys", kv_keys, "fp32/uniform formats: store keys pre-rope (RoPE applied after reading) | post-rope (default); RoPE models only");
   app.add_flag("--allow-long-context", allow_long, "Allow -c larger than the model's trained context");
-  app.add_flag("-q,--quiet", quiet, "No progress bar");
+  app.add_flag("-q,--quiet", quiet, "No progress (a bar on a terminal, else a line with rate and ETA every 30 s)");
   std::string device = "cpu";
   app.add_option("--device", device, "cpu | cuda (CUDA: needs a build with SQ_WITH_CUDA and a device; docs/cuda.md)")
       ->capture_default_str();

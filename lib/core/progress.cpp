@@ -17,8 +17,14 @@ std::string format_duration(double s) {
 }
 }  // namespace
 
-ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit, bool enabled)
-    : label_(std::move(label)), unit_(std::move(unit)), total_(total), enabled_(enabled && isatty(2) && total > 0) {
+ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit, bool enabled, double line_seconds)
+    : label_(std::move(label)),
+      unit_(std::move(unit)),
+      total_(total),
+      enabled_(enabled && total > 0),
+      tty_(isatty(2) != 0),
+      line_seconds_(line_seconds) {
+  if (!tty_ && line_seconds_ < 0) enabled_ = false;
   start_ = last_draw_ = std::chrono::steady_clock::now();
 }
 
@@ -27,16 +33,26 @@ ProgressBar::~ProgressBar() { finish(); }
 void ProgressBar::update(int64_t done, double rate_items, const char* rate_unit) {
   if (!enabled_ || finished_) return;
   const auto now = std::chrono::steady_clock::now();
-  if (done < total_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
-  last_draw_ = now;
   const double elapsed = std::chrono::duration<double>(now - start_).count();
+  if (tty_) {
+    if (done < total_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
+  } else if (std::chrono::duration<double>(now - last_draw_).count() < line_seconds_ || (line_seconds_ > 0 && done >= total_)) {
+    return;  // plain lines: one per interval, none for the end (the tool prints its result)
+  }
+  last_draw_ = now;
   const double frac = static_cast<double>(done) / static_cast<double>(total_);
-  const int width = 30, filled = static_cast<int>(frac * width);
-  std::string bar(static_cast<size_t>(filled), '#');
-  bar.append(static_cast<size_t>(width - filled), '.');
   const double eta = done > 0 ? elapsed * (1.0 - frac) / frac : -1.0;
   char rate[64] = "";
   if (rate_unit && elapsed > 0) std::snprintf(rate, sizeof rate, ", %.1fk %s/s", rate_items / elapsed / 1000.0, rate_unit);
+  if (!tty_) {
+    std::fprintf(stderr, "%s %d%% %lld/%lld %s%s, ETA %s\n", label_.c_str(), static_cast<int>(frac * 100),
+                 static_cast<long long>(done), static_cast<long long>(total_), unit_.c_str(), rate, format_duration(eta).c_str());
+    std::fflush(stderr);
+    return;
+  }
+  const int width = 30, filled = static_cast<int>(frac * width);
+  std::string bar(static_cast<size_t>(filled), '#');
+  bar.append(static_cast<size_t>(width - filled), '.');
   std::fprintf(stderr, "\r%s [%s] %3d%% %lld/%lld %s%s, ETA %s ", label_.c_str(), bar.c_str(), static_cast<int>(frac * 100),
                static_cast<long long>(done), static_cast<long long>(total_), unit_.c_str(), rate, format_duration(eta).c_str());
   std::fflush(stderr);
@@ -45,7 +61,7 @@ void ProgressBar::update(int64_t done, double rate_items, const char* rate_unit)
 void ProgressBar::finish() {
   if (!enabled_ || finished_) return;
   finished_ = true;
-  std::fprintf(stderr, "\n");
+  if (tty_) std::fprintf(stderr, "\n");
 }
 
 }  // namespace sq
