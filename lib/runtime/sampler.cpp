@@ -24,17 +24,29 @@ int Sampler::sample(const float* logits, int vocab) {
     candidates_[static_cast<size_t>(i)] = {p, i};
     sum += p;
   }
-  std::sort(candidates_.begin(), candidates_.end(), [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  // Descending probability, ties by token id: a strict total order, so sorting only a prefix
+  // (partial_sort, widened until top-k / top-p are decided) orders it exactly as a full sort would.
+  const auto before = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   size_t keep = candidates_.size();
   if (opt_.top_k > 0) keep = std::min(keep, static_cast<size_t>(opt_.top_k));
-  if (opt_.top_p < 1.0f) {
+  if (keep == candidates_.size() && opt_.top_p >= 1.0f) {
+    std::sort(candidates_.begin(), candidates_.end(), before);
+  } else {
+    size_t sorted = 0, want = std::min<size_t>(keep, 256);
     double cum = 0.0;
-    for (size_t i = 0; i < keep; ++i) {
-      cum += candidates_[i].first / sum;
-      if (cum >= opt_.top_p) {
-        keep = i + 1;
-        break;
+    for (bool decided = false; !decided;) {
+      std::partial_sort(candidates_.begin() + static_cast<ptrdiff_t>(sorted), candidates_.begin() + static_cast<ptrdiff_t>(want),
+                        candidates_.end(), before);
+      for (size_t i = sorted; i < want && !decided; ++i) {
+        cum += candidates_[i].first / sum;
+        if (opt_.top_p < 1.0f && cum >= opt_.top_p) {
+          keep = i + 1;
+          decided = true;
+        }
       }
+      sorted = want;
+      if (sorted == keep) decided = true;
+      want = std::min(keep, want * 4);
     }
   }
   double kept = 0.0;
