@@ -76,9 +76,11 @@ SgemmBound sgemm_bound(const Decoder& model, int n, double min_seconds) {
 
 nlohmann::json run_real_model_bench(const RealModelBenchOptions& o) {
   if (o.prompt_tokens < 1 || o.gen_tokens < 1 || o.eval_ctx < 2)
-    throw UsageError("sq-bench --suite real: --real-pp and --real-tg must be >= 1 and --eval-ctx >= 2");
+    throw UsageError("sq-bench --suite real: -p/--n-prompt and -n/--n-gen must be >= 1 and --eval-ctx >= 2");
   LoadedModel loaded = load_model(o.model);
   const ModelConfig& c = loaded.model->config();
+  // The eval text's tokenizer, opened while `loaded` still holds its model (it checks the vocabulary).
+  std::unique_ptr<Tokenizer> tok = o.text.empty() ? nullptr : open_tokenizer_for(loaded, o.tokenizer);
   std::vector<Variant> v;
   auto add = [&](std::string name, std::string what, auto quantize) {
     LoadedModel copy = load_model(o.model);
@@ -121,11 +123,8 @@ nlohmann::json run_real_model_bench(const RealModelBenchOptions& o) {
     v[i].tg_seconds = tg[i].best;
   }
   const SgemmBound bound = sgemm_bound(*v[0].model, int(np), o.min_seconds);
-  const double bound_s = bound.seconds, bound_flops = bound.flops;
 
-  if (!o.text.empty()) {
-    LoadedModel for_tok = load_model(o.model);
-    auto tok = open_tokenizer_for(for_tok, o.tokenizer);
+  if (tok) {
     const auto ids = tok->encode(read_file_to_string(o.text), tok->default_add_bos(), false);
     const std::vector<int32_t> text_tokens(ids.begin(), ids.end());
     PerplexityOptions opt;
@@ -143,7 +142,7 @@ nlohmann::json run_real_model_bench(const RealModelBenchOptions& o) {
   const Variant& f = v[0];
   std::printf("sgemm bound of pp%lld: OpenBLAS sgemm at this model's linear shapes runs %.1f GFLOP/s; the prefill's %.2f GFLOP at "
               "that rate take %.3f s = %.1f tok/s\n",
-              static_cast<long long>(np), bound.linear_gflops, bound_flops / 1e9, bound_s, np / bound_s);
+              static_cast<long long>(np), bound.linear_gflops, bound.flops / 1e9, bound.seconds, np / bound.seconds);
   std::printf("%-18s %-46s %10s %7s %10s %7s", "variant", "", ("pp" + std::to_string(np) + " tok/s").c_str(), "x FP32",
               ("tg" + std::to_string(ng) + " tok/s").c_str(), "x FP32");
   if (!o.text.empty()) std::printf(" %11s %7s %9s", "eval tok/s", "x FP32", "eval PPL");
@@ -168,7 +167,7 @@ nlohmann::json run_real_model_bench(const RealModelBenchOptions& o) {
     std::printf("\n");
     rows.push_back(std::move(row));
   }
-  const double frac = bound_s / f.pp_seconds;
+  const double frac = bound.seconds / f.pp_seconds;
   std::printf("FP32 pp%lld = %.1f%% of the sgemm bound (target >= 90%%)\n", static_cast<long long>(np), 100 * frac);
   nlohmann::json out = {{"model", o.model},
                         {"threads", omp_get_max_threads()},
@@ -176,9 +175,9 @@ nlohmann::json run_real_model_bench(const RealModelBenchOptions& o) {
                         {"gen_tokens", ng},
                         {"sgemm_bound",
                          {{"linear_sgemm_gflops", bound.linear_gflops},
-                          {"seconds", bound_s},
-                          {"gflop", bound_flops / 1e9},
-                          {"tokens_per_second", np / bound_s}}},
+                          {"seconds", bound.seconds},
+                          {"gflop", bound.flops / 1e9},
+                          {"tokens_per_second", np / bound.seconds}}},
                         {"fp32_pp_fraction_of_sgemm_bound", frac},
                         {"variants", rows},
                         {"load_average", load_average()}};

@@ -42,7 +42,7 @@ struct RealModelBenchOptions {
 /// (C[pp, out] = A[pp, in]·Wᵀ, each distinct shape timed, weighted by its count); pp of the FP32
 /// model is reported as a fraction of it.
 /// Prints a table (tokens/s and ratios to FP32) and returns everything as JSON. Throws InputError
-/// from the loader, UsageError for prompt_tokens/gen_tokens/eval_ctx < 1.
+/// from the loader, UsageError for prompt_tokens or gen_tokens < 1 or eval_ctx < 2.
 nlohmann::json run_real_model_bench(const RealModelBenchOptions& options);
 
 }  // namespace sq::bench

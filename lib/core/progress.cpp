@@ -21,10 +21,9 @@ ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit, boo
     : label_(std::move(label)),
       unit_(std::move(unit)),
       total_(total),
-      enabled_(enabled && total > 0),
       tty_(isatty(2) != 0),
       line_seconds_(line_seconds) {
-  if (!tty_ && line_seconds_ < 0) enabled_ = false;
+  enabled_ = enabled && total > 0 && (tty_ || line_seconds_ >= 0);  // off a terminal, a negative interval: no lines
   start_ = last_draw_ = std::chrono::steady_clock::now();
 }
 
