@@ -208,27 +208,22 @@ Checkpoint load_hf_checkpoint(const std::string& dir) {
   return ckpt;
 }
 
-void save_hf_checkpoint(const Checkpoint& ckpt, const std::string& dir, const std::string& dtype, int shards) {
-  const char* torch_dtype = dtype == "F32" ? "float32" : dtype == "F16" ? "float16" : dtype == "BF16" ? "bfloat16" : nullptr;
-  if (!torch_dtype)
-    throw UsageError("cannot save a Hugging Face checkpoint with dtype '" + dtype + "' (expected F32, F16 or BF16)");
-  ModelConfig c = ckpt.config;
-  c.validate(ckpt.source);
-  ModelConfig written = c;  // the config that is written: HF checkpoints are half-split
-  written.rope_layout = RopeLayout::HalfSplit;
-  const nlohmann::ordered_json config_json = make_hf_config_json(written, torch_dtype);  // UnsupportedError unless writable
-  // The architecture's write plan (rows of canonical tensors; q/k rows reordered to half-split when
-  // the checkpoint's layout is interleaved), shapes checked against the config.
-  const auto lookup = [&](const std::string& name) {
-    auto it = ckpt.tensors.find(name);
-    return it == ckpt.tensors.end() ? Tensor() : it->second;
-  };
-  std::vector<SafetensorsOutput> outputs;
-  for (auto& [name, tensor] : plan_float_tensors(c, hf_write_plan(c), lookup, ckpt.source)) outputs.push_back({name, dtype, tensor});
+namespace {
+
+/// The torch_dtype of config.json for a storage dtype; UsageError for another.
+const char* torch_dtype_of(const std::string& dtype) {
+  const char* t = dtype == "F32" ? "float32" : dtype == "F16" ? "float16" : dtype == "BF16" ? "bfloat16" : nullptr;
+  if (!t) throw UsageError("cannot save a Hugging Face checkpoint with dtype '" + dtype + "' (expected F32, F16 or BF16)");
+  return t;
+}
+
+/// Writes `outputs` (file order) into `dir` as model.safetensors (shards == 1) or `shards`
+/// contiguous byte-balanced shards plus the index, then `config_json`; see save_hf_checkpoint.
+void write_hf_directory(const std::string& dir, const std::vector<SafetensorsOutput>& outputs, const std::string& dtype,
+                        int shards, const nlohmann::ordered_json& config_json) {
   if (shards < 1 || size_t(shards) > outputs.size())
     throw UsageError("cannot split " + std::to_string(outputs.size()) + " tensors into " + std::to_string(shards) +
                      " shards (expected 1 to " + std::to_string(outputs.size()) + ")");
-
   {
     std::error_code ec;
     fs::create_directories(dir, ec);
@@ -247,14 +242,14 @@ void save_hf_checkpoint(const Checkpoint& ckpt, const std::string& dir, const st
   } else {
     const size_t esize = safetensors_dtype_size(dtype);
     uint64_t total = 0;
-    for (const auto& o : outputs) total += uint64_t(o.tensor.numel()) * esize;
+    for (const auto& o : outputs) total += uint64_t(o.numel()) * esize;
     // Contiguous groups balanced by bytes; every shard gets at least one tensor.
     std::vector<std::vector<SafetensorsOutput>> groups(static_cast<size_t>(shards));
     size_t s = 0;
     uint64_t acc = 0;
     for (size_t k = 0; k < outputs.size(); ++k) {
       groups[s].push_back(outputs[k]);
-      acc += uint64_t(outputs[k].tensor.numel()) * esize;
+      acc += uint64_t(outputs[k].numel()) * esize;
       const size_t tensors_left = outputs.size() - 1 - k, shards_left = size_t(shards) - 1 - s;
       if (shards_left > 0 && (tensors_left == shards_left || acc * uint64_t(shards) >= total * (s + 1))) ++s;
     }
@@ -274,6 +269,60 @@ void save_hf_checkpoint(const Checkpoint& ckpt, const std::string& dir, const st
     write_file_atomic(dir + "/" + kIndexFile, index.dump(2) + "\n");
   }
   write_file_atomic(dir + "/config.json", config_json.dump(2) + "\n");
+}
+
+}  // namespace
+
+void save_hf_checkpoint(const Checkpoint& ckpt, const std::string& dir, const std::string& dtype, int shards) {
+  const char* torch_dtype = torch_dtype_of(dtype);
+  ModelConfig c = ckpt.config;
+  c.validate(ckpt.source);
+  ModelConfig written = c;  // the config that is written: HF checkpoints are half-split
+  written.rope_layout = RopeLayout::HalfSplit;
+  const nlohmann::ordered_json config_json = make_hf_config_json(written, torch_dtype);  // UnsupportedError unless writable
+  // The architecture's write plan (rows of canonical tensors; q/k rows reordered to half-split when
+  // the checkpoint's layout is interleaved), shapes checked against the config.
+  const auto lookup = [&](const std::string& name) {
+    auto it = ckpt.tensors.find(name);
+    return it == ckpt.tensors.end() ? Tensor() : it->second;
+  };
+  std::vector<SafetensorsOutput> outputs;
+  for (auto& [name, tensor] : plan_float_tensors(c, hf_write_plan(c), lookup, ckpt.source)) outputs.push_back({name, dtype, tensor});
+  write_hf_directory(dir, outputs, dtype, shards, config_json);
+}
+
+void save_hf_checkpoint_generated(const ModelConfig& config, const std::vector<GeneratedTensor>& tensors,
+                                  const std::string& dir, const std::string& dtype, int shards) {
+  const char* torch_dtype = torch_dtype_of(dtype);
+  config.validate("generated checkpoint");
+  if (config.rope_layout != RopeLayout::HalfSplit)
+    throw UnsupportedError("cannot write generated tensors with interleaved q/k rows (HF checkpoints are half-split)");
+  const nlohmann::ordered_json config_json = make_hf_config_json(config, torch_dtype);
+  std::map<std::string, const GeneratedTensor*> by_name;
+  for (const auto& t : tensors) by_name[t.name] = &t;
+  std::vector<SafetensorsOutput> outputs;
+  auto add = [&](const std::string& hf_name, const std::string& canonical, const std::string& entry) {
+    auto it = by_name.find(canonical);
+    if (it == by_name.end()) throw InputError("generated checkpoint: tensor '" + canonical + "' is missing (for " + entry + ")");
+    SafetensorsOutput o;
+    o.name = hf_name;
+    o.dtype = dtype;
+    o.raw_shape = it->second->shape;
+    o.generate = it->second->generate;
+    outputs.push_back(std::move(o));
+  };
+  for (const HfPlanEntry& e : hf_write_plan(config)) {
+    if (e.sources.size() != 1 || !e.rows.empty() || e.add != 0.0f || e.conv1d || e.zero_bias)
+      throw UnsupportedError("cannot write generated tensors for architecture '" + config.architecture + "': its entry '" +
+                             e.name + "' is not one canonical tensor stored unchanged");
+    if (!e.linear) {
+      add(e.name, e.sources[0], e.name);
+      continue;
+    }
+    add(e.name + ".weight", e.sources[0] + ".weight", e.name);
+    if (by_name.count(e.sources[0] + ".bias")) add(e.name + ".bias", e.sources[0] + ".bias", e.name);
+  }
+  write_hf_directory(dir, outputs, dtype, shards, config_json);
 }
 
 }  // namespace sq

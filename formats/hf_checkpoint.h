@@ -13,9 +13,11 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/checkpoint.h"
 #include "core/tensor.h"
+#include "formats/safetensors.h"
 
 namespace sq {
 
@@ -78,6 +80,27 @@ std::map<std::string, std::string> parse_safetensors_index(std::string_view text
 /// InputError when a tensor of `ckpt` is missing or misshapen, UnsupportedError for a config HF
 /// cannot express (make_hf_config_json), OutputError when writing fails.
 void save_hf_checkpoint(const Checkpoint& ckpt, const std::string& dir, const std::string& dtype, int shards = 1);
+
+/// A canonical tensor (core/checkpoint.h name and shape) whose FP32 values are produced piece by
+/// piece when written (TensorGenerator, formats/safetensors.h).
+struct GeneratedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  TensorGenerator generate;
+};
+
+/// Writes an HF checkpoint directory like save_hf_checkpoint (same files, sharding, metadata and
+/// config.json), from generated tensors instead of a loaded Checkpoint: memory is one
+/// 2^20-element piece whatever the model's size, so a checkpoint larger than RAM (a LLaMA-7B
+/// shape, 13.5 GB in BF16) can be written. The architecture's write plan must store every HF
+/// tensor as one canonical tensor unchanged (the LLaMA family: no fused rows, no norm offsets) and
+/// config.rope_layout must be HalfSplit; a bias is written when `tensors` holds one. Shapes are
+/// written as given (the loader checks them against config.json).
+/// Throws UsageError for a bad `dtype` or `shards`; InputError "generated checkpoint: tensor 'NAME'
+/// is missing" when the plan needs a tensor `tensors` lacks; UnsupportedError for another plan or
+/// layout; what ModelConfig::validate and make_hf_config_json throw; OutputError when writing fails.
+void save_hf_checkpoint_generated(const ModelConfig& config, const std::vector<GeneratedTensor>& tensors,
+                                  const std::string& dir, const std::string& dtype, int shards = 1);
 
 /// Reorders the rows of a q_proj / k_proj weight ([n_heads*head_dim, in]) or bias
 /// ([n_heads*head_dim]) from the interleaved RoPE layout (llama2.c / Meta: pairs (2i, 2i+1)) to the

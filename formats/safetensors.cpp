@@ -296,6 +296,13 @@ namespace {
 
 }  // namespace
 
+int64_t SafetensorsOutput::numel() const {
+  if (!raw && !generate) return tensor.numel();
+  int64_t n = 1;
+  for (int64_t d : raw_shape) n *= d;
+  return n;
+}
+
 void write_safetensors(const std::string& path, const std::vector<SafetensorsOutput>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -329,15 +336,19 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsOut
                        "' (expected F32, F16 or BF16)");
     if (t.name.empty() || t.name == "__metadata__" || !seen.insert(t.name).second)
       throw UsageError("cannot write " + path + ": tensor name '" + t.name + "' is empty, reserved or duplicated");
+    const std::vector<int64_t>& shape = t.generate ? t.raw_shape : t.tensor.shape();
     int64_t numel = 1;
-    for (int64_t d : t.tensor.shape()) numel *= d;
-    if (numel != t.tensor.numel())
+    for (int64_t d : shape) {
+      if (d < 0) throw UsageError("cannot write " + path + ": tensor '" + t.name + "' has a negative dimension");
+      numel *= d;
+    }
+    if (!t.generate && numel != t.tensor.numel())
       throw UsageError("cannot write " + path + ": tensor '" + t.name + "' has no data for shape " +
                        t.tensor.shape_string());
-    const uint64_t bytes = uint64_t(t.tensor.numel()) * safetensors_dtype_size(t.dtype);
+    const uint64_t bytes = uint64_t(numel) * safetensors_dtype_size(t.dtype);
     nlohmann::ordered_json e;
     e["dtype"] = t.dtype;
-    e["shape"] = t.tensor.shape();
+    e["shape"] = shape;
     e["data_offsets"] = {offset, offset + bytes};
     header[t.name] = std::move(e);
     offset += bytes;
@@ -349,24 +360,36 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsOut
   AtomicFile f(path);
   f.write(&n, 8);
   f.write(text.data(), text.size());
-  constexpr int64_t kChunk = 1 << 20;
+  constexpr int64_t kChunk = kSafetensorsWriteChunk;
   std::vector<uint16_t> buf;
+  std::vector<float> generated;
   for (const auto& t : tensors) {
     if (t.raw) {
       if (!t.raw->empty()) f.write(t.raw->data(), t.raw->size());
       continue;
     }
-    const float* src = t.tensor.data();
-    const int64_t count = t.tensor.numel();
-    if (t.dtype == "F32") {
-      if (count) f.write(src, size_t(count) * sizeof(float));
+    const int64_t count = t.numel();
+    if (t.dtype == "F32" && !t.generate) {
+      if (count) f.write(t.tensor.data(), size_t(count) * sizeof(float));
       continue;
     }
     const bool bf16 = t.dtype == "BF16";
     for (int64_t b = 0; b < count; b += kChunk) {
       const int64_t e = std::min(count, b + kChunk);
+      const float* src = nullptr;
+      if (!t.generate) {
+        src = t.tensor.data() + b;
+      } else {
+        generated.resize(size_t(e - b));
+        t.generate(b, e, generated.data());
+        src = generated.data();
+      }
+      if (t.dtype == "F32") {
+        f.write(src, size_t(e - b) * sizeof(float));
+        continue;
+      }
       buf.resize(size_t(e - b));
-      for (int64_t k = b; k < e; ++k) buf[size_t(k - b)] = bf16 ? float_to_bf16(src[k]) : float_to_half(src[k]);
+      for (int64_t k = 0; k < e - b; ++k) buf[size_t(k)] = bf16 ? float_to_bf16(src[k]) : float_to_half(src[k]);
       f.write(buf.data(), buf.size() * sizeof(uint16_t));
     }
   }

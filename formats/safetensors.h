@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -111,21 +112,34 @@ class SafetensorsFile {
 
 // ---- writer ------------------------------------------------------------------------------------
 
+/// Produces elements [begin, end) of a row-major FP32 tensor into out[0 … end−begin) (a tensor
+/// too large to hold, written piece by piece). The writer calls it in order, with `begin` a
+/// multiple of kSafetensorsWriteChunk.
+using TensorGenerator = std::function<void(int64_t begin, int64_t end, float* out)>;
+
+/// Elements per piece of the writer's conversion buffer (and of a TensorGenerator call): 2^20.
+inline constexpr int64_t kSafetensorsWriteChunk = int64_t(1) << 20;
+
 /// One tensor to write: its name, the dtype to store ("F32", "F16" or "BF16") and the FP32 values
-/// (shape taken from the tensor); or, when `raw` is set, `raw_shape` and the little-endian bytes
-/// `*raw` stored verbatim as `dtype` (any dtype safetensors_dtype_size knows: I8, I32, I64, ...;
-/// the byte count must be numel(raw_shape) × its size).
+/// (shape taken from the tensor); or, when `generate` is set, `raw_shape` and the FP32 values the
+/// generator produces piece by piece (memory: one piece, whatever the tensor's size); or, when
+/// `raw` is set, `raw_shape` and the little-endian bytes `*raw` stored verbatim as `dtype` (any
+/// dtype safetensors_dtype_size knows: I8, I32, I64, ...; the byte count must be
+/// numel(raw_shape) × its size).
 struct SafetensorsOutput {
   std::string name;
   std::string dtype = "F32";
   Tensor tensor;
   std::vector<int64_t> raw_shape = {};
   std::shared_ptr<const std::string> raw = nullptr;
+  TensorGenerator generate = nullptr;
+  /// Element count: of raw_shape for raw and generated entries, else of the tensor.
+  int64_t numel() const;
 };
 
 /// Writes a safetensors file holding `tensors` in the given order (data section contiguous, in that
-/// order) and `metadata` as "__metadata__" (omitted when empty). FP32 values are converted with
-/// round-to-nearest-even for F16 / BF16; raw entries are copied as they are. The JSON header is padded with spaces so that the data
+/// order) and `metadata` as "__metadata__" (omitted when empty). FP32 values (held or generated)
+/// are converted with round-to-nearest-even for F16 / BF16; raw entries are copied as they are. The JSON header is padded with spaces so that the data
 /// section starts at a multiple of 8 bytes.
 /// The file is written to `path + ".tmp-XXXXXX"` and renamed over `path` only when complete, so a
 /// failure never leaves a partial `path`. Throws OutputError naming the file on I/O failure,

@@ -2,6 +2,7 @@
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <set>
 #include <sstream>
@@ -17,12 +18,14 @@
 #include "bench/w8a8_bench.h"
 #include "bench/w8a8_model_bench.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "core/tool_main.h"
 #include "cuda/cuda_gemm_bench.h"
 #include "cuda/cuda_kv_bench.h"
 #include "cuda/cuda_runtime.h"
 #include "formats/atomic_file.h"
 #include "formats/hf_checkpoint.h"
+#include "formats/safetensors.h"
 #include "model/synthetic.h"
 #include "tool_cli.h"
 
@@ -43,7 +46,8 @@ int main(int argc, char** argv) {
   sq::bench::RealModelBenchOptions real;
   sq::bench::Fp32BenchOptions fp32;
   std::string json_path, suites = "fp32,w8a8-linear,w8a8-prefill", eval_model, eval_tok, eval_text, synthetic_dir;
-  int threads = 0, eval_ctx = 256, synthetic_layers = 16;
+  int threads = 0, eval_ctx = 256, synthetic_layers = 0;
+  std::string synthetic_shape = "1b", synthetic_dtype = "F32";
   int64_t kmeans_values = 1000000;
   sq::bench::StreamingBenchOptions streaming;
   std::vector<int64_t> kv_contexts = {4096, 8192, 16384};
@@ -57,8 +61,16 @@ int main(int argc, char** argv) {
   app.add_option("--eval-tokenizer", eval_tok, "Tokenizer for --eval-model");
   app.add_option("--eval-text", eval_text, "Text for --eval-model");
   app.add_option("--eval-ctx", eval_ctx, "Context for --eval-model (real suite: 512 unless given)")->capture_default_str();
-  app.add_option("--write-synthetic", synthetic_dir, "Only write the synthetic 1B-class model as an HF F32 checkpoint directory");
-  app.add_option("--synthetic-layers", synthetic_layers, "Layers for --write-synthetic")->capture_default_str();
+  app.add_option("--write-synthetic", synthetic_dir,
+                 "Only write a synthetic LLaMA model (random weights, --synthetic-shape) as an HF checkpoint directory; "
+                 "streamed, so memory stays small for any size");
+  app.add_option("--synthetic-shape", synthetic_shape, "--write-synthetic shape: 1b (TinyLlama-like) or 7b (LLaMA-7B)")
+      ->check(CLI::IsMember({"1b", "7b"}))
+      ->capture_default_str();
+  app.add_option("--synthetic-layers", synthetic_layers, "Layers for --write-synthetic (default: 16 for 1b, 32 for 7b)");
+  app.add_option("--synthetic-dtype", synthetic_dtype, "Storage dtype for --write-synthetic: F32, F16 or BF16")
+      ->check(CLI::IsMember({"F32", "F16", "BF16"}))
+      ->capture_default_str();
   app.add_option("--kmeans-values", kmeans_values, "Weighted values per codebook fit (kmeans suite)")->capture_default_str();
   app.add_option("--stream-tokens", streaming.tokens, "streaming suite: tokens of --eval-text to decode")->capture_default_str();
   app.add_option("--stream-sinks", streaming.sinks, "streaming suite: attention sinks S")->capture_default_str();
@@ -83,10 +95,33 @@ int main(int argc, char** argv) {
     if (!json_path.empty()) sq::check_output_path("--json", json_path, force, {eval_model, eval_text, eval_tok, real.model}, true);
     if (!synthetic_dir.empty()) {
       sq::check_output_directory("--write-synthetic", synthetic_dir, force, {eval_model, eval_text, eval_tok});
-      const sq::Checkpoint ck = sq::make_synthetic_checkpoint(sq::synthetic_1b_config(synthetic_layers));
-      sq::save_hf_checkpoint(ck, synthetic_dir, "F32");
-      std::printf("wrote synthetic %d-layer model (%lld parameters) to %s\n", synthetic_layers,
-                  static_cast<long long>(ck.config.parameter_count()), synthetic_dir.c_str());
+      if (synthetic_layers < 0) throw sq::UsageError("--synthetic-layers must be positive, got " + std::to_string(synthetic_layers));
+      const bool llama7b = synthetic_shape == "7b";
+      const int layers = synthetic_layers > 0 ? synthetic_layers : llama7b ? 32 : 16;
+      const sq::ModelConfig config = llama7b ? sq::synthetic_7b_config(layers) : sq::synthetic_1b_config(layers);
+      std::vector<sq::GeneratedTensor> tensors = sq::synthetic_tensors(config);
+      // Progress over all elements; shards of at most about 5 GB (transformers' default max_shard_size).
+      int64_t total = 0;
+      for (const auto& t : tensors) {
+        int64_t n = 1;
+        for (int64_t d : t.shape) n *= d;
+        total += n;
+      }
+      const int64_t bytes = total * int64_t(sq::safetensors_dtype_size(synthetic_dtype));
+      const int shards = int(std::min<int64_t>(int64_t(tensors.size()), std::max<int64_t>(1, (bytes + 4999999999) / 5000000000)));
+      sq::ProgressBar bar("writing", total, "weights");
+      int64_t done = 0;
+      for (auto& t : tensors)
+        t.generate = [inner = t.generate, &bar, &done](int64_t b, int64_t e, float* out) {
+          inner(b, e, out);
+          done += e - b;
+          bar.update(done);
+        };
+      sq::save_hf_checkpoint_generated(config, tensors, synthetic_dir, synthetic_dtype, shards);
+      bar.finish();
+      std::printf("wrote synthetic %s-shaped %d-layer model (%lld parameters, %s, %d shard%s) to %s\n", synthetic_shape.c_str(),
+                  layers, static_cast<long long>(config.parameter_count()), synthetic_dtype.c_str(), shards, shards == 1 ? "" : "s",
+                  synthetic_dir.c_str());
       return sq::kExitOk;
     }
     if (kmeans_values < 1) throw sq::UsageError("--kmeans-values must be >= 1, got " + std::to_string(kmeans_values));

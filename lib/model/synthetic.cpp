@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <random>
+#include <stdexcept>
 
 namespace sq {
 
@@ -23,48 +24,75 @@ ModelConfig synthetic_1b_config(int n_layers) {
   return c;
 }
 
+ModelConfig synthetic_7b_config(int n_layers) {
+  ModelConfig c = synthetic_1b_config(n_layers);
+  c.dim = 4096;
+  c.hidden_dim = 11008;
+  c.n_heads = 32;
+  c.n_kv_heads = 32;
+  c.head_dim = 128;
+  c.norm_eps = 1e-6f;
+  return c;
+}
+
 namespace {
-/// Fills an owned tensor with N(mean, std²) values from a per-tensor seed (parallel-friendly).
-Tensor random_tensor(std::vector<int64_t> shape, float mean, float std, uint64_t seed) {
-  Tensor t = Tensor::zeros(std::move(shape));
-  float* p = t.mutable_data();
-  const int64_t n = t.numel();
-  constexpr int64_t kBlock = 1 << 16;
+constexpr int64_t kBlock = 1 << 16;  ///< elements per independently seeded random block
+
+/// Elements [begin, end) (begin a multiple of kBlock) of a tensor of N(mean, std²) values drawn
+/// block by block, block b from mt19937_64(seed·φ + b): any piecewise fill gives the same values.
+void fill_normal(int64_t begin, int64_t end, float* out, float mean, float std, uint64_t seed) {
+  const int64_t first = begin / kBlock, last = (end + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < (n + kBlock - 1) / kBlock; ++b) {
+  for (int64_t b = first; b < last; ++b) {
     std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(b));
     std::normal_distribution<float> dist(mean, std);
-    const int64_t end = std::min(n, (b + 1) * kBlock);
-    for (int64_t i = b * kBlock; i < end; ++i) p[i] = dist(rng);
+    const int64_t e = std::min(end, (b + 1) * kBlock);
+    for (int64_t i = b * kBlock; i < e; ++i) out[i - begin] = dist(rng);
   }
-  return t;
 }
 }  // namespace
+
+std::vector<GeneratedTensor> synthetic_tensors(const ModelConfig& c, uint64_t seed) {
+  std::vector<GeneratedTensor> out;
+  const int64_t d = c.dim, q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim, h = c.hidden_dim;
+  uint64_t s = seed;
+  auto add = [&](std::string name, std::vector<int64_t> shape, float mean, float std) {
+    const uint64_t ts = ++s;
+    out.push_back({std::move(name), std::move(shape), [mean, std, ts](int64_t b, int64_t e, float* p) {
+                     if (b % kBlock != 0) throw std::invalid_argument("synthetic tensor: piece must start at a multiple of 2^16");
+                     fill_normal(b, e, p, mean, std, ts);
+                   }});
+  };
+  auto linear = [&](std::string name, int64_t rows, int64_t in) { add(std::move(name), {rows, in}, 0.0f, 1.0f / std::sqrt(float(in))); };
+  auto norm = [&](std::string name) { add(std::move(name), {d}, 1.0f, 0.02f); };
+  add(names::kEmbed, {c.vocab_size, d}, 0.0f, 1.0f);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = names::layer(l);
+    norm(p + "input_layernorm.weight");
+    linear(p + "self_attn.q_proj.weight", q, d);
+    linear(p + "self_attn.k_proj.weight", kv, d);
+    linear(p + "self_attn.v_proj.weight", kv, d);
+    linear(p + "self_attn.o_proj.weight", d, q);
+    norm(p + "post_attention_layernorm.weight");
+    linear(p + "mlp.gate_proj.weight", h, d);
+    linear(p + "mlp.up_proj.weight", h, d);
+    linear(p + "mlp.down_proj.weight", d, h);
+  }
+  norm(names::kFinalNorm);
+  if (!c.tied_embeddings) linear(names::kLmHead, c.vocab_size, d);
+  return out;
+}
 
 Checkpoint make_synthetic_checkpoint(const ModelConfig& c, uint64_t seed) {
   Checkpoint ck;
   ck.config = c;
   ck.source = "synthetic";
   ck.format = "synthetic";
-  const int64_t d = c.dim, q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim, h = c.hidden_dim;
-  uint64_t s = seed;
-  auto linear = [&](int64_t out, int64_t in) { return random_tensor({out, in}, 0.0f, 1.0f / std::sqrt(float(in)), ++s); };
-  auto norm = [&]() { return random_tensor({d}, 1.0f, 0.02f, ++s); };
-  ck.tensors[names::kEmbed] = random_tensor({c.vocab_size, d}, 0.0f, 1.0f, ++s);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = names::layer(l);
-    ck.tensors[p + "input_layernorm.weight"] = norm();
-    ck.tensors[p + "self_attn.q_proj.weight"] = linear(q, d);
-    ck.tensors[p + "self_attn.k_proj.weight"] = linear(kv, d);
-    ck.tensors[p + "self_attn.v_proj.weight"] = linear(kv, d);
-    ck.tensors[p + "self_attn.o_proj.weight"] = linear(d, q);
-    ck.tensors[p + "post_attention_layernorm.weight"] = norm();
-    ck.tensors[p + "mlp.gate_proj.weight"] = linear(h, d);
-    ck.tensors[p + "mlp.up_proj.weight"] = linear(h, d);
-    ck.tensors[p + "mlp.down_proj.weight"] = linear(d, h);
+  for (const GeneratedTensor& g : synthetic_tensors(c, seed)) {
+    Tensor t = Tensor::zeros(g.shape);
+    g.generate(0, t.numel(), t.mutable_data());
+    ck.tensors[g.name] = std::move(t);
   }
-  ck.tensors[names::kFinalNorm] = norm();
-  if (!c.tied_embeddings) ck.tensors[names::kLmHead] = linear(c.vocab_size, d);
   return ck;
 }
 

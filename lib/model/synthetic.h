@@ -2,8 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/checkpoint.h"
+#include "formats/hf_checkpoint.h"
 
 namespace sq {
 
@@ -11,8 +13,20 @@ namespace sq {
 /// head_dim 64, vocab 32000, context 2048, `n_layers` layers, untied LM head, HalfSplit RoPE.
 ModelConfig synthetic_1b_config(int n_layers);
 
-/// A checkpoint of `config` with deterministic pseudo-random weights: linear weights ~ N(0, 1/in),
-/// embeddings ~ N(0, 1), norm weights ~ 1 + N(0, 0.02²). Same seed, same bytes.
+/// A LLaMA-7B shape (LLaMA 1, Touvron et al. 2023, Table 2): dim 4096, hidden 11008, 32 heads
+/// (multi-head: 32 KV heads), head_dim 128, vocab 32000, context 2048, RMSNorm eps 1e-6,
+/// `n_layers` layers (32 in the paper's model), untied LM head, HalfSplit RoPE.
+ModelConfig synthetic_7b_config(int n_layers);
+
+/// The tensors of a synthetic LLaMA-structured `config` (canonical names, core/checkpoint.h), in
+/// HF file order, each generated on demand with deterministic pseudo-random values: linear weights
+/// ~ N(0, 1/in), embeddings ~ N(0, 1), norm weights ~ 1 + N(0, 0.02²). Tensor k is drawn from
+/// seed + k + 1 in blocks of 2^16 elements, so any piecewise generation (each piece starting at a
+/// multiple of 2^16; std::invalid_argument otherwise) gives the same values; same seed, same bytes.
+/// Generation is parallel over blocks (OpenMP).
+std::vector<GeneratedTensor> synthetic_tensors(const ModelConfig& config, uint64_t seed = 1234);
+
+/// A checkpoint of `config` holding synthetic_tensors(config, seed) in memory.
 /// Owned FP32 tensors; memory = 4 bytes × parameter_count.
 Checkpoint make_synthetic_checkpoint(const ModelConfig& config, uint64_t seed = 1234);
 
