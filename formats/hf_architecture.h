@@ -5,9 +5,10 @@
 // DecoderSpec, RoPE, tokens), with transformers' defaults for missing keys, and refuses by name
 // what sqkit's decoder cannot run; (b) `map_tensors` maps its tensor names onto sqkit's canonical
 // names (core/checkpoint.h), splitting fused q/k/v and gate/up weights, transposing Conv1D
-// weights, folding Gemma's (1 + w) norms. formats/architectures/registry.cpp lists them;
-// parse_hf_config (formats/hf_config.h) and load_hf_checkpoint (formats/hf_checkpoint.h) dispatch
-// through the list and know no architecture by name.
+// weights, folding Gemma's (1 + w) norms, for the global tensors and layers an HfTensorSelection
+// names. formats/architectures/registry.cpp lists them; parse_hf_config (formats/hf_config.h) and
+// HfCheckpointReader / load_hf_checkpoint (formats/hf_checkpoint.h) dispatch through the list and
+// know no architecture by name.
 //
 // Adding an architecture: write formats/architectures/NAME.cpp defining `HfArchitecture
 // hf_architecture_NAME()` (declare it in formats/architectures/architectures.h, add it to the list
@@ -24,6 +25,7 @@
 #include "core/checkpoint.h"
 #include "core/model_config.h"
 #include "core/tensor.h"
+#include "formats/hf_tensor_selection.h"
 
 namespace sq {
 
@@ -169,11 +171,16 @@ struct HfArchitecture {
   /// (missing required key, wrong JSON type) or UnsupportedError (a feature sqkit does not run),
   /// naming the file and key.
   void (*configure)(const HfConfigReader& config_json, ModelConfig& config) = nullptr;
-  /// Reads every tensor `config` implies from `source` by its HF name (HfTensorSource::get checks
-  /// each shape, so a missing or misshapen tensor is an InputError naming file and tensor) and
-  /// stores it in `out` under its canonical name, transformed where the layouts differ. May refine
-  /// `config` from the tensor values (Llama: o_proj biases that are all zero are dropped).
-  void (*map_tensors)(const HfTensorSource& source, ModelConfig& config, CanonicalTensors& out) = nullptr;
+  /// Reads the tensors `config` implies that `selection` selects (the globals when
+  /// selection.globals, layer l's when selection.layer(l); a layer past config.n_layers is
+  /// absent, not an error) from `source` by their HF names (HfTensorSource::get checks each
+  /// shape, so a missing or misshapen tensor is an InputError naming file and tensor) and stores
+  /// them in `out` under their canonical names, transformed where the layouts differ; no other
+  /// tensor is read or widened. May refine `config` from tensor values (Llama: o_proj biases that
+  /// are all zero are dropped); such a refinement reads what it needs from every layer, so
+  /// `config` comes out the same whatever the selection.
+  void (*map_tensors)(const HfTensorSource& source, const HfTensorSelection& selection, ModelConfig& config,
+                      CanonicalTensors& out) = nullptr;
   /// Optional (null: sqkit does not write this architecture): the config.json object for
   /// `config`, without torch_dtype. Throws UnsupportedError for a config the class cannot express.
   nlohmann::ordered_json (*make_config)(const ModelConfig& config) = nullptr;

@@ -152,22 +152,31 @@ class SafetensorsSource : public HfTensorSource {
 
 }  // namespace
 
-Checkpoint load_hf_checkpoint(const std::string& dir) {
+struct HfCheckpointReader::State {
+  std::string dir, config_path;
+  const HfArchitecture* arch = nullptr;
+  ModelConfig parsed;  ///< config.json's, before map_tensors refines it
+  ModelConfig config;  ///< refined: config()
+  std::map<std::string, std::shared_ptr<SafetensorsFile>> files;  ///< shard file name -> file, kept open
+  std::unique_ptr<SafetensorsSource> source;                        ///< points into `files`
+};
+
+HfCheckpointReader::HfCheckpointReader(const std::string& dir) {
   {
     std::error_code ec;
     if (!fs::is_directory(dir, ec)) throw InputError("cannot open " + dir + ": not a Hugging Face checkpoint directory");
   }
-  const std::string config_path = dir + "/config.json";
-  Checkpoint ckpt;
-  ckpt.source = dir;
-  ckpt.format = "hf-safetensors";
-  ckpt.config = load_hf_config(config_path);
-  ModelConfig& c = ckpt.config;
-  const HfArchitecture& arch = *hf_architecture_named(c.architecture);
+  auto st = std::make_unique<State>();
+  st->dir = dir;
+  st->config_path = dir + "/config.json";
+  st->parsed = load_hf_config(st->config_path);
+  const ModelConfig& c = st->parsed;
+  st->arch = hf_architecture_named(c.architecture);
+  const HfArchitecture& arch = *st->arch;
 
   // Where each tensor lives.
-  std::map<std::string, std::shared_ptr<SafetensorsFile>> files;  // shard file name -> file
-  std::map<std::string, const SafetensorsFile*> stored;            // tensor name in the files -> file
+  auto& files = st->files;
+  std::map<std::string, const SafetensorsFile*> stored;  // tensor name in the files -> file
   const std::string single = dir + "/" + kSingleFile;
   const std::string index = dir + "/" + kIndexFile;
   if (is_regular_file(single)) {
@@ -192,7 +201,8 @@ Checkpoint load_hf_checkpoint(const std::string& dir) {
   const std::string prefix = arch.base_prefix ? arch.base_prefix : "";
   bool prefixed = prefix.empty();
   for (const auto& [name, f] : stored) prefixed = prefixed || name.compare(0, prefix.size(), prefix) == 0;
-  SafetensorsSource source(dir, config_path, index);
+  st->source = std::make_unique<SafetensorsSource>(dir, st->config_path, index);
+  SafetensorsSource& source = *st->source;
   for (const auto& [name, f] : stored) source.add(prefixed ? name : prefix + name, name, f);
 
   // Config dimensions against the tensor headers before anything per layer (num_hidden_layers = 1e9
@@ -202,11 +212,44 @@ Checkpoint load_hf_checkpoint(const std::string& dir) {
   keys.n_layers = arch.layers_key;
   keys.layer_prefix = arch.layer_prefix;
   check_config_against_tensors(c, source.names(), [&](const std::string& name) { return source.shape(name); },
-                               config_path, keys);
+                               st->config_path, keys);
 
-  arch.map_tensors(source, c, ckpt.tensors);
+  // The refined config: map_tensors with no globals and no layer selected reads only what a
+  // refinement needs.
+  st->config = c;
+  CanonicalTensors nothing;
+  arch.map_tensors(source, HfTensorSelection{.globals = false, .first_layer = 0, .end_layer = 0}, st->config, nothing);
+  state_ = std::move(st);
+}
+
+HfCheckpointReader::~HfCheckpointReader() = default;
+HfCheckpointReader::HfCheckpointReader(HfCheckpointReader&&) noexcept = default;
+HfCheckpointReader& HfCheckpointReader::operator=(HfCheckpointReader&&) noexcept = default;
+
+const std::string& HfCheckpointReader::dir() const { return state_->dir; }
+
+const ModelConfig& HfCheckpointReader::config() const { return state_->config; }
+
+Checkpoint HfCheckpointReader::load(const HfTensorSelection& selection) const {
+  const State& st = *state_;
+  const int n = st.config.n_layers, first = selection.first_layer, end = selection.end_layer;
+  if (first < 0 || first > n || end < first || (end > n && end != HfTensorSelection::kToLastLayer)) {
+    const std::string which =
+        int64_t(end) == int64_t(first) + 1 ? "layer " + std::to_string(first) + " is"
+        : end == HfTensorSelection::kToLastLayer ? "layers from " + std::to_string(first) + " on are"
+                                                 : "layers [" + std::to_string(first) + ", " + std::to_string(end) + ") are";
+    throw UsageError(st.dir + ": " + which + " out of range: the checkpoint has " + std::to_string(n) + " layers (" +
+                     st.arch->layers_key + " = " + std::to_string(n) + ")");
+  }
+  Checkpoint ckpt;
+  ckpt.source = st.dir;
+  ckpt.format = "hf-safetensors";
+  ckpt.config = st.parsed;
+  st.arch->map_tensors(*st.source, selection, ckpt.config, ckpt.tensors);
   return ckpt;
 }
+
+Checkpoint load_hf_checkpoint(const std::string& dir) { return HfCheckpointReader(dir).load(HfTensorSelection::all()); }
 
 namespace {
 

@@ -11,44 +11,87 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/checkpoint.h"
 #include "core/tensor.h"
+#include "formats/hf_tensor_selection.h"
 #include "formats/safetensors.h"
 
 namespace sq {
 
-/// Loads the HF checkpoint directory `dir` as FP32 tensors under their canonical names.
+/// A Hugging Face checkpoint directory opened once, whose tensors are loaded part by part on
+/// demand: the global tensors and the decoder layers a HfTensorSelection names, e.g. one layer at a
+/// time when calibrating a model whose FP32 copy would not fit in memory.
 ///
-/// Reads `dir/config.json` (parse_hf_config: the architecture file and the ModelConfig), then
-/// `dir/model.safetensors` if present, else `dir/model.safetensors.index.json` and the shards its
-/// "weight_map" names. A checkpoint saved from the base model class (no tensor name starts with
-/// the architecture's base_prefix, e.g. the original gpt2 files) gets that prefix prepended to
-/// every name. Before anything per layer, the config's dimensions are checked against the tensor
-/// headers (check_config_against_tensors, formats/config_tensor_check.h: the layer count against
-/// the layers present under the architecture's layer prefix, naming its config key; hidden_size /
-/// vocab_size / num_attention_heads / num_key_value_heads / intermediate_size against the
-/// tensors that carry canonical names). Then the architecture's map_tensors reads every tensor the
-/// config implies by its HF name with its shape checked (SafetensorsFile::load_f32: F32 zero-copy
-/// views keep their mapped file alive; F16/BF16 are widened) and stores it under its canonical
-/// name, split / transposed / folded where the layouts differ. Other tensors (rotary_emb.inv_freq,
-/// a stored lm_head.weight of a tied model, ...) are ignored. For a Llama config with
-/// attention_bias, o_proj biases that are all zero leave spec.o_bias false.
-/// The result has format "hf-safetensors", source `dir`, config.rope_layout HalfSplit.
+/// The constructor reads `dir/config.json` (parse_hf_config: the architecture file and the
+/// ModelConfig), then `dir/model.safetensors` if present, else `dir/model.safetensors.index.json`
+/// and the shards its "weight_map" names; it maps the files (no tensor data is read) and parses
+/// their headers. A checkpoint saved from the base model class (no tensor name starts with the
+/// architecture's base_prefix, e.g. the original gpt2 files) gets that prefix prepended to every
+/// name. Before anything per layer, the config's dimensions are checked against the tensor headers
+/// (check_config_against_tensors, formats/config_tensor_check.h: the layer count against the
+/// layers present under the architecture's layer prefix, naming its config key; hidden_size /
+/// vocab_size / num_attention_heads / num_key_value_heads / intermediate_size against the tensors
+/// that carry canonical names). Then the config is refined from tensor values as the architecture
+/// does, reading only the small tensors it needs (a Llama config with attention_bias: the o_proj
+/// biases of every layer, which leave spec.o_bias false when all zero).
 ///
-/// Throws InputError naming the file / tensor when: `dir` has no config.json or no weights file;
-/// config.json is invalid (see parse_hf_config; UnsupportedError for unsupported architectures or
-/// features); the index is not a JSON object with a "weight_map" of strings, names a shard that is
-/// not a plain file name inside `dir` (contains '/' or '\\', is "." or "..") or does not exist, or
-/// maps a tensor to a shard that does not hold it; a safetensors file is invalid (see
-/// SafetensorsFile); a config dimension disagrees with the tensors (naming the config key, its
-/// value and the tensor); a tensor is missing ("DIR: tensor 'NAME' is missing (expected shape
-/// [..])") or has the wrong shape ("FILE: tensor 'NAME' has shape [..], expected [..] from
-/// DIR/config.json"), NAME being the checkpoint's own name; a tensor's dtype is not F32/F16/BF16
-/// (UnsupportedError).
+/// load(selection) runs the architecture's map_tensors over the selected tensors: each is read by
+/// its HF name with its shape checked (SafetensorsFile::load_f32) and stored under its canonical
+/// name, split / transposed / folded where the layouts differ. Memory: only the selected tensors
+/// are materialized; F16/BF16 ones are widened to owned FP32 copies, F32 ones stored as they are
+/// (not split, transposed or folded) stay zero-copy views of the mapping, which they keep alive
+/// after the reader is gone. Other tensors (rotary_emb.inv_freq, a stored lm_head.weight of a tied
+/// model, ...) are never read.
+///
+/// Throws InputError naming the file / tensor when: `dir` is not a directory or has no
+/// config.json or no weights file; config.json is invalid (see parse_hf_config; UnsupportedError
+/// for unsupported architectures or features); the index is not a JSON object with a "weight_map"
+/// of strings, names a shard that is not a plain file name inside `dir` (contains '/' or '\\', is
+/// "." or "..") or does not exist, or maps a tensor to a shard that does not hold it; a
+/// safetensors file is invalid (see SafetensorsFile); a config dimension disagrees with the
+/// tensors (naming the config key, its value and the tensor); a tensor is missing ("DIR: tensor
+/// 'NAME' is missing (expected shape [..])") or has the wrong shape ("FILE: tensor 'NAME' has
+/// shape [..], expected [..] from DIR/config.json"), NAME being the checkpoint's own name; a
+/// tensor's dtype is not F32/F16/BF16 (UnsupportedError). The constructor throws these for what it
+/// reads (files, headers, the tensors the config refinement reads), load for the tensors it reads.
+class HfCheckpointReader {
+ public:
+  /// Opens `dir` (see the class comment for what is read and thrown).
+  explicit HfCheckpointReader(const std::string& dir);
+  ~HfCheckpointReader();
+  HfCheckpointReader(HfCheckpointReader&&) noexcept;
+  HfCheckpointReader& operator=(HfCheckpointReader&&) noexcept;
+
+  /// The directory given to the constructor.
+  const std::string& dir() const;
+  /// The model config: config.json's, refined from tensor values (see the class comment), with
+  /// rope_layout HalfSplit. Every load returns this same config, whatever its selection.
+  const ModelConfig& config() const;
+
+  /// The selected tensors as FP32 under their canonical names (core/checkpoint.h): the global
+  /// tensors when selection.globals, and every `model.layers.{l}.*` tensor of the selected layers;
+  /// nothing else. The result has config(), format "hf-safetensors" and source dir(). May be called
+  /// any number of times; each call reads its tensors afresh. Throws UsageError "DIR: layer L is
+  /// out of range: the checkpoint has N layers (KEY = N)" (or "layers [A, B) are ...", "layers
+  /// from A on are ..."; KEY the architecture's layer-count key) when the selection names a layer outside [0, N):
+  /// first_layer negative or past N, end_layer below first_layer, or above N and not
+  /// HfTensorSelection::kToLastLayer. Throws the InputErrors of the class comment for a selected
+  /// tensor.
+  Checkpoint load(const HfTensorSelection& selection) const;
+
+ private:
+  struct State;
+  std::unique_ptr<const State> state_;
+};
+
+/// Loads the whole HF checkpoint directory `dir` as FP32 tensors under their canonical names:
+/// HfCheckpointReader(dir).load(HfTensorSelection::all()), with its errors. The result has format
+/// "hf-safetensors", source `dir`, config.rope_layout HalfSplit.
 Checkpoint load_hf_checkpoint(const std::string& dir);
 
 /// Parses the text of a `model.safetensors.index.json` into tensor name -> shard file name.

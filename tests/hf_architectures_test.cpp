@@ -176,7 +176,7 @@ TEST(HfArchitectureMixtral, ExpertsAndRouter) {
   }
   ModelConfig c2 = c;
   CanonicalTensors out;
-  hf_architecture_named("mixtral")->map_tensors(HfTensorMap(fused, "fused"), c2, out);
+  hf_architecture_named("mixtral")->map_tensors(HfTensorMap(fused, "fused"), HfTensorSelection::all(), c2, out);
   for (const auto& [name, t] : ck.tensors) expect_same(out.at(name), t, "fused " + name);
 }
 
@@ -401,7 +401,7 @@ TEST(HfArchitectureFalcon, OtherQkvLayouts) {
     t["transformer.word_embeddings.weight"] = Tensor::zeros({320, 8});
     t["transformer.ln_f.weight"] = t["transformer.ln_f.bias"] = Tensor::zeros({8});
     CanonicalTensors out;
-    hf_architecture_named("falcon")->map_tensors(HfTensorMap(t, "m"), c, out);
+    hf_architecture_named("falcon")->map_tensors(HfTensorMap(t, "m"), HfTensorSelection::all(), c, out);
     return std::make_pair(c, out);
   };
   auto first_column = [](const Tensor& t) {

@@ -43,16 +43,19 @@ void configure(const HfConfigReader& r, ModelConfig& c) {
 /// named, self_attention.query_key_value [3d, d] = per head [q_h; k_h; v_h] (BloomAttention._reshape:
 /// `view(n_head, 3, head_dim)`), self_attention.dense -> o_proj, mlp.dense_h_to_4h -> up_proj,
 /// mlp.dense_4h_to_h -> down_proj.
-void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& out) {
+void map_tensors(const HfTensorSource& src, const HfTensorSelection& selection, ModelConfig& c, CanonicalTensors& out) {
   const int64_t d = c.dim, h = c.hidden_dim;
   const std::string m = "transformer.";
-  copy(src, out, names::kEmbed, m + "word_embeddings.weight", {c.vocab_size, d});
-  copy(src, out, names::kEmbedNorm, m + "word_embeddings_layernorm.weight", {d});
-  copy(src, out, names::kEmbedNormBias, m + "word_embeddings_layernorm.bias", {d});
-  copy(src, out, names::kFinalNorm, m + "ln_f.weight", {d});
-  copy(src, out, names::kFinalNormBias, m + "ln_f.bias", {d});
-  if (!c.tied_embeddings) copy(src, out, names::kLmHead, "lm_head.weight", {c.vocab_size, d});
+  if (selection.globals) {
+    copy(src, out, names::kEmbed, m + "word_embeddings.weight", {c.vocab_size, d});
+    copy(src, out, names::kEmbedNorm, m + "word_embeddings_layernorm.weight", {d});
+    copy(src, out, names::kEmbedNormBias, m + "word_embeddings_layernorm.bias", {d});
+    copy(src, out, names::kFinalNorm, m + "ln_f.weight", {d});
+    copy(src, out, names::kFinalNormBias, m + "ln_f.bias", {d});
+    if (!c.tied_embeddings) copy(src, out, names::kLmHead, "lm_head.weight", {c.vocab_size, d});
+  }
   for (int l = 0; l < c.n_layers; ++l) {
+    if (!selection.layer(l)) continue;
     const std::string s = m + "h." + std::to_string(l) + ".", p = names::layer(l);
     for (const char* norm : {"input_layernorm", "post_attention_layernorm"}) {
       copy(src, out, p + norm + ".weight", s + norm + ".weight", {d});

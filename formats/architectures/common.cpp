@@ -213,9 +213,11 @@ void copy_llama_norms(const HfTensorSource& src, const ModelConfig& c, int l, Ca
   copy(src, out, p + "post_attention_layernorm.weight", p + "post_attention_layernorm.weight", {c.dim});
 }
 
-void map_llama_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& out) {
-  copy_llama_globals(src, c, out);
+void map_llama_tensors(const HfTensorSource& src, const HfTensorSelection& selection, ModelConfig& c,
+                       CanonicalTensors& out) {
+  if (selection.globals) copy_llama_globals(src, c, out);
   for (int l = 0; l < c.n_layers; ++l) {
+    if (!selection.layer(l)) continue;
     copy_llama_norms(src, c, l, out);
     copy_llama_attention(src, c, l, out);
     copy_llama_mlp(src, c, l, out);

@@ -96,9 +96,10 @@ void copy_llama_attention(const HfTensorSource& src, const ModelConfig& c, int l
 void copy_llama_mlp(const HfTensorSource& src, const ModelConfig& c, int l, CanonicalTensors& out);
 /// Layer l's input_layernorm and post_attention_layernorm weights.
 void copy_llama_norms(const HfTensorSource& src, const ModelConfig& c, int l, CanonicalTensors& out);
-/// The whole LLaMA layout (Llama, Mistral, Qwen2): copy_llama_globals, then every layer's norms,
-/// attention and MLP. Usable as HfArchitecture::map_tensors.
-void map_llama_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& out);
+/// The LLaMA layout (Llama, Mistral, Qwen2): copy_llama_globals when selection.globals, then the
+/// norms, attention and MLP of every selected layer. Usable as HfArchitecture::map_tensors.
+void map_llama_tensors(const HfTensorSource& src, const HfTensorSelection& selection, ModelConfig& c,
+                       CanonicalTensors& out);
 
 // ---- the LLaMA family (Llama, Mistral, Qwen2, Mixtral, Phi-3) -----------------------------------
 

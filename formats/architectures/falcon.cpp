@@ -64,15 +64,18 @@ void configure(const HfConfigReader& r, ModelConfig& c) {
 /// self_attention.dense -> o_proj, mlp.dense_h_to_4h -> up_proj, mlp.dense_4h_to_h -> down_proj;
 /// norms input_layernorm (shared or sequential), post_attention_layernorm (sequential), ln_attn /
 /// ln_mlp (two parallel norms) -> input_layernorm / post_attention_layernorm.
-void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& out) {
+void map_tensors(const HfTensorSource& src, const HfTensorSelection& selection, ModelConfig& c, CanonicalTensors& out) {
   const int64_t d = c.dim, h = c.hidden_dim, hd = c.head_dim, q = int64_t(c.n_heads) * hd, kv = int64_t(c.n_kv_heads) * hd;
   const std::string m = "transformer.";
-  copy(src, out, names::kEmbed, m + "word_embeddings.weight", {c.vocab_size, d});
-  copy(src, out, names::kFinalNorm, m + "ln_f.weight", {d});
-  copy(src, out, names::kFinalNormBias, m + "ln_f.bias", {d});
-  if (!c.tied_embeddings) copy(src, out, names::kLmHead, "lm_head.weight", {c.vocab_size, d});
+  if (selection.globals) {
+    copy(src, out, names::kEmbed, m + "word_embeddings.weight", {c.vocab_size, d});
+    copy(src, out, names::kFinalNorm, m + "ln_f.weight", {d});
+    copy(src, out, names::kFinalNormBias, m + "ln_f.bias", {d});
+    if (!c.tied_embeddings) copy(src, out, names::kLmHead, "lm_head.weight", {c.vocab_size, d});
+  }
   const bool two_norms = c.spec.parallel_residual && !c.spec.shared_input_norm;
   for (int l = 0; l < c.n_layers; ++l) {
+    if (!selection.layer(l)) continue;
     const std::string s = m + "h." + std::to_string(l) + ".", p = names::layer(l);
     auto norm = [&](const std::string& to, const std::string& from) {
       copy(src, out, p + to + ".weight", s + from + ".weight", {d});

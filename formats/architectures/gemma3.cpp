@@ -99,12 +99,15 @@ void configure(const HfConfigReader& r, ModelConfig& c) {
 /// pre_feedforward_layernorm (the FFN input norm) -> post_attention_layernorm;
 /// post_feedforward_layernorm -> mlp_post_norm; every RMSNorm weight, q_norm / k_norm and
 /// model.norm included, becomes 1 + w (one_plus).
-void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& out) {
+void map_tensors(const HfTensorSource& src, const HfTensorSelection& selection, ModelConfig& c, CanonicalTensors& out) {
   const int64_t d = c.dim, hd = c.head_dim;
   auto norm = [&](const std::string& to, const std::string& from, int64_t n) { out[to] = one_plus(src.get(from, {n})); };
-  copy_llama_globals(src, c, out);
-  norm(names::kFinalNorm, names::kFinalNorm, d);
+  if (selection.globals) {
+    copy_llama_globals(src, c, out);
+    norm(names::kFinalNorm, names::kFinalNorm, d);
+  }
   for (int l = 0; l < c.n_layers; ++l) {
+    if (!selection.layer(l)) continue;
     const std::string p = names::layer(l);
     norm(p + "input_layernorm.weight", p + "input_layernorm.weight", d);
     norm(p + "attn_post_norm.weight", p + "post_attention_layernorm.weight", d);

@@ -44,15 +44,18 @@ void configure(const HfConfigReader& r, ModelConfig& c) {
 /// model.norm; per layer ln_1 -> input_layernorm, ln_2 -> post_attention_layernorm, and every
 /// Conv1D weight transposed ([in, out] -> [out, in]): attn.c_attn [d, 3d] -> [q; k; v] rows
 /// (`split(n_embd, dim=2)`), attn.c_proj -> o_proj, mlp.c_fc -> up_proj, mlp.c_proj -> down_proj.
-void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& out) {
+void map_tensors(const HfTensorSource& src, const HfTensorSelection& selection, ModelConfig& c, CanonicalTensors& out) {
   const int64_t d = c.dim, h = c.hidden_dim;
   const std::string m = "transformer.";
-  copy(src, out, names::kEmbed, m + "wte.weight", {c.vocab_size, d});
-  copy(src, out, names::kEmbedPositions, m + "wpe.weight", {c.max_seq_len, d});
-  copy(src, out, names::kFinalNorm, m + "ln_f.weight", {d});
-  copy(src, out, names::kFinalNormBias, m + "ln_f.bias", {d});
-  if (!c.tied_embeddings) copy(src, out, names::kLmHead, "lm_head.weight", {c.vocab_size, d});
+  if (selection.globals) {
+    copy(src, out, names::kEmbed, m + "wte.weight", {c.vocab_size, d});
+    copy(src, out, names::kEmbedPositions, m + "wpe.weight", {c.max_seq_len, d});
+    copy(src, out, names::kFinalNorm, m + "ln_f.weight", {d});
+    copy(src, out, names::kFinalNormBias, m + "ln_f.bias", {d});
+    if (!c.tied_embeddings) copy(src, out, names::kLmHead, "lm_head.weight", {c.vocab_size, d});
+  }
   for (int l = 0; l < c.n_layers; ++l) {
+    if (!selection.layer(l)) continue;
     const std::string s = m + "h." + std::to_string(l) + ".", p = names::layer(l);
     for (const auto& [to, from] : {std::pair<const char*, const char*>{"input_layernorm", "ln_1"},
                                    {"post_attention_layernorm", "ln_2"}}) {

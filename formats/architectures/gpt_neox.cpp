@@ -47,14 +47,17 @@ void configure(const HfConfigReader& r, ModelConfig& c) {
 /// per layer input_layernorm / post_attention_layernorm as named, attention.query_key_value
 /// [3·d, d] = per head [q_h; k_h; v_h] (`view(n_heads, 3·head_dim)`, split_qkv_per_head),
 /// attention.dense -> o_proj, mlp.dense_h_to_4h -> up_proj, mlp.dense_4h_to_h -> down_proj.
-void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& out) {
+void map_tensors(const HfTensorSource& src, const HfTensorSelection& selection, ModelConfig& c, CanonicalTensors& out) {
   const int64_t d = c.dim, h = c.hidden_dim, q = int64_t(c.n_heads) * c.head_dim;
   const std::string m = "gpt_neox.";
-  copy(src, out, names::kEmbed, m + "embed_in.weight", {c.vocab_size, d});
-  copy(src, out, names::kFinalNorm, m + "final_layer_norm.weight", {d});
-  copy(src, out, names::kFinalNormBias, m + "final_layer_norm.bias", {d});
-  if (!c.tied_embeddings) copy(src, out, names::kLmHead, "embed_out.weight", {c.vocab_size, d});
+  if (selection.globals) {
+    copy(src, out, names::kEmbed, m + "embed_in.weight", {c.vocab_size, d});
+    copy(src, out, names::kFinalNorm, m + "final_layer_norm.weight", {d});
+    copy(src, out, names::kFinalNormBias, m + "final_layer_norm.bias", {d});
+    if (!c.tied_embeddings) copy(src, out, names::kLmHead, "embed_out.weight", {c.vocab_size, d});
+  }
   for (int l = 0; l < c.n_layers; ++l) {
+    if (!selection.layer(l)) continue;
     const std::string s = m + "layers." + std::to_string(l) + ".", p = names::layer(l);
     for (const char* norm : {"input_layernorm", "post_attention_layernorm"}) {
       copy(src, out, p + norm + ".weight", s + norm + ".weight", {d});

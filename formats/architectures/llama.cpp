@@ -18,8 +18,8 @@ void configure(const HfConfigReader& r, ModelConfig& c) {
 
 /// Canonical names as stored. With attention_bias, o_proj biases that are all zero (what
 /// save_hf_checkpoint writes for a model with q/k/v biases only) leave spec.o_bias false, so such
-/// a model keeps the plain LLaMA structure.
-void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& out) {
+/// a model keeps the plain LLaMA structure; the biases of every layer decide, whatever `selection`.
+void map_tensors(const HfTensorSource& src, const HfTensorSelection& selection, ModelConfig& c, CanonicalTensors& out) {
   if (c.spec.o_bias) {
     bool nonzero = false;
     for (int l = 0; l < c.n_layers && !nonzero; ++l) {
@@ -28,7 +28,7 @@ void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& ou
     }
     c.spec.o_bias = nonzero;
   }
-  map_llama_tensors(src, c, out);
+  map_llama_tensors(src, selection, c, out);
 }
 
 nlohmann::ordered_json make_config(const ModelConfig& c) {

@@ -22,10 +22,11 @@ void configure(const HfConfigReader& r, ModelConfig& c) {
 ///   block_sparse_moe.experts.{e}.w1 / w3 / w2 -> mlp.experts.{e}.gate_proj / up_proj / down_proj,
 /// and transformers 5's fused in-memory one, mlp.gate.weight, mlp.experts.gate_up_proj [E, 2h, d]
 /// (per expert [gate; up]) and mlp.experts.down_proj [E, d, h].
-void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& out) {
+void map_tensors(const HfTensorSource& src, const HfTensorSelection& selection, ModelConfig& c, CanonicalTensors& out) {
   const int64_t d = c.dim, h = c.hidden_dim, E = c.spec.n_experts;
-  copy_llama_globals(src, c, out);
+  if (selection.globals) copy_llama_globals(src, c, out);
   for (int l = 0; l < c.n_layers; ++l) {
+    if (!selection.layer(l)) continue;
     const std::string p = names::layer(l);
     copy_llama_norms(src, c, l, out);
     copy_llama_attention(src, c, l, out);

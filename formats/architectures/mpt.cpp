@@ -51,13 +51,16 @@ void configure(const HfConfigReader& r, ModelConfig& c) {
 /// transformer.wte -> model.embed_tokens, norm_f -> model.norm; per layer norm_1 ->
 /// input_layernorm, norm_2 -> post_attention_layernorm, attn.Wqkv [3d, d] = [q; k; v] rows
 /// (`chunk(3)`), attn.out_proj -> o_proj, ffn.up_proj / ffn.down_proj -> mlp.up_proj / down_proj.
-void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& out) {
+void map_tensors(const HfTensorSource& src, const HfTensorSelection& selection, ModelConfig& c, CanonicalTensors& out) {
   const int64_t d = c.dim, h = c.hidden_dim;
   const std::string m = "transformer.";
-  copy(src, out, names::kEmbed, m + "wte.weight", {c.vocab_size, d});
-  copy(src, out, names::kFinalNorm, m + "norm_f.weight", {d});
-  if (!c.tied_embeddings) copy(src, out, names::kLmHead, "lm_head.weight", {c.vocab_size, d});
+  if (selection.globals) {
+    copy(src, out, names::kEmbed, m + "wte.weight", {c.vocab_size, d});
+    copy(src, out, names::kFinalNorm, m + "norm_f.weight", {d});
+    if (!c.tied_embeddings) copy(src, out, names::kLmHead, "lm_head.weight", {c.vocab_size, d});
+  }
   for (int l = 0; l < c.n_layers; ++l) {
+    if (!selection.layer(l)) continue;
     const std::string s = m + "blocks." + std::to_string(l) + ".", p = names::layer(l);
     copy(src, out, p + "input_layernorm.weight", s + "norm_1.weight", {d});
     copy(src, out, p + "post_attention_layernorm.weight", s + "norm_2.weight", {d});

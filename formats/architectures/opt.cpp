@@ -48,16 +48,19 @@ void configure(const HfConfigReader& r, ModelConfig& c) {
 /// [max_position_embeddings + 2, d]; final_layer_norm -> model.norm; per layer
 /// self_attn_layer_norm -> input_layernorm, self_attn.{q,k,v}_proj, out_proj -> o_proj,
 /// final_layer_norm -> post_attention_layernorm, fc1 -> mlp.up_proj, fc2 -> mlp.down_proj.
-void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& out) {
+void map_tensors(const HfTensorSource& src, const HfTensorSelection& selection, ModelConfig& c, CanonicalTensors& out) {
   const int64_t d = c.dim, h = c.hidden_dim;
   const std::string m = "model.decoder.";
-  copy(src, out, names::kEmbed, m + "embed_tokens.weight", {c.vocab_size, d});
-  copy(src, out, names::kEmbedPositions, m + "embed_positions.weight", {int64_t(c.max_seq_len) + 2, d});
-  copy(src, out, names::kFinalNorm, m + "final_layer_norm.weight", {d});
-  copy(src, out, names::kFinalNormBias, m + "final_layer_norm.bias", {d});
-  if (!c.tied_embeddings) copy(src, out, names::kLmHead, "lm_head.weight", {c.vocab_size, d});
+  if (selection.globals) {
+    copy(src, out, names::kEmbed, m + "embed_tokens.weight", {c.vocab_size, d});
+    copy(src, out, names::kEmbedPositions, m + "embed_positions.weight", {int64_t(c.max_seq_len) + 2, d});
+    copy(src, out, names::kFinalNorm, m + "final_layer_norm.weight", {d});
+    copy(src, out, names::kFinalNormBias, m + "final_layer_norm.bias", {d});
+    if (!c.tied_embeddings) copy(src, out, names::kLmHead, "lm_head.weight", {c.vocab_size, d});
+  }
   const bool bias = c.qkv_bias;
   for (int l = 0; l < c.n_layers; ++l) {
+    if (!selection.layer(l)) continue;
     const std::string s = m + "layers." + std::to_string(l) + ".", p = names::layer(l);
     auto linear = [&](const std::string& to, const std::string& from, int64_t rows, int64_t cols) {
       copy(src, out, p + to + ".weight", s + from + ".weight", {rows, cols});

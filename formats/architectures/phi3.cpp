@@ -21,10 +21,11 @@ void configure(const HfConfigReader& r, ModelConfig& c) {
 /// self_attn.qkv_proj [(n_heads + 2·n_kv)·head_dim, d] = [q; k; v] rows (Phi3Attention slices
 /// the output at n_heads·head_dim and + n_kv·head_dim); mlp.gate_up_proj [2h, d] = [gate; up]
 /// (`chunk(2)`).
-void map_tensors(const HfTensorSource& src, ModelConfig& c, CanonicalTensors& out) {
+void map_tensors(const HfTensorSource& src, const HfTensorSelection& selection, ModelConfig& c, CanonicalTensors& out) {
   const int64_t d = c.dim, h = c.hidden_dim, q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim;
-  copy_llama_globals(src, c, out);
+  if (selection.globals) copy_llama_globals(src, c, out);
   for (int l = 0; l < c.n_layers; ++l) {
+    if (!selection.layer(l)) continue;
     const std::string p = names::layer(l), a = p + "self_attn.";
     copy_llama_norms(src, c, l, out);
     const auto qkv = split_rows(src.get(a + "qkv_proj.weight", {q + 2 * kv, d}), {q, kv, kv});

@@ -50,6 +50,14 @@ bool DecoderSpec::operator==(const DecoderSpec& o) const {
          layer_window == o.layer_window && rope_local_theta == o.rope_local_theta;
 }
 
+bool ModelConfig::operator==(const ModelConfig& o) const {
+  return architecture == o.architecture && spec == o.spec && dim == o.dim && hidden_dim == o.hidden_dim &&
+         n_layers == o.n_layers && n_heads == o.n_heads && n_kv_heads == o.n_kv_heads && head_dim == o.head_dim &&
+         vocab_size == o.vocab_size && max_seq_len == o.max_seq_len && norm_eps == o.norm_eps &&
+         rope_theta == o.rope_theta && rope_scaling == o.rope_scaling && rope_layout == o.rope_layout &&
+         tied_embeddings == o.tied_embeddings && qkv_bias == o.qkv_bias && bos_id == o.bos_id && eos_id == o.eos_id;
+}
+
 void ModelConfig::require_llama_structure(const std::string& what) const {
   if (!is_llama_structure())
     throw UnsupportedError(what + " supports only the LLaMA layer structure so far; architecture '" + architecture +

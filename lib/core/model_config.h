@@ -166,6 +166,10 @@ struct ModelConfig {
   /// '<architecture>' is not" (one line) unless is_llama_structure(): the refusal of every part of
   /// sqkit not yet driven by the DecoderSpec.
   void require_llama_structure(const std::string& what) const;
+
+  /// Every field equal (floats compared by value, the spec with DecoderSpec::operator==).
+  bool operator==(const ModelConfig& o) const;
+  bool operator!=(const ModelConfig& o) const { return !(*this == o); }
 };
 
 }  // namespace sq
