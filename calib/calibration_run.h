@@ -7,6 +7,7 @@
 
 #include "calib/activation_stats.h"
 #include "calib/fisher.h"
+#include "model/layer_stream.h"
 #include "model/model_loader.h"
 
 namespace sq {
@@ -47,5 +48,19 @@ struct CalibrationOptions {
 /// fisher; InputError for bad text or token ids (an id outside the model's vocabulary included); UnsupportedError when fisher is asked of a model whose
 /// projections are not FP32.
 CalibrationData run_calibration(const LoadedModel& loaded, const Tokenizer* tokenizer, const CalibrationOptions& options);
+
+/// run_calibration on a model opened for layer-by-layer work (model/layer_stream.h). A resident
+/// model runs run_calibration(model.model(), …). A streamed one (a Hugging Face directory) runs
+/// layer by layer (calib/layerwise_runner.h): the windows' hidden states [tokens, dim] are kept,
+/// and for l = 0, 1, … layer l is read, observed (statistics and, with options.hessian, Hessians in
+/// one pass, per-window collectors merged in window order), applied, and released. The statistics
+/// and Hessians are bit-identical to run_calibration's on the whole model; the fingerprint hashes
+/// the same inventory (every layer's tensors are read once). Memory: the globals, one layer, the
+/// hidden states (4·dim bytes per token) and the statistics (with options.hessian: every layer's
+/// Hessians, 8·width² bytes per site). A NaN / ±Inf in a layer's output throws NonFiniteError
+/// naming the layer and the window. Throws as run_calibration; UsageError for options.fisher on a
+/// streamed model (the backward pass needs every layer: open it with stream = false), and for
+/// options.hessian on a streamed mixture-of-experts model (expert routing needs the whole model).
+CalibrationData run_calibration(const LayerStream& model, const Tokenizer* tokenizer, const CalibrationOptions& options);
 
 }  // namespace sq

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/finite.h"
+
 namespace sq {
 
 LayerHessians::LayerHessians(const ModelConfig& c, int layer) : layer_(layer) {
@@ -59,22 +61,15 @@ void LayerwiseRunner::advance(int l, const DecoderLayer& L) {
 }
 
 LayerHessians LayerwiseRunner::hessians(int l, const DecoderLayer& L) const {
-  const int threads = window_threads();
   LayerHessians total(model_.config(), l);
-  const int64_t n = static_cast<int64_t>(hidden_.size());
-  std::vector<std::unique_ptr<LayerHessians>> per_window(static_cast<size_t>(threads));
-  for (int64_t g0 = 0; g0 < n; g0 += threads) {
-    const int group = static_cast<int>(std::min<int64_t>(threads, n - g0));
-#pragma omp parallel for num_threads(group) schedule(static, 1) if (group > 1)
-    for (int i = 0; i < group; ++i) {
-      auto h = std::make_unique<LayerHessians>(model_.config(), l);
-      std::vector<float> x = hidden_[static_cast<size_t>(g0 + i)];  // the layer's output is discarded
-      run_window(l, L, x, h.get());
-      per_window[static_cast<size_t>(i)] = std::move(h);
-    }
-    for (int i = 0; i < group; ++i) total.merge(*per_window[static_cast<size_t>(i)]);  // window order
-  }
+  collect(l, L, total, [&] { return LayerHessians(model_.config(), l); });
   return total;
+}
+
+int64_t LayerwiseRunner::first_nonfinite_window() const {
+  for (size_t w = 0; w < hidden_.size(); ++w)
+    if (first_nonfinite_f32(hidden_[w].data(), static_cast<int64_t>(hidden_[w].size())) >= 0) return static_cast<int64_t>(w);
+  return -1;
 }
 
 void LayerwiseRunner::observe(int l, const DecoderLayer& L, ActivationObserver& observer) const {

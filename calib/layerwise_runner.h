@@ -5,7 +5,9 @@
 // inputs of layer l+1.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "calib/hessian.h"
@@ -50,6 +52,31 @@ class LayerwiseRunner {
   /// Hessians of layer `l` (weights `L`) on the current hidden states, which are left unchanged.
   /// Deterministic for any thread count: per-window accumulators merged in window order.
   LayerHessians hessians(int l, const DecoderLayer& L) const;
+
+  /// Runs layer `l` (weights `L`) over every window, each observed by a fresh collector `make()`,
+  /// and merges the collectors into `total` in window order (`total.merge(c)`), so the result is
+  /// deterministic for any thread count; the hidden states are left unchanged. Windows run in
+  /// parallel groups as in advance(). Collector: an ActivationObserver with merge(const Collector&).
+  template <typename Collector, typename Make>
+  void collect(int l, const DecoderLayer& L, Collector& total, Make make) const {
+    const int threads = window_threads();
+    const int64_t n = static_cast<int64_t>(hidden_.size());
+    std::vector<std::unique_ptr<Collector>> per_window(static_cast<size_t>(threads));
+    for (int64_t g0 = 0; g0 < n; g0 += threads) {
+      const int group = static_cast<int>(std::min<int64_t>(threads, n - g0));
+#pragma omp parallel for num_threads(group) schedule(static, 1) if (group > 1)
+      for (int i = 0; i < group; ++i) {
+        auto c = std::make_unique<Collector>(make());
+        std::vector<float> x = hidden_[static_cast<size_t>(g0 + i)];  // the layer's output is discarded
+        run_window(l, L, x, c.get());
+        per_window[static_cast<size_t>(i)] = std::move(c);
+      }
+      for (int i = 0; i < group; ++i) total.merge(*per_window[static_cast<size_t>(i)]);  // window order
+    }
+  }
+
+  /// Index of the first window whose hidden states hold a NaN or ±Inf, or −1 when all are finite.
+  int64_t first_nonfinite_window() const;
 
   /// Runs layer `l` (weights `L`) over every window, one window at a time in window order, with
   /// `observer` seeing its activations (e.g. to capture calibration rows); the stored hidden states

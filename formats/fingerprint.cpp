@@ -77,8 +77,8 @@ std::string sha256_file_hex(const std::string& path) {
   return sha256_final_hex(ctx.get());
 }
 
-std::string model_fingerprint_json(const Checkpoint& ckpt) {
-  const ModelConfig& c = ckpt.config;
+namespace {
+std::string fingerprint_json(const ModelConfig& c, const TensorShapes& shapes) {
   nlohmann::json config = {
       {"architecture", c.architecture},
       {"dim", c.dim},
@@ -107,11 +107,22 @@ std::string model_fingerprint_json(const Checkpoint& ckpt) {
     config["rope_scaling"] = std::move(rs);
   }
   nlohmann::json tensors = nlohmann::json::object();
-  for (const auto& [name, t] : ckpt.tensors) tensors[name] = {{"dtype", "f32"}, {"shape", t.shape()}};
+  for (const auto& [name, shape] : shapes) tensors[name] = {{"dtype", "f32"}, {"shape", shape}};
   const nlohmann::json doc = {{"config", std::move(config)}, {"tensors", std::move(tensors)}};
   return doc.dump();  // compact; nlohmann::json objects are std::map-ordered (sorted keys)
 }
+}  // namespace
+
+std::string model_fingerprint_json(const Checkpoint& ckpt) {
+  TensorShapes shapes;
+  for (const auto& [name, t] : ckpt.tensors) shapes[name] = t.shape();
+  return fingerprint_json(ckpt.config, shapes);
+}
 
 std::string model_fingerprint(const Checkpoint& ckpt) { return sha256_hex(model_fingerprint_json(ckpt)); }
+
+std::string model_fingerprint(const ModelConfig& config, const TensorShapes& shapes) {
+  return sha256_hex(fingerprint_json(config, shapes));
+}
 
 }  // namespace sq

@@ -4,9 +4,10 @@
 #include <string>
 #include <string_view>
 
+#include "core/checkpoint.h"
+
 namespace sq {
 
-struct Checkpoint;
 
 /// Lower-case hex SHA-256 of the bytes of `path`, read in 1 MiB blocks (constant memory; OpenSSL
 /// EVP). Throws InputError naming the file when it cannot be opened or read.
@@ -40,5 +41,8 @@ std::string model_fingerprint_json(const Checkpoint& ckpt);
 /// their config and tensor names/shapes agree (note: rope_layout differs between llama2.c and HF
 /// files, so those differ). Does not depend on the weight values.
 std::string model_fingerprint(const Checkpoint& ckpt);
+/// model_fingerprint of a checkpoint with config `config` and tensors named and shaped as `shapes`
+/// (a model read layer by layer, model/layer_stream.h): the same hash as the loaded checkpoint's.
+std::string model_fingerprint(const ModelConfig& config, const TensorShapes& shapes);
 
 }  // namespace sq

@@ -64,12 +64,17 @@ int main(int argc, char** argv) {
     else if (const std::string w = sq::text_file_encoding_warning(opt.text_path); !w.empty())
       std::fprintf(stderr, "sq-calibrate: warning: %s\n", w.c_str());
 
-    sq::LoadedModel loaded = sq::load_model(model_path);
+    // A Hugging Face directory is read one layer at a time (memory: one layer, not the model),
+    // except for work that needs every layer at once: Fisher's backward pass, expert routing.
+    auto model = std::make_unique<sq::LayerStream>(model_path, !opt.fisher);
+    if (model->streamed() && opt.hessian && model->config().spec.n_experts > 0)
+      model = std::make_unique<sq::LayerStream>(model_path, false);
     std::unique_ptr<sq::Tokenizer> tokenizer;  // token ids need none
-    if (!opt.token_ids) tokenizer = sq::open_tokenizer_for(loaded, tokenizer_path);
+    if (!opt.token_ids) tokenizer = sq::open_tokenizer_for(model->model(), tokenizer_path);
     std::unique_ptr<sq::ProgressBar> bar;
-    // One bar over all passes: statistics, then Hessians and/or Fisher (each `total` windows).
-    const int64_t passes = 1 + (opt.hessian ? 1 : 0) + (opt.fisher ? 1 : 0);
+    // One bar over all passes: statistics, then Hessians and/or Fisher (each `total` windows); a
+    // streamed model observes statistics and Hessians in one pass.
+    const int64_t passes = 1 + (opt.hessian && !model->streamed() ? 1 : 0) + (opt.fisher ? 1 : 0);
     opt.progress = [&](const char* phase, int64_t done, int64_t total) {
       const std::string p = phase;
       if (p == "running" || p == "hessians" || p == "fisher") {
@@ -79,7 +84,7 @@ int main(int argc, char** argv) {
         bar->update(d, static_cast<double>(d * opt.seq_len), "tok");
       }
     };
-    const sq::CalibrationData data = sq::run_calibration(loaded, tokenizer.get(), opt);
+    const sq::CalibrationData data = sq::run_calibration(*model, tokenizer.get(), opt);
     if (bar) bar->finish();
     sq::write_calibration_h5(out_path, data);
     int64_t tokens = data.layers.empty() ? 0 : data.layers[0].inputs[0].tokens;

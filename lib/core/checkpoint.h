@@ -37,6 +37,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "core/model_config.h"
 #include "core/tensor.h"
@@ -54,6 +55,10 @@ struct Checkpoint {
   const Tensor& get(const std::string& name, const std::vector<int64_t>& expected_shape) const;
   bool has(const std::string& name) const { return tensors.count(name) != 0; }
 };
+
+/// A model's tensor inventory, canonical name -> shape (what model_fingerprint hashes besides the
+/// config), for models never held whole in memory.
+using TensorShapes = std::map<std::string, std::vector<int64_t>>;
 
 /// Canonical tensor names (see the table above).
 namespace names {

@@ -89,16 +89,26 @@ class CheckpointSource final : public WeightSource {
 }  // namespace
 
 Decoder Decoder::from_checkpoint(const Checkpoint& ck) {
-  const ModelConfig& c = ck.config;
   const CheckpointSource src(ck);
   std::vector<DecoderLayer> layers;
-  layers.reserve(static_cast<size_t>(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) layers.push_back(build_decoder_layer(c, l, src));
+  layers.reserve(static_cast<size_t>(ck.config.n_layers));
+  for (int l = 0; l < ck.config.n_layers; ++l) layers.push_back(build_decoder_layer(ck.config, l, src));
+  Decoder d = from_checkpoint_globals(ck);
+  d.layers_ = std::move(layers);
+  return d;
+}
+
+Decoder Decoder::from_checkpoint_globals(const Checkpoint& ck) {
+  const ModelConfig& c = ck.config;
+  const CheckpointSource src(ck);
   DecoderGlobals g = build_decoder_globals(c, src);
   Tensor embed = ck.get(names::kEmbed, {c.vocab_size, c.dim});
   auto head = std::make_unique<DenseLinear>(c.tied_embeddings ? embed : ck.get(names::kLmHead, {c.vocab_size, c.dim}));
-  return Decoder(c, embed, std::move(layers), ck.get(names::kFinalNorm, {c.dim}), std::move(head), std::move(g));
+  return Decoder(c, embed, std::vector<DecoderLayer>(static_cast<size_t>(c.n_layers)), ck.get(names::kFinalNorm, {c.dim}),
+                 std::move(head), std::move(g));
 }
+
+DecoderLayer Decoder::layer_from_checkpoint(const Checkpoint& ck, int l) { return build_decoder_layer(ck.config, l, CheckpointSource(ck)); }
 
 void Decoder::set_quantized_embedding(std::vector<int8_t> q, std::vector<float> scales) {
   const size_t v = static_cast<size_t>(config_.vocab_size), d = static_cast<size_t>(config_.dim);

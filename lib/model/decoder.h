@@ -94,6 +94,14 @@ class Decoder {
   /// (core/checkpoint.h), reading the tensors its config's DecoderSpec implies.
   /// Throws InputError naming the checkpoint and tensor when one is missing or mis-shaped.
   static Decoder from_checkpoint(const Checkpoint& checkpoint);
+  /// A decoder of the checkpoint's global tensors (embedding, final norm, LM head, DecoderGlobals)
+  /// whose config.n_layers layers are empty placeholders: for embed() and forward_layer() with the
+  /// layers supplied per call (layer_from_checkpoint), when the whole model does not fit in memory.
+  /// forward() must not be called on it. Throws InputError as from_checkpoint for a global tensor.
+  static Decoder from_checkpoint_globals(const Checkpoint& checkpoint);
+  /// Layer `l` (FP32, DenseLinear) from a checkpoint holding at least that layer's tensors.
+  /// Throws InputError as from_checkpoint for a missing or mis-shaped tensor.
+  static DecoderLayer layer_from_checkpoint(const Checkpoint& checkpoint, int l);
 
   const ModelConfig& config() const { return config_; }
   const std::vector<DecoderLayer>& layers() const { return layers_; }

@@ -17,6 +17,14 @@
 
 namespace sq {
 
+std::string default_hf_tokenizer(const std::string& dir) {
+  for (const char* name : {"tokenizer.model", "tokenizer.json"}) {  // SentencePiece first, else byte-level BPE
+    const auto tok = std::filesystem::path(dir) / name;
+    if (std::filesystem::exists(tok)) return tok.string();
+  }
+  return "";
+}
+
 LoadedModel load_model(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw InputError("cannot open " + path + ": " + std::strerror(errno));
@@ -33,13 +41,7 @@ LoadedModel load_model(const std::string& path) {
   }
   if (S_ISDIR(st.st_mode)) {
     ck = load_hf_checkpoint(path);
-    for (const char* name : {"tokenizer.model", "tokenizer.json"}) {  // SentencePiece first, else byte-level BPE
-      const auto tok = std::filesystem::path(path) / name;
-      if (std::filesystem::exists(tok)) {
-        out.default_tokenizer = tok.string();
-        break;
-      }
-    }
+    out.default_tokenizer = default_hf_tokenizer(path);
   } else if (looks_like_gguf(path)) {
     const GgufFile file(path);
     ck = load_gguf_checkpoint(file);

@@ -42,6 +42,10 @@ struct LoadedModel {
 /// non-finite value (nan) at index I ..." for a NaN or ±Inf weight.
 LoadedModel load_model(const std::string& path);
 
+/// The tokenizer file of Hugging Face checkpoint directory `dir`: DIR/tokenizer.model
+/// (SentencePiece) when present, else DIR/tokenizer.json (byte-level BPE), else "".
+std::string default_hf_tokenizer(const std::string& dir);
+
 }  // namespace sq
 
 namespace sq {

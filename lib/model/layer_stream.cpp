@@ -1,0 +1,62 @@
+#include "model/layer_stream.h"
+
+#include <sys/stat.h>
+
+#include <stdexcept>
+
+#include "core/error.h"
+#include "core/finite.h"
+
+namespace sq {
+
+namespace {
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+}  // namespace
+
+LayerStream::LayerStream(const std::string& path, bool stream) {
+  if (!stream || !is_directory(path)) {
+    loaded_ = load_model(path);
+    if (loaded_.format == "sqm") throw UsageError(path + " is a packed .sqm model; give the original checkpoint");
+    return;
+  }
+  reader_.emplace(path);
+  Checkpoint globals = reader_->load(HfTensorSelection::only_globals());
+  check_checkpoint_finite(globals);
+  loaded_.model = std::make_unique<Decoder>(Decoder::from_checkpoint_globals(globals));
+  loaded_.path = path;
+  loaded_.format = globals.format;
+  loaded_.default_tokenizer = default_hf_tokenizer(path);
+  loaded_.checkpoint = std::move(globals);
+}
+
+std::shared_ptr<const DecoderLayer> LayerStream::layer(int l, TensorShapes* shapes) const {
+  const ModelConfig& c = config();
+  if (l < 0 || l >= c.n_layers)
+    throw std::out_of_range("layer " + std::to_string(l) + " of a model with " + std::to_string(c.n_layers) + " layers");
+  if (!reader_) {
+    if (shapes) {
+      const std::string prefix = names::layer(l);
+      for (const auto& [name, t] : loaded_.checkpoint.tensors)
+        if (name.compare(0, prefix.size(), prefix) == 0) (*shapes)[name] = t.shape();
+    }
+    // Aliasing pointer: the resident layer lives as long as this stream.
+    return std::shared_ptr<const DecoderLayer>(std::shared_ptr<const DecoderLayer>(), &loaded_.model->layers()[size_t(l)]);
+  }
+  const Checkpoint ck = reader_->load(HfTensorSelection::only_layer(l));
+  check_checkpoint_finite(ck);
+  if (shapes)
+    for (const auto& [name, t] : ck.tensors) (*shapes)[name] = t.shape();
+  return std::make_shared<const DecoderLayer>(Decoder::layer_from_checkpoint(ck, l));
+}
+
+TensorShapes LayerStream::global_shapes() const {
+  TensorShapes out;
+  for (const auto& [name, t] : loaded_.checkpoint.tensors)
+    if (name.compare(0, 13, "model.layers.") != 0) out[name] = t.shape();
+  return out;
+}
+
+}  // namespace sq

@@ -1,0 +1,57 @@
+// A model's decoder layers one at a time, for layer-by-layer work (calibration, GPTQ's sequential
+// quantization) on models whose FP32 copy exceeds memory: a LLaMA-7B-shaped BF16 checkpoint is
+// 13.5 GB on disk and 27 GB in FP32, one of its layers 0.8 GB.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "formats/hf_checkpoint.h"
+#include "model/model_loader.h"
+
+namespace sq {
+
+/// A model opened for layer-by-layer work.
+///
+/// A Hugging Face checkpoint directory is streamed: opening reads the config and the global tensors
+/// (embedding, final norm, LM head, …; widened to FP32), and layer(l) widens layer l's tensors
+/// when asked (HfCheckpointReader, formats/hf_checkpoint.h) and frees them when the caller lets go.
+/// Memory: the globals plus the layers the caller holds (a 7B-shaped model: 1 GB + 0.8 GB per
+/// layer). Any other format (llama2.c, GGUF) is loaded whole by load_model and layer(l) hands out
+/// its resident layer. Every weight is checked for NaN / ±Inf when it is loaded (globals at open,
+/// a streamed layer in layer()), as load_model does.
+class LayerStream {
+ public:
+  /// Opens `path`; `stream` false loads a Hugging Face directory whole too (for work that needs
+  /// every layer at once: a backward pass, mixture-of-experts routing). Throws what load_model
+  /// (model/model_loader.h) and HfCheckpointReader throw, NonFiniteError for a non-finite global
+  /// weight, UsageError for a packed .sqm file (layer streams read original checkpoints).
+  explicit LayerStream(const std::string& path, bool stream = true);
+
+  /// The model without its layers: path, format, default tokenizer, and a Decoder for embed() and
+  /// forward_layer() (its embedding, final norm, LM head and RoPE tables). Streamed:
+  /// model().model->layers() are empty placeholders and model().checkpoint holds the global
+  /// tensors only; run layers from layer(l).
+  const LoadedModel& model() const { return loaded_; }
+  const ModelConfig& config() const { return loaded_.model->config(); }
+  /// True when layers are read from disk one at a time (a Hugging Face directory).
+  bool streamed() const { return reader_.has_value(); }
+
+  /// Layer l's FP32 weights: read and widened now when streamed, the resident layer otherwise.
+  /// Adds the layer's canonical tensors and their shapes to `*shapes` when given. Throws
+  /// std::out_of_range for l outside [0, n_layers), the reader's InputError for a bad tensor,
+  /// NonFiniteError for a non-finite weight.
+  std::shared_ptr<const DecoderLayer> layer(int l, TensorShapes* shapes = nullptr) const;
+
+  /// Shapes of the global tensors (everything outside the layers).
+  TensorShapes global_shapes() const;
+
+ private:
+  LoadedModel loaded_;
+  std::optional<HfCheckpointReader> reader_;
+};
+
+}  // namespace sq

@@ -1,0 +1,151 @@
+// Tests for model/layer_stream.h and run_calibration on a streamed model (calib/calibration_run.h):
+// a Hugging Face directory calibrated one layer at a time must give what the whole model gives.
+#include "model/layer_stream.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <random>
+#include <sstream>
+
+#include "calib/calibration_run.h"
+#include "core/error.h"
+#include "formats/fingerprint.h"
+#include "formats/hf_checkpoint.h"
+#include "model/linear.h"
+#include "model/synthetic.h"
+#include "support/hf_tiny.h"
+#include "support/process.h"
+#include "support/test_data.h"
+
+namespace {
+
+using sq::test::ScratchDir;
+
+/// Expects two ChannelStats to be equal to the last bit (`what` names them in failures).
+void expect_same(const sq::ChannelStats& a, const sq::ChannelStats& b, const std::string& what) {
+  EXPECT_EQ(a.channels, b.channels) << what;
+  EXPECT_EQ(a.tokens, b.tokens) << what;
+  EXPECT_EQ(a.absmax, b.absmax) << what;
+  EXPECT_EQ(a.min, b.min) << what;
+  EXPECT_EQ(a.max, b.max) << what;
+  EXPECT_EQ(a.sum_sq, b.sum_sq) << what;
+  EXPECT_EQ(a.tensor_absmax, b.tensor_absmax) << what;
+  EXPECT_EQ(a.token_absmax_hist, b.token_absmax_hist) << what;
+}
+
+/// Every statistic and Hessian of `a` equals `b`'s exactly, and so do the fingerprints.
+void expect_same(const sq::CalibrationData& a, const sq::CalibrationData& b) {
+  EXPECT_EQ(a.provenance.model_fingerprint, b.provenance.model_fingerprint);
+  ASSERT_EQ(a.layers.size(), b.layers.size());
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    const auto &x = a.layers[l], &y = b.layers[l];
+    const std::string at = "layer " + std::to_string(l);
+    ASSERT_EQ(x.inputs.size(), y.inputs.size()) << at;
+    for (size_t s = 0; s < x.inputs.size(); ++s) expect_same(x.inputs[s], y.inputs[s], at + " input site " + std::to_string(s));
+    EXPECT_EQ(x.output_absmax, y.output_absmax) << at;
+    expect_same(x.keys, y.keys, at + " keys");
+    expect_same(x.values, y.values, at + " values");
+    EXPECT_EQ(x.hessians, y.hessians) << at;
+    EXPECT_EQ(x.hessian_tokens, y.hessian_tokens) << at;
+  }
+}
+
+/// A token-ids file of `n` ids drawn uniformly from [0, vocab) (seeded).
+std::string token_ids_file(const ScratchDir& dir, int vocab, int n) {
+  std::mt19937 rng(5);
+  std::ostringstream ids;
+  for (int i = 0; i < n; ++i) ids << std::uniform_int_distribution<int>(0, vocab - 1)(rng) << ' ';
+  const std::string path = dir.file("ids.txt");
+  sq::test::write_file(path, ids.str());
+  return path;
+}
+
+class LayerStreamCalibration : public ::testing::TestWithParam<const char*> {};
+
+// The tiny checkpoints cover every architecture's map_tensors selection, norms, biases, positions
+// and sliding windows. Hessians are compared too except for the mixture of experts (whose expert
+// Hessians need the whole model: the streamed run refuses them, checked below).
+TEST_P(LayerStreamCalibration, StreamedLayersGiveTheWholeModelsStatisticsAndHessians) {
+  const std::string path = sq::test::hf_tiny(GetParam());
+  const sq::LayerStream streamed(path);
+  ASSERT_TRUE(streamed.streamed());
+  const sq::LayerStream whole(path, false);
+  ASSERT_FALSE(whole.streamed());
+  EXPECT_EQ(streamed.model().model->layers().size(), whole.model().model->layers().size());
+
+  ScratchDir dir;
+  sq::CalibrationOptions o;
+  o.token_ids = true;
+  o.text_path = token_ids_file(dir, whole.config().vocab_size, 400);
+  o.samples = 5;  // more windows than threads: several parallel groups merged in order
+  o.seq_len = std::min(24, whole.config().max_seq_len);
+  o.hessian = whole.config().spec.n_experts == 0;
+  const sq::CalibrationData a = sq::run_calibration(streamed, nullptr, o);
+  const sq::CalibrationData b = sq::run_calibration(whole, nullptr, o);
+  expect_same(a, b);
+  EXPECT_EQ(a.provenance.model_fingerprint, sq::model_fingerprint(whole.model().checkpoint));
+  if (!o.hessian) {
+    o.hessian = true;
+    EXPECT_THROW(sq::run_calibration(streamed, nullptr, o), sq::UsageError);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(HfTiny, LayerStreamCalibration, ::testing::ValuesIn(sq::test::kHfTinyCheckpoints),
+                         sq::test::HfTinyParamName());
+
+// From dim 1024 on, windows run one at a time with parallel ops inside (the 7B path) instead of
+// one window per thread: the streamed result must still be the whole model's.
+TEST(LayerStream, WideModelsStreamedGiveTheWholeModelsStatisticsAndHessians) {
+  sq::ModelConfig c = sq::synthetic_1b_config(2);
+  c.dim = 1024;
+  c.hidden_dim = 1536;
+  c.n_heads = 16;
+  c.n_kv_heads = 4;
+  c.vocab_size = 300;
+  ScratchDir dir;
+  sq::save_hf_checkpoint(sq::make_synthetic_checkpoint(c, 3), dir.file("m"), "BF16");
+  const sq::LayerStream streamed(dir.file("m")), whole(dir.file("m"), false);
+  sq::CalibrationOptions o;
+  o.token_ids = true;
+  o.text_path = token_ids_file(dir, c.vocab_size, 300);
+  o.samples = 3;
+  o.seq_len = 32;
+  o.hessian = true;
+  expect_same(sq::run_calibration(streamed, nullptr, o), sq::run_calibration(whole, nullptr, o));
+}
+
+TEST(LayerStream, StreamedLayersAreTheWholeModelsLayersAndNothingElseIsHeld) {
+  const std::string path = sq::test::hf_tiny("llama-gqa");
+  const sq::LayerStream streamed(path);
+  const sq::LayerStream whole(path, false);
+  // The streamed model holds the globals only.
+  for (const auto& [name, t] : streamed.model().checkpoint.tensors) EXPECT_NE(name.rfind("model.layers.", 0), 0u) << name;
+  EXPECT_EQ(streamed.global_shapes(), whole.global_shapes());
+  sq::TensorShapes all = streamed.global_shapes();
+  for (int l = 0; l < streamed.config().n_layers; ++l) {
+    const auto L = streamed.layer(l, &all);
+    const auto& R = whole.model().model->layers()[size_t(l)];
+    const sq::Tensor& a = dynamic_cast<const sq::DenseLinear&>(*L->q_proj).weight();
+    const sq::Tensor& b = dynamic_cast<const sq::DenseLinear&>(*R.q_proj).weight();
+    ASSERT_EQ(a.numel(), b.numel());
+    EXPECT_EQ(std::vector<float>(a.data(), a.data() + a.numel()), std::vector<float>(b.data(), b.data() + b.numel()));
+  }
+  EXPECT_EQ(sq::model_fingerprint(streamed.config(), all), sq::model_fingerprint(whole.model().checkpoint));
+  EXPECT_THROW(streamed.layer(streamed.config().n_layers), std::out_of_range);
+  EXPECT_THROW(streamed.layer(-1), std::out_of_range);
+}
+
+TEST(LayerStream, RefusesFisherOnAStreamedModel) {
+  const sq::LayerStream streamed(sq::test::hf_tiny("llama-gqa"));
+  ScratchDir dir;
+  sq::CalibrationOptions o;
+  o.token_ids = true;
+  o.text_path = token_ids_file(dir, streamed.config().vocab_size, 100);
+  o.samples = 2;
+  o.seq_len = 8;
+  o.fisher = true;
+  EXPECT_THROW(sq::run_calibration(streamed, nullptr, o), sq::UsageError);
+}
+
+}  // namespace
