@@ -1,5 +1,8 @@
 #include "calib/calibration_run.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <ctime>
 #include <memory>
 #include <optional>
@@ -40,6 +43,17 @@ std::vector<std::vector<int32_t>> prepare_calibration(const ModelConfig& c, cons
   if (o.fisher && o.fisher_tokens < 1)
     throw UsageError("--fisher-tokens must be at least 1, got " + std::to_string(o.fisher_tokens));
   if (!o.token_ids && !tok) throw UsageError("calibration on a text needs a tokenizer");
+  if (o.hessian) {  // every layer's Hessians are held until the file is written
+    const double d = c.dim, q = double(c.n_heads) * c.head_dim, h = c.hidden_dim;
+    const double bytes = 8.0 * (2 * d * d + q * q + h * h) * c.n_layers;
+    const double ram = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
+    if (ram > 0 && bytes > 0.8 * ram) {
+      char msg[256];
+      std::snprintf(msg, sizeof msg, "--hessian would hold %.1f GB of GPTQ Hessians (8·width² bytes per input site, %d layers) "
+                    "in memory, more than 80%% of this machine's %.1f GB; ", bytes / 1e9, c.n_layers, ram / 1e9);
+      throw UsageError(path + ": " + msg + "sq-convert --gptq computes them layer by layer itself (sequential)");
+    }
+  }
 
   CalibrationProvenance& p = data.provenance;
   p.text_sha256 = sha256_file_hex(o.text_path);       // InputError when the text is missing
@@ -129,7 +143,7 @@ CalibrationData run_calibration(const LayerStream& model, const Tokenizer* tok, 
   for (int l = 0; l < c.n_layers; ++l) {
     const std::shared_ptr<const DecoderLayer> L = model.layer(l, &shapes);
     LayerObservations total(c, l, o.hessian);
-    runner.collect(l, *L, total, [&] { return LayerObservations(c, l, o.hessian); });
+    runner.collect_and_advance(l, *L, total, [&] { return LayerObservations(c, l, o.hessian); });
     stats.merge(total.stats);
     if (total.hessians) {
       LayerStats& ls = stats.layers()[static_cast<size_t>(l)];
@@ -138,11 +152,10 @@ CalibrationData run_calibration(const LayerStream& model, const Tokenizer* tok, 
         ls.hessians[static_cast<size_t>(s)] = total.hessians->at(static_cast<ActivationSite>(s)).hessian();
       ls.hessian_tokens = total.hessians->at(ActivationSite::AttnInput).tokens();
     }
-    runner.advance(l, *L);
     if (const int64_t w = runner.first_nonfinite_window(); w >= 0)
       throw nonfinite_activation_error("layer " + std::to_string(l) + " (its output, the residual stream)",
                                        "in calibration window " + std::to_string(w) + " of " + std::to_string(n_windows));
-    if (o.progress) o.progress("running", int64_t(l + 1) * n_windows / c.n_layers, n_windows);
+    if (o.progress) o.progress("layers", l + 1, c.n_layers);
   }
   data.layers = std::move(stats.layers());
   data.provenance.model_fingerprint = model_fingerprint(c, shapes);

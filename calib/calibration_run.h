@@ -32,7 +32,8 @@ struct CalibrationOptions {
   bool fisher = false;
   int64_t fisher_tokens = kDefaultFisherTokens;  ///< cap on Fisher tokens per layer (calib/fisher.h)
   /// Progress: (phase, done, total); phase is "reading" (bytes), or "running", "hessians",
-  /// "fisher" (windows), in that order.
+  /// "fisher" (windows), in that order; a streamed model reports "layers" (layers done, of all)
+  /// instead of "running" and "hessians".
   std::function<void(const char*, int64_t, int64_t)> progress;
 };
 
@@ -44,8 +45,9 @@ struct CalibrationOptions {
 /// give bit-identical statistics for any thread count.
 /// With options.hessian the layers also carry their Hessians (LayerStats::hessians); with
 /// options.fisher their K/V Fisher samples (LayerStats::kv_fisher, CalibrationData::fisher_max_tokens).
-/// Throws UsageError for N < 1, L < 2 or L above the model's context, or fisher_tokens < 1 with
-/// fisher; InputError for bad text or token ids (an id outside the model's vocabulary included); UnsupportedError when fisher is asked of a model whose
+/// Throws UsageError for N < 1, L < 2 or L above the model's context, fisher_tokens < 1 with
+/// fisher, or options.hessian when every layer's Hessians (8·width² bytes per input site) would
+/// exceed 80% of the machine's physical memory (a LLaMA-7B shape: 44 GB); InputError for bad text or token ids (an id outside the model's vocabulary included); UnsupportedError when fisher is asked of a model whose
 /// projections are not FP32.
 CalibrationData run_calibration(const LoadedModel& loaded, const Tokenizer* tokenizer, const CalibrationOptions& options);
 

@@ -56,23 +56,20 @@ class LayerwiseRunner {
   /// Runs layer `l` (weights `L`) over every window, each observed by a fresh collector `make()`,
   /// and merges the collectors into `total` in window order (`total.merge(c)`), so the result is
   /// deterministic for any thread count; the hidden states are left unchanged. Windows run in
-  /// parallel groups as in advance(). Collector: an ActivationObserver with merge(const Collector&).
+  /// parallel groups as in advance(). Collector: an ActivationObserver with
+  /// merge(const Collector&).
   template <typename Collector, typename Make>
   void collect(int l, const DecoderLayer& L, Collector& total, Make make) const {
-    const int threads = window_threads();
-    const int64_t n = static_cast<int64_t>(hidden_.size());
-    std::vector<std::unique_ptr<Collector>> per_window(static_cast<size_t>(threads));
-    for (int64_t g0 = 0; g0 < n; g0 += threads) {
-      const int group = static_cast<int>(std::min<int64_t>(threads, n - g0));
-#pragma omp parallel for num_threads(group) schedule(static, 1) if (group > 1)
-      for (int i = 0; i < group; ++i) {
-        auto c = std::make_unique<Collector>(make());
-        std::vector<float> x = hidden_[static_cast<size_t>(g0 + i)];  // the layer's output is discarded
-        run_window(l, L, x, c.get());
-        per_window[static_cast<size_t>(i)] = std::move(c);
-      }
-      for (int i = 0; i < group; ++i) total.merge(*per_window[static_cast<size_t>(i)]);  // window order
-    }
+    merge_windows(total, make, [&](int64_t w, Collector* c) {
+      std::vector<float> x = hidden_[static_cast<size_t>(w)];  // the layer's output is discarded
+      run_window(l, L, x, c);
+    });
+  }
+
+  /// collect() and advance() in one pass: the layer's outputs replace the stored hidden states.
+  template <typename Collector, typename Make>
+  void collect_and_advance(int l, const DecoderLayer& L, Collector& total, Make make) {
+    merge_windows(total, make, [&](int64_t w, Collector* c) { run_window(l, L, hidden_[static_cast<size_t>(w)], c); });
   }
 
   /// Index of the first window whose hidden states hold a NaN or ±Inf, or −1 when all are finite.
@@ -90,6 +87,24 @@ class LayerwiseRunner {
   /// Runs layer l on window w's hidden states in `x` (in place), observed by `obs` (may be null).
   void run_window(int l, const DecoderLayer& L, std::vector<float>& x, ActivationObserver* obs) const;
   int window_threads() const;
+  /// Calls run(w, collector) for every window w with a fresh collector make(), in parallel groups
+  /// of window_threads(), and merges the collectors into `total` in window order.
+  template <typename Collector, typename Make, typename Run>
+  void merge_windows(Collector& total, Make make, Run run) const {
+    const int threads = window_threads();
+    const int64_t n = static_cast<int64_t>(hidden_.size());
+    std::vector<std::unique_ptr<Collector>> per_window(static_cast<size_t>(threads));
+    for (int64_t g0 = 0; g0 < n; g0 += threads) {
+      const int group = static_cast<int>(std::min<int64_t>(threads, n - g0));
+#pragma omp parallel for num_threads(group) schedule(static, 1) if (group > 1)
+      for (int i = 0; i < group; ++i) {
+        auto c = std::make_unique<Collector>(make());
+        run(g0 + i, c.get());
+        per_window[static_cast<size_t>(i)] = std::move(c);
+      }
+      for (int i = 0; i < group; ++i) total.merge(*per_window[static_cast<size_t>(i)]);  // window order
+    }
+  }
 
   const Decoder& model_;
   std::vector<std::vector<float>> hidden_;  ///< per window: [tokens, dim]

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -76,6 +77,14 @@ std::string read_file_to_string(const std::string& path) {
   ss << in.rdbuf();
   if (in.bad()) throw InputError("cannot read " + path);
   return ss.str();
+}
+
+void MappedFile::release(size_t offset, size_t size) const {
+  if (owned_ || !data_ || offset >= size_) return;
+  size = std::min(size, size_ - offset);
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t begin = (offset + page - 1) / page * page, end = (offset + size) / page * page;  // whole pages only
+  if (end > begin) ::madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_DONTNEED);  // advisory: errors ignored
 }
 
 }  // namespace sq

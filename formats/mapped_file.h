@@ -26,6 +26,12 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
 
   const uint8_t* data() const { return data_; }
+  /// Drops this process's resident pages of bytes [offset, offset + size) (the whole pages inside
+  /// the range; madvise MADV_DONTNEED): after a reader copied them out (e.g. widened BF16 to
+  /// FP32), so that reading a file larger than memory piece by piece keeps the resident set small.
+  /// The bytes stay readable (they are read again from the file when touched). No-op for a
+  /// from_bytes() buffer or an empty range; ranges past the end are clipped.
+  void release(size_t offset, size_t size) const;
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
 

@@ -3,6 +3,7 @@
 // (formats/hf_checkpoint.h) and the synthetic models (model/synthetic.h).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -59,6 +60,9 @@ TEST(SafetensorsWriter, GeneratedEntriesAreWrittenPieceByPieceAndReadBackExactly
     int64_t wrong = 0;
     for (int64_t i = 0; i < n; ++i) wrong += t.data()[i] != value(i);
     EXPECT_EQ(wrong, 0) << dtype;
+    // Widening released the mapped pages (MappedFile::release): the bytes read again the same.
+    const sq::Tensor again = f.load_f32("w");
+    EXPECT_EQ(std::memcmp(again.data(), t.data(), size_t(n) * sizeof(float)), 0) << dtype;
   }
 }
 

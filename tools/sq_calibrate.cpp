@@ -73,11 +73,14 @@ int main(int argc, char** argv) {
     if (!opt.token_ids) tokenizer = sq::open_tokenizer_for(model->model(), tokenizer_path);
     std::unique_ptr<sq::ProgressBar> bar;
     // One bar over all passes: statistics, then Hessians and/or Fisher (each `total` windows); a
-    // streamed model observes statistics and Hessians in one pass.
-    const int64_t passes = 1 + (opt.hessian && !model->streamed() ? 1 : 0) + (opt.fisher ? 1 : 0);
+    // streamed model runs statistics and Hessians in one pass over the layers.
+    const int64_t passes = 1 + (opt.hessian ? 1 : 0) + (opt.fisher ? 1 : 0);
     opt.progress = [&](const char* phase, int64_t done, int64_t total) {
       const std::string p = phase;
-      if (p == "running" || p == "hessians" || p == "fisher") {
+      if (p == "layers") {
+        if (!bar) bar = std::make_unique<sq::ProgressBar>("sq-calibrate", total, "layers", !quiet);
+        bar->update(done);
+      } else if (p == "running" || p == "hessians" || p == "fisher") {
         if (!bar) bar = std::make_unique<sq::ProgressBar>("sq-calibrate", passes * total, "windows", !quiet);
         const int64_t before = p == "running" ? 0 : p == "hessians" ? total : (opt.hessian ? 2 : 1) * total;
         const int64_t d = before + done;

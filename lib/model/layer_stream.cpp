@@ -25,7 +25,14 @@ LayerStream::LayerStream(const std::string& path, bool stream) {
   reader_.emplace(path);
   Checkpoint globals = reader_->load(HfTensorSelection::only_globals());
   check_checkpoint_finite(globals);
+  for (const auto& [name, t] : globals.tensors) global_shapes_[name] = t.shape();
   loaded_.model = std::make_unique<Decoder>(Decoder::from_checkpoint_globals(globals));
+  // Layer-by-layer work computes no logits: an untied LM head (vocab × dim, 0.5 GB at LLaMA-7B's
+  // shape) is not kept.
+  if (!loaded_.model->config().tied_embeddings) {
+    loaded_.model->set_lm_head(nullptr);
+    globals.tensors.erase(names::kLmHead);
+  }
   loaded_.path = path;
   loaded_.format = globals.format;
   loaded_.default_tokenizer = default_hf_tokenizer(path);
@@ -53,6 +60,7 @@ std::shared_ptr<const DecoderLayer> LayerStream::layer(int l, TensorShapes* shap
 }
 
 TensorShapes LayerStream::global_shapes() const {
+  if (reader_) return global_shapes_;
   TensorShapes out;
   for (const auto& [name, t] : loaded_.checkpoint.tensors)
     if (name.compare(0, 13, "model.layers.") != 0) out[name] = t.shape();

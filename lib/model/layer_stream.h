@@ -19,8 +19,9 @@ namespace sq {
 /// A Hugging Face checkpoint directory is streamed: opening reads the config and the global tensors
 /// (embedding, final norm, LM head, …; widened to FP32), and layer(l) widens layer l's tensors
 /// when asked (HfCheckpointReader, formats/hf_checkpoint.h) and frees them when the caller lets go.
-/// Memory: the globals plus the layers the caller holds (a 7B-shaped model: 1 GB + 0.8 GB per
-/// layer). Any other format (llama2.c, GGUF) is loaded whole by load_model and layer(l) hands out
+/// Memory: the globals but the LM head, plus the layers the caller holds (a 7B-shaped model:
+/// 0.5 GB + 0.8 GB per layer); the mapped file pages a layer was widened from are released
+/// (MappedFile::release), so they do not accumulate in the resident set. Any other format (llama2.c, GGUF) is loaded whole by load_model and layer(l) hands out
 /// its resident layer. Every weight is checked for NaN / ±Inf when it is loaded (globals at open,
 /// a streamed layer in layer()), as load_model does.
 class LayerStream {
@@ -32,9 +33,10 @@ class LayerStream {
   explicit LayerStream(const std::string& path, bool stream = true);
 
   /// The model without its layers: path, format, default tokenizer, and a Decoder for embed() and
-  /// forward_layer() (its embedding, final norm, LM head and RoPE tables). Streamed:
-  /// model().model->layers() are empty placeholders and model().checkpoint holds the global
-  /// tensors only; run layers from layer(l).
+  /// forward_layer() (its embedding, final norm and RoPE tables). Streamed:
+  /// model().model->layers() are empty placeholders, an untied LM head is not held (its
+  /// lm_head() must not be called: layer-by-layer work computes no logits), and
+  /// model().checkpoint holds the other global tensors only; run layers from layer(l).
   const LoadedModel& model() const { return loaded_; }
   const ModelConfig& config() const { return loaded_.model->config(); }
   /// True when layers are read from disk one at a time (a Hugging Face directory).
@@ -46,12 +48,13 @@ class LayerStream {
   /// NonFiniteError for a non-finite weight.
   std::shared_ptr<const DecoderLayer> layer(int l, TensorShapes* shapes = nullptr) const;
 
-  /// Shapes of the global tensors (everything outside the layers).
+  /// Shapes of the global tensors (everything outside the layers, the LM head included).
   TensorShapes global_shapes() const;
 
  private:
   LoadedModel loaded_;
   std::optional<HfCheckpointReader> reader_;
+  TensorShapes global_shapes_;  ///< streamed: recorded at open
 };
 
 }  // namespace sq
