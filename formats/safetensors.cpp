@@ -269,7 +269,7 @@ Tensor SafetensorsFile::load_f32(const std::string& name, std::shared_ptr<const 
     }
     std::vector<float> v(static_cast<size_t>(n));
     std::memcpy(v.data(), src, size_t(n) * sizeof(float));
-    file_->release(size_t(src - file_->data()), size_t(i.end - i.begin));
+    file_->release(size_t(data_start_ + i.begin), size_t(i.end - i.begin));
     return Tensor::from_vector(i.shape, std::move(v));
   }
   if (i.dtype == "F16" || i.dtype == "BF16") {
@@ -283,7 +283,7 @@ Tensor SafetensorsFile::load_f32(const std::string& name, std::shared_ptr<const 
         dst[k] = bf16 ? bf16_to_float(bits) : half_to_float(bits);
       }
     });
-    file_->release(size_t(src - file_->data()), size_t(i.end - i.begin));  // the copy is all that is needed now
+    file_->release(size_t(data_start_ + i.begin), size_t(i.end - i.begin));  // the copy is all that is needed now
     return Tensor::from_vector(i.shape, std::move(v));
   }
   throw UnsupportedError(path_ + ": tensor " + quote_name(name) + " has dtype " + i.dtype +

@@ -67,8 +67,10 @@ int main(int argc, char** argv) {
     // A Hugging Face directory is read one layer at a time (memory: one layer, not the model),
     // except for work that needs every layer at once: Fisher's backward pass, expert routing.
     auto model = std::make_unique<sq::LayerStream>(model_path, !opt.fisher);
-    if (model->streamed() && opt.hessian && model->config().spec.n_experts > 0)
+    if (model->streamed() && opt.hessian && model->config().spec.n_experts > 0) {
+      model.reset();  // one copy of the globals at a time
       model = std::make_unique<sq::LayerStream>(model_path, false);
+    }
     std::unique_ptr<sq::Tokenizer> tokenizer;  // token ids need none
     if (!opt.token_ids) tokenizer = sq::open_tokenizer_for(model->model(), tokenizer_path);
     std::unique_ptr<sq::ProgressBar> bar;

@@ -21,7 +21,9 @@ namespace sq {
 /// when asked (HfCheckpointReader, formats/hf_checkpoint.h) and frees them when the caller lets go.
 /// Memory: the globals but the LM head, plus the layers the caller holds (a 7B-shaped model:
 /// 0.5 GB + 0.8 GB per layer); the mapped file pages a layer was widened from are released
-/// (MappedFile::release), so they do not accumulate in the resident set. Any other format (llama2.c, GGUF) is loaded whole by load_model and layer(l) hands out
+/// (MappedFile::release), so they do not accumulate in the resident set. Not yet for F32 files:
+/// their tensors stay zero-copy views of the mapping, whose pages stay resident once read
+/// (reclaimable page cache, but counted in RSS). Any other format (llama2.c, GGUF) is loaded whole by load_model and layer(l) hands out
 /// its resident layer. Every weight is checked for NaN / ±Inf when it is loaded (globals at open,
 /// a streamed layer in layer()), as load_model does.
 class LayerStream {
@@ -42,7 +44,8 @@ class LayerStream {
   /// True when layers are read from disk one at a time (a Hugging Face directory).
   bool streamed() const { return reader_.has_value(); }
 
-  /// Layer l's FP32 weights: read and widened now when streamed, the resident layer otherwise.
+  /// Layer l's FP32 weights: read and widened now when streamed, the resident layer otherwise
+  /// (then a non-owning pointer that must not outlive this stream).
   /// Adds the layer's canonical tensors and their shapes to `*shapes` when given. Throws
   /// std::out_of_range for l outside [0, n_layers), the reader's InputError for a bad tensor,
   /// NonFiniteError for a non-finite weight.

@@ -19,7 +19,7 @@ ModelConfig synthetic_1b_config(int n_layers);
 ModelConfig synthetic_7b_config(int n_layers);
 
 /// The tensors of a synthetic LLaMA-structured `config` (canonical names, core/checkpoint.h), in
-/// HF file order, each generated on demand with deterministic pseudo-random values: linear weights
+/// canonical order (embedding, layers 0 … n−1, final norm, head), each generated on demand with deterministic pseudo-random values: linear weights
 /// ~ N(0, 1/in), embeddings ~ N(0, 1), norm weights ~ 1 + N(0, 0.02²). Tensor k is drawn from
 /// seed + k + 1 in blocks of 2^16 elements, so any piecewise generation (each piece starting at a
 /// multiple of 2^16; std::invalid_argument otherwise) gives the same values; same seed, same bytes.
