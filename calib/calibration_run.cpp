@@ -71,6 +71,14 @@ std::vector<std::vector<int32_t>> prepare_calibration(const ModelConfig& c, cons
                        });
 }
 
+/// Stores a layer's GPTQ Hessians in `ls`: at(site) is the accumulator of each input site.
+template <typename SiteAccumulator>
+void store_hessians(LayerStats& ls, SiteAccumulator at) {
+  ls.hessians.resize(kActivationSites);
+  for (int s = 0; s < kActivationSites; ++s) ls.hessians[static_cast<size_t>(s)] = at(static_cast<ActivationSite>(s)).hessian();
+  ls.hessian_tokens = at(ActivationSite::AttnInput).tokens();
+}
+
 /// One window's observations of one layer: its statistics and, optionally, its Hessians.
 class LayerObservations final : public ActivationObserver {
  public:
@@ -108,12 +116,8 @@ CalibrationData run_calibration(const LoadedModel& loaded, const Tokenizer* tok,
     const HessianCollector h = collect_hessians(*loaded.model, windows, [&](int64_t done, int64_t total) {
       if (o.progress) o.progress("hessians", done, total);
     });
-    for (int l = 0; l < c.n_layers; ++l) {
-      LayerStats& ls = data.layers[static_cast<size_t>(l)];
-      ls.hessians.resize(kActivationSites);
-      for (int s = 0; s < kActivationSites; ++s) ls.hessians[static_cast<size_t>(s)] = h.at(l, static_cast<ActivationSite>(s)).hessian();
-      ls.hessian_tokens = h.at(l, ActivationSite::AttnInput).tokens();
-    }
+    for (int l = 0; l < c.n_layers; ++l)
+      store_hessians(data.layers[static_cast<size_t>(l)], [&](ActivationSite s) -> const HessianAccumulator& { return h.at(l, s); });
   }
   if (o.fisher) {
     KVFisherResult f = collect_kv_fisher(*loaded.model, windows, o.fisher_tokens, o.seed, [&](int64_t done, int64_t total) {
@@ -145,13 +149,9 @@ CalibrationData run_calibration(const LayerStream& model, const Tokenizer* tok, 
     LayerObservations total(c, l, o.hessian);
     runner.collect_and_advance(l, *L, total, [&] { return LayerObservations(c, l, o.hessian); });
     stats.merge(total.stats);
-    if (total.hessians) {
-      LayerStats& ls = stats.layers()[static_cast<size_t>(l)];
-      ls.hessians.resize(kActivationSites);
-      for (int s = 0; s < kActivationSites; ++s)
-        ls.hessians[static_cast<size_t>(s)] = total.hessians->at(static_cast<ActivationSite>(s)).hessian();
-      ls.hessian_tokens = total.hessians->at(ActivationSite::AttnInput).tokens();
-    }
+    if (total.hessians)
+      store_hessians(stats.layers()[static_cast<size_t>(l)],
+                     [&](ActivationSite s) -> const HessianAccumulator& { return total.hessians->at(s); });
     if (const int64_t w = runner.first_nonfinite_window(); w >= 0)
       throw nonfinite_activation_error("layer " + std::to_string(l) + " (its output, the residual stream)",
                                        "in calibration window " + std::to_string(w) + " of " + std::to_string(n_windows));
