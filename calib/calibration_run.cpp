@@ -33,7 +33,8 @@ std::string utc_now_iso8601() {
 
 /// The checks, provenance (all but the fingerprint) and windows shared by both entry points.
 std::vector<std::vector<int32_t>> prepare_calibration(const ModelConfig& c, const std::string& format, const std::string& path,
-                                                      const Tokenizer* tok, const CalibrationOptions& o, CalibrationData& data) {
+                                                      const Tokenizer* tok, const CalibrationOptions& o, CalibrationData& data,
+                                                      int hessian_layers_held) {
   if (o.samples < 1) throw UsageError("--samples must be at least 1, got " + std::to_string(o.samples));
   if (o.seq_len < 2) throw UsageError("--seq-len must be at least 2, got " + std::to_string(o.seq_len));
   if (o.seq_len > c.max_seq_len)
@@ -43,14 +44,14 @@ std::vector<std::vector<int32_t>> prepare_calibration(const ModelConfig& c, cons
   if (o.fisher && o.fisher_tokens < 1)
     throw UsageError("--fisher-tokens must be at least 1, got " + std::to_string(o.fisher_tokens));
   if (!o.token_ids && !tok) throw UsageError("calibration on a text needs a tokenizer");
-  if (o.hessian) {  // every layer's Hessians are held until the file is written
+  if (o.hessian) {  // the Hessians of `hessian_layers_held` layers are held at once
     const double d = c.dim, q = double(c.n_heads) * c.head_dim, h = c.hidden_dim;
-    const double bytes = 8.0 * (2 * d * d + q * q + h * h) * c.n_layers;
+    const double bytes = 8.0 * (2 * d * d + q * q + h * h) * hessian_layers_held;
     const double ram = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
     if (ram > 0 && bytes > 0.8 * ram) {
       char msg[256];
       std::snprintf(msg, sizeof msg, "--hessian would hold %.1f GB of GPTQ Hessians (8·width² bytes per input site, %d layers) "
-                    "in memory, more than 80%% of this machine's %.1f GB; ", bytes / 1e9, c.n_layers, ram / 1e9);
+                    "in memory, more than 80%% of this machine's %.1f GB; ", bytes / 1e9, hessian_layers_held, ram / 1e9);
       throw UsageError(path + ": " + msg + "sq-convert --gptq computes them layer by layer itself (sequential)");
     }
   }
@@ -71,12 +72,13 @@ std::vector<std::vector<int32_t>> prepare_calibration(const ModelConfig& c, cons
                        });
 }
 
-/// Stores a layer's GPTQ Hessians in `ls`: at(site) is the accumulator of each input site.
+/// Moves a layer's GPTQ Hessians into `ls`: at(site) is the accumulator of each input site, left
+/// empty (HessianAccumulator::take_hessian: no second copy).
 template <typename SiteAccumulator>
 void store_hessians(LayerStats& ls, SiteAccumulator at) {
-  ls.hessians.resize(kActivationSites);
-  for (int s = 0; s < kActivationSites; ++s) ls.hessians[static_cast<size_t>(s)] = at(static_cast<ActivationSite>(s)).hessian();
   ls.hessian_tokens = at(ActivationSite::AttnInput).tokens();
+  ls.hessians.resize(kActivationSites);
+  for (int s = 0; s < kActivationSites; ++s) ls.hessians[static_cast<size_t>(s)] = at(static_cast<ActivationSite>(s)).take_hessian();
 }
 
 /// One window's observations of one layer: its statistics and, optionally, its Hessians.
@@ -107,17 +109,17 @@ class LayerObservations final : public ActivationObserver {
 CalibrationData run_calibration(const LoadedModel& loaded, const Tokenizer* tok, const CalibrationOptions& o) {
   const ModelConfig& c = loaded.model->config();
   CalibrationData data;
-  const auto windows = prepare_calibration(c, loaded.format, loaded.path, tok, o, data);
+  const auto windows = prepare_calibration(c, loaded.format, loaded.path, tok, o, data, c.n_layers);
   data.provenance.model_fingerprint = model_fingerprint(loaded.checkpoint);
   data.layers = collect_activation_stats(*loaded.model, windows, [&](int64_t done, int64_t total) {
     if (o.progress) o.progress("running", done, total);
   });
   if (o.hessian) {
-    const HessianCollector h = collect_hessians(*loaded.model, windows, [&](int64_t done, int64_t total) {
+    HessianCollector h = collect_hessians(*loaded.model, windows, [&](int64_t done, int64_t total) {
       if (o.progress) o.progress("hessians", done, total);
     });
     for (int l = 0; l < c.n_layers; ++l)
-      store_hessians(data.layers[static_cast<size_t>(l)], [&](ActivationSite s) -> const HessianAccumulator& { return h.at(l, s); });
+      store_hessians(data.layers[static_cast<size_t>(l)], [&](ActivationSite s) -> HessianAccumulator& { return h.at(l, s); });
   }
   if (o.fisher) {
     KVFisherResult f = collect_kv_fisher(*loaded.model, windows, o.fisher_tokens, o.seed, [&](int64_t done, int64_t total) {
@@ -139,19 +141,22 @@ CalibrationData run_calibration(const LayerStream& model, const Tokenizer* tok, 
   if (o.hessian && c.spec.n_experts > 0)
     throw UsageError(path + ": Hessians of mixture-of-experts layers need the whole model; open it whole (not layer by layer)");
   CalibrationData data;
-  const auto windows = prepare_calibration(c, model.model().format, path, tok, o, data);
+  const auto windows = prepare_calibration(c, model.model().format, path, tok, o, data, o.on_layer_hessians ? 1 : c.n_layers);
   TensorShapes shapes = model.global_shapes();
   LayerwiseRunner runner(*model.model().model, windows);
   StatsCollector stats(c);
   const int64_t n_windows = static_cast<int64_t>(windows.size());
   for (int l = 0; l < c.n_layers; ++l) {
-    const std::shared_ptr<const DecoderLayer> L = model.layer(l, &shapes);
+    std::shared_ptr<const DecoderLayer> L = model.layer(l, &shapes);
     LayerObservations total(c, l, o.hessian);
     runner.collect_and_advance(l, *L, total, [&] { return LayerObservations(c, l, o.hessian); });
+    L.reset();  // the layer's weights go before its Hessians are finished
     stats.merge(total.stats);
-    if (total.hessians)
-      store_hessians(stats.layers()[static_cast<size_t>(l)],
-                     [&](ActivationSite s) -> const HessianAccumulator& { return total.hessians->at(s); });
+    if (total.hessians) {
+      LayerStats& ls = stats.layers()[static_cast<size_t>(l)];
+      store_hessians(ls, [&](ActivationSite s) -> HessianAccumulator& { return total.hessians->at(s); });
+      if (o.on_layer_hessians) o.on_layer_hessians(l, ls);
+    }
     if (const int64_t w = runner.first_nonfinite_window(); w >= 0)
       throw nonfinite_activation_error("layer " + std::to_string(l) + " (its output, the residual stream)",
                                        "in calibration window " + std::to_string(w) + " of " + std::to_string(n_windows));

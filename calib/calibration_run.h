@@ -26,6 +26,12 @@ struct CalibrationOptions {
   /// pass over the same windows). Memory: 8·width² bytes per site and layer (4·dim² + dim² ... e.g.
   /// ~1.5 MB for stories260K, ~8 GB for a 1B model with hidden width 5632 and 22 layers).
   bool hessian = false;
+  /// With `hessian` on a streamed model (run_calibration(const LayerStream&, …)): called with each
+  /// layer's index and statistics as soon as its Hessians are stored in them, in layer order; the
+  /// callee takes the Hessians away (e.g. CalibrationH5Writer::write_hessians, then clears them),
+  /// so that one layer's Hessians are held at a time (a LLaMA-7B shape: 1.4 GB, not 44 GB), and
+  /// the memory check counts one layer. Not called by the whole-model run.
+  std::function<void(int, LayerStats&)> on_layer_hessians;
   /// Also record K/V activations with their diagonal Fisher information (∂L/∂a)² (calib/fisher.h;
   /// a forward + backward pass per window, FP32 models only) for at most `fisher_tokens` sampled
   /// tokens per layer (LayerStats::kv_fisher).
@@ -54,6 +60,7 @@ CalibrationData run_calibration(const LoadedModel& loaded, const Tokenizer* toke
 /// run_calibration on a model opened for layer-by-layer work (model/layer_stream.h). A resident
 /// model runs run_calibration(model.model(), …). A streamed one (a Hugging Face directory) runs
 /// layer by layer (calib/layerwise_runner.h): the windows' hidden states [tokens, dim] are kept,
+/// (with options.on_layer_hessians each layer's Hessians are handed over as the layer finishes),
 /// and for l = 0, 1, … layer l is read, observed (statistics and, with options.hessian, Hessians in
 /// one pass, per-window collectors merged in window order), applied, and released. The statistics
 /// and Hessians are bit-identical to run_calibration's on the whole model; the fingerprint hashes

@@ -11,11 +11,22 @@
 
 namespace sq {
 
-ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, const std::string& out_path) {
+namespace {
+
+/// Both entry points: `stream` is null for a resident model.
+ConvertSummary convert(const LoadedModel& src, const LayerStream* stream, const ConvertOptions& o, const std::string& out_path) {
   if (src.checkpoint.tensors.empty()) throw UsageError(src.path + ": convert from the original checkpoint, not a " + src.format + " file");
   const std::unique_ptr<LinearQuantizer> quantizer = make_linear_quantizer(o.scheme);
   ConvertInputs in(src, o);
+  in.stream = stream;
   const ModelConfig& c = in.config;
+  if (in.streamed()) {
+    if (o.alpha_auto)
+      throw UsageError(src.path + ": --alpha auto runs the whole model over the calibration windows; open it whole (not layer by layer)");
+    if (o.kv.spec.kind == KVKind::Nuq && o.kv.params.empty())
+      throw UsageError(src.path + ": --kv " + kv_spec_name(o.kv.spec) + " is fitted on the whole model; open it whole (not layer by layer)");
+    in.shapes = stream->global_shapes();
+  }
 
   // load: options, calibration file, calibration text
   quantizer->check(in);
@@ -36,13 +47,20 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
   for (int l = 0; l < c.n_layers; ++l) {
     LayerWork w;
     w.layer = l;
-    w.fp32 = &src.model->layers()[size_t(l)];
     w.linears = decoder_layer_linears(c, l);
-    w.tensors.config = c;
-    w.tensors.source = in.base.source;
-    const std::string p = names::layer(l);  // this layer's tensors only: transforms clone what they touch
-    for (auto it = in.base.tensors.lower_bound(p); it != in.base.tensors.end() && it->first.rfind(p, 0) == 0; ++it)
-      w.tensors.tensors.insert(*it);
+    if (in.streamed()) {  // read and widened now; freed when w goes
+      LayerStream::LayerWeights lw = stream->layer_weights(l, &in.shapes);
+      w.tensors = std::move(lw.tensors);
+      w.fp32_owner = std::move(lw.layer);
+      w.fp32 = w.fp32_owner.get();
+    } else {
+      w.fp32 = &src.model->layers()[size_t(l)];
+      w.tensors.config = c;
+      w.tensors.source = in.base.source;
+      const std::string p = names::layer(l);  // this layer's tensors only: transforms clone what they touch
+      for (auto it = in.base.tensors.lower_bound(p); it != in.base.tensors.end() && it->first.rfind(p, 0) == 0; ++it)
+        w.tensors.tensors.insert(*it);
+    }
     smoothing.apply(in, w, summary);
     write_layer_tensors(out, in, w, enc);
     quantizer->convert_layer(in, w, out, summary);
@@ -50,6 +68,7 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
   }
   write_final_norm(out, in, enc);
   if (!c.tied_embeddings) quantizer->write_head(in, out);
+  if (in.streamed() && !o.calib_path.empty()) check_calibration_fingerprint(in);  // the inventory is complete now
 
   nlohmann::json header = converter_header(out, in);
   header["quantization"] = quantizer->describe(in, summary);
@@ -57,6 +76,16 @@ ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, co
   out.finish(header);
   summary.file_bytes = out.bytes_written();
   return summary;
+}
+
+}  // namespace
+
+ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& o, const std::string& out_path) {
+  return convert(src, nullptr, o, out_path);
+}
+
+ConvertSummary convert_model(const LayerStream& src, const ConvertOptions& o, const std::string& out_path) {
+  return convert(src.model(), &src, o, out_path);
 }
 
 }  // namespace sq

@@ -12,6 +12,7 @@
 #include "model/sqm_kv_cache.h"
 #include "calib/smoothquant.h"
 #include "formats/sqm_file.h"
+#include "model/layer_stream.h"
 #include "model/model_loader.h"
 #include "quant/int8_quantize.h"
 
@@ -59,7 +60,9 @@ struct ConvertOptions {
 
 struct ConvertSummary {
   std::vector<SmoothingGroup> groups;  ///< every smoothed input with its α and factors
-  std::vector<Int4Projection> int4;    ///< W4A16: every projection's INT4 weights and Hessian error
+  /// W4A16: every projection's name and Hessian error (its INT4 weights are written, not kept:
+  /// `weights` is empty; a LLaMA-7B shape has 3.4 GB of them).
+  std::vector<Int4Projection> int4;
   std::string hessian_source;          ///< W4A16 / W4A4 GPTQ: "sequential" or "file"
   /// W4A4 (Atom): per quantized linear (layer order, then decoder_layer_linears order) its base name, outlier
   /// channels, clipping ratios (and the --clip search objective) and Hessian-weighted error.
@@ -96,5 +99,16 @@ struct ConvertSummary {
 /// mismatch; layer count mismatch; GPTQ Hessians missing from the file; a Hessian not positive
 /// definite; the calibration text not found or not the recorded one), OutputError.
 ConvertSummary convert_model(const LoadedModel& src, const ConvertOptions& options, const std::string& out_path);
+
+/// convert_model on a model opened for layer-by-layer work (model/layer_stream.h). A resident model
+/// converts as above. A streamed one (a Hugging Face directory) reads, converts, writes and frees
+/// one layer at a time, so memory is the globals, one layer and its quantizer's working set
+/// (W4A16 GPTQ at a LLaMA-7B shape: the Hessians of one layer, read from the calibration file one
+/// layer at a time or recomputed sequentially); the output is byte-identical to the whole-model
+/// conversion. The calibration file's model fingerprint is checked after the last layer (the
+/// inventory is complete only then): a mismatch throws InputError and leaves no output. Throws as
+/// above, and UsageError for --alpha auto and for a nuq KV format still to be fitted (both run the
+/// whole model: open it with stream = false).
+ConvertSummary convert_model(const LayerStream& src, const ConvertOptions& options, const std::string& out_path);
 
 }  // namespace sq

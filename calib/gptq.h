@@ -101,7 +101,9 @@ struct GptqResult {
 /// Throws UsageError for invalid options (bits ∉ [2, 8], group_size < 0, block_size < 1, damp < 0
 /// or not finite, clip ∉ (0, 1], tail_columns ∉ [0, in)); std::invalid_argument when H.size() != in·in or out/in < 0; InputError naming
 /// options.name when H has non-finite entries or is not positive definite after dampening.
-GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, std::vector<double> H, const GptqOptions& options);
+/// Memory: one working copy of H (8·in² bytes) besides the caller's, plus an FP32 copy of its
+/// Cholesky factor (4·in²) and a few FP32 copies of W; the error is computed from the caller's H.
+GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, const std::vector<double>& H, const GptqOptions& options);
 
 /// Group-wise INT4 container (quant/int4_quantize.h layouts, FP16 scales) from a 4-bit GptqResult.
 /// Symmetric: stored code = q − 8 (z = 8); asymmetric: code q with zero point z. Requires

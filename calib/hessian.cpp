@@ -60,6 +60,23 @@ std::vector<double> HessianAccumulator::hessian() const {
   return h;
 }
 
+std::vector<double> HessianAccumulator::take_hessian() {
+  if (tokens_ == 0) throw std::logic_error("HessianAccumulator::take_hessian: no tokens observed");
+  const int64_t d = width_;
+  const double inv = 1.0 / static_cast<double>(tokens_);
+  for (int64_t i = 0; i < d; ++i)  // the same products as hessian(), written in place
+    for (int64_t j = i; j < d; ++j) {
+      const double v = sum_[static_cast<size_t>(i * d + j)] * inv;
+      sum_[static_cast<size_t>(i * d + j)] = v;
+      sum_[static_cast<size_t>(j * d + i)] = v;
+    }
+  std::vector<double> h = std::move(sum_);
+  sum_.clear();
+  tokens_ = 0;
+  width_ = 0;
+  return h;
+}
+
 HessianCollector::HessianCollector(const ModelConfig& c) {
   const int64_t d = c.dim, q = int64_t(c.n_heads) * c.head_dim, h = c.hidden_dim;
   const int64_t widths[kActivationSites] = {d, q, d, h};

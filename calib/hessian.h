@@ -42,6 +42,10 @@ class HessianAccumulator {
   /// comment for why the normalization does not matter to GPTQ). Throws std::logic_error when no
   /// token has been observed.
   std::vector<double> hessian() const;
+  /// hessian() without a second width² buffer: the sums become H in place and are moved out; the
+  /// accumulator is left empty (width 0, no tokens). Bit-identical to hessian(). Throws
+  /// std::logic_error when no token has been observed.
+  std::vector<double> take_hessian();
 
  private:
   int64_t width_ = 0;

@@ -143,7 +143,7 @@ KVQuantization fit_kv_quantization(const KVSpec& spec, const std::string& calib_
   if (spec.kind != KVKind::Nuq) return KVQuantization{spec, {}};
   if (calib_path.empty())
     throw UsageError("--kv " + kv_spec_name(spec) + " needs --calib: a calibration file from sq-calibrate --fisher");
-  const CalibrationData calib = read_calibration_h5(calib_path);
+  const CalibrationData calib = read_calibration_h5(calib_path, CalibrationHessians::Defer);
   if (!src.checkpoint.tensors.empty()) {
     const std::string fp = model_fingerprint(src.checkpoint);
     if (calib.provenance.model_fingerprint != fp)

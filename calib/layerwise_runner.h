@@ -25,6 +25,7 @@ class LayerHessians final : public ActivationObserver {
   void on_linear_input(int layer, ActivationSite site, const float* x, int64_t n, int64_t width) override;
   /// The accumulator of `site`.
   const HessianAccumulator& at(ActivationSite site) const { return sites_[static_cast<size_t>(site)]; }
+  HessianAccumulator& at(ActivationSite site) { return sites_[static_cast<size_t>(site)]; }
   /// Adds `other`'s sums (same config and layer). Throws std::invalid_argument on a width mismatch.
   void merge(const LayerHessians& other);
 
@@ -87,12 +88,22 @@ class LayerwiseRunner {
   /// Runs layer l on window w's hidden states in `x` (in place), observed by `obs` (may be null).
   void run_window(int l, const DecoderLayer& L, std::vector<float>& x, ActivationObserver* obs) const;
   int window_threads() const;
+  /// Small models (dim < 1024, as observe_windows) merge per-window collectors; large ones observe
+  /// into the total. Decided by the model, never by the thread count.
+  bool per_window_collectors() const { return model_.config().dim < 1024; }
   /// Calls run(w, collector) for every window w with a fresh collector make(), in parallel groups
-  /// of window_threads(), and merges the collectors into `total` in window order.
+  /// of window_threads(), and merges the collectors into `total` in window order. One window at a
+  /// time (large models: !per_window_collectors()) runs with `total` itself as the collector: no
+  /// per-window copy (a LLaMA-7B layer's Hessians are 1.4 GB), the same order as
+  /// observe_windows (calib/window_runner.h), so a streamed run equals the whole-model one.
   template <typename Collector, typename Make, typename Run>
   void merge_windows(Collector& total, Make make, Run run) const {
     const int threads = window_threads();
     const int64_t n = static_cast<int64_t>(hidden_.size());
+    if (!per_window_collectors()) {
+      for (int64_t w = 0; w < n; ++w) run(w, &total);
+      return;
+    }
     std::vector<std::unique_ptr<Collector>> per_window(static_cast<size_t>(threads));
     for (int64_t g0 = 0; g0 < n; g0 += threads) {
       const int group = static_cast<int>(std::min<int64_t>(threads, n - g0));

@@ -27,6 +27,7 @@
 #include "calib/calibration_text.h"
 #include "calib/converter.h"
 #include "calib/layerwise_runner.h"
+#include "model/layer_stream.h"
 #include "model/decoder_linears.h"
 
 namespace sq {
@@ -42,7 +43,32 @@ struct ConvertInputs {
   std::string hessian_mode;   ///< "sequential" / "file" (resolved --gptq-hessians)
   ResolvedCalibrationText text;  ///< the calibration text once something re-read it
 
+  /// Set when the model is read layer by layer (convert_model(const LayerStream&, …)): src is then
+  /// stream->model() (globals only: base holds no layer and no untied LM head).
+  const LayerStream* stream = nullptr;
+  /// Streamed: the shapes of the global tensors and of every layer read so far (the fingerprint's
+  /// inventory, complete once every layer has been converted).
+  TensorShapes shapes;
+
   ConvertInputs(const LoadedModel& s, const ConvertOptions& opt) : src(s), o(opt), base(s.checkpoint), config(s.checkpoint.config) {}
+  /// True when layers come from a streamed LayerStream one at a time.
+  bool streamed() const { return stream != nullptr && stream->streamed(); }
+  /// The untied LM head (from base, or read now from a streamed model).
+  Tensor lm_head() const { return streamed() ? stream->lm_head() : base.tensors.at(names::kLmHead); }
+  /// model_fingerprint of the source: streamed, from `shapes` (call it after every layer was read).
+  std::string fingerprint() const;
+  /// GPTQ Hessians of layer l stored in the calibration file (sq-calibrate --hessian), or all null.
+  /// The file's Hessians are read one layer at a time (read_calibration_hessians) and held until the
+  /// next layer's are asked for (a LLaMA-7B layer: 1.4 GB; the whole file: 44 GB).
+  std::array<const std::vector<double>*, kActivationSites> file_hessians(int l);
+  /// Frees the file Hessian of `site` of layer l once its last linear is quantized (pointers from
+  /// file_hessians(l) to it become dangling).
+  void release_file_hessian(int l, ActivationSite site);
+
+ private:
+  int file_hessian_layer_ = -1;  ///< the layer whose file Hessians are held
+
+ public:
   /// The calibration text (resolved and SHA-256-checked once; calib/calibration_text.h). `purpose`
   /// names what needs it, `alternative` is a hint for the not-found message.
   const std::string& calibration_text(const std::string& purpose, const std::string& alternative);
@@ -55,6 +81,8 @@ struct ConvertInputs {
 /// Load step: checks the options against the model (UsageError / InputError as convert_model
 /// documents) and reads the calibration file.
 void load_convert_inputs(ConvertInputs& in);
+/// Throws InputError when the calibration file's model fingerprint is not in.fingerprint().
+void check_calibration_fingerprint(const ConvertInputs& in);
 
 /// One layer on its way through the pipeline.
 struct LayerWork {
@@ -67,6 +95,18 @@ struct LayerWork {
   /// holds the attn_input mapping's factors). The O3 static steps read them.
   std::map<ActivationSite, std::vector<float>> smoothing;
   std::vector<LinearSlot> linears;  ///< decoder_layer_linears(config, layer)
+  /// Owner of *fp32 when the layer was read for this step alone (a streamed model), else empty.
+  std::shared_ptr<const DecoderLayer> fp32_owner;
+
+  /// Lets go of the unconverted layer once a quantizer no longer needs it (after its sequential
+  /// Hessians and copy_layer_tensors): with a streamed model its weights then live in `tensors`
+  /// only, and a quantizer can free each linear's weight once quantized (release_weight).
+  void release_fp32() {
+    fp32 = nullptr;
+    fp32_owner.reset();
+  }
+  /// Drops linear `s`'s FP32 weight from `tensors` (call it once the weight is quantized and written).
+  void release_weight(const LinearSlot& s) { tensors.tensors.erase(s.name + ".weight"); }
 };
 
 /// Per-layer calibration data for the quantizers that need it (GPTQ's Hessians, Atom's --clip
@@ -83,13 +123,13 @@ class LayerInputs {
   std::array<SiteRows, kActivationSites> rows(int l, const DecoderLayer& fp32, int64_t max_rows) const;
   /// The converted layer l produces the next layer's inputs.
   void advance(int l, const DecoderLayer& converted);
+  /// Frees the held sequential Hessian of `site` (once its last linear is quantized).
+  void release_hessian(ActivationSite site);
 
  private:
   std::unique_ptr<LayerwiseRunner> runner_;
   std::array<std::vector<double>, kActivationSites> held_;
 };
-/// Hessians of layer l stored in the calibration file (sq-calibrate --hessian), or all null.
-std::array<const std::vector<double>*, kActivationSites> file_hessians(const ConvertInputs& in, int l);
 
 /// A per-linear quantizer: one scheme's treatment of every linear of a layer.
 class LinearQuantizer {

@@ -97,7 +97,7 @@ class AtomQuantizer final : public LinearQuantizer {
     const int l = w.layer;
     std::array<const std::vector<double>*, kActivationSites> H{};
     if (sequential_hessians_) H = inputs_->sequential_hessians(l, *w.fp32);
-    else if (a.gptq) H = file_hessians(in, l);
+    else if (a.gptq) H = in.file_hessians(l);
     std::array<SiteRows, kActivationSites> captured;
     std::array<const SiteRows*, kActivationSites> rows{};
     if (a.clip == "search") {

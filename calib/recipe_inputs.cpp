@@ -24,6 +24,15 @@ std::vector<std::vector<int32_t>> ConvertInputs::redraw_windows(const std::strin
   return sample_calibration_windows(path, *tok, n, pv.seq_len, pv.seed);
 }
 
+std::string ConvertInputs::fingerprint() const { return streamed() ? model_fingerprint(config, shapes) : model_fingerprint(base); }
+
+void check_calibration_fingerprint(const ConvertInputs& in) {
+  const std::string fp = in.fingerprint();
+  if (in.calib.provenance.model_fingerprint != fp)
+    throw InputError(in.o.calib_path + " was recorded for another model (fingerprint " + in.calib.provenance.model_fingerprint.substr(0, 12) +
+                     "…, this model " + fp.substr(0, 12) + "…)");
+}
+
 void load_convert_inputs(ConvertInputs& in) {
   const ConvertOptions& o = in.o;
   const ModelConfig& c = in.config;
@@ -31,11 +40,9 @@ void load_convert_inputs(ConvertInputs& in) {
     throw UsageError("--gptq-hessians must be auto, sequential or file, got '" + o.gptq_hessians + "'");
   if (!(o.alpha >= 0.0f && o.alpha <= 1.0f)) throw UsageError("--alpha must be in [0, 1] or 'auto', got " + std::to_string(o.alpha));
   if (!o.calib_path.empty()) {
-    in.calib = read_calibration_h5(o.calib_path);
-    const std::string fp = model_fingerprint(in.base);
-    if (in.calib.provenance.model_fingerprint != fp)
-      throw InputError(o.calib_path + " was recorded for another model (fingerprint " + in.calib.provenance.model_fingerprint.substr(0, 12) +
-                       "…, this model " + fp.substr(0, 12) + "…)");
+    in.calib = read_calibration_h5(o.calib_path, CalibrationHessians::Defer);  // Hessians: per layer, when used
+    // A streamed model's inventory is complete only after its last layer: convert_model checks it then.
+    if (!in.streamed()) check_calibration_fingerprint(in);
     if (static_cast<int>(in.calib.layers.size()) != c.n_layers)
       throw InputError(o.calib_path + ": " + std::to_string(in.calib.layers.size()) + " layers, the model has " + std::to_string(c.n_layers));
   }

@@ -53,19 +53,32 @@ class Int4Quantizer final : public LinearQuantizer {
 
   void convert_layer(ConvertInputs& in, LayerWork& w, SqmWriter& out, ConvertSummary& summary) override {
     const bool sequential = inputs_ && inputs_->sequential();
-    const auto H = sequential ? inputs_->sequential_hessians(w.layer, *w.fp32) : file_hessians(in, w.layer);
+    const auto H = sequential ? inputs_->sequential_hessians(w.layer, *w.fp32) : in.file_hessians(w.layer);
     DecoderLayer converted = copy_layer_tensors(in.config, w.layer, *w.fp32);
-    for (const LinearSlot& s : w.linears) {
+    // From here on the layer's weights are needed in w.tensors only: each is freed once quantized,
+    // and each site's Hessian after its last linear (a streamed LLaMA-7B layer: 0.8 GB of weights,
+    // 1.4 GB of Hessians, of which down_proj's alone is 0.97 GB).
+    w.release_fp32();
+    std::array<size_t, kActivationSites> last_use{};
+    for (size_t i = 0; i < w.linears.size(); ++i)
+      if (w.linears[i].quantize) last_use[size_t(w.linears[i].site)] = i + 1;
+    for (size_t i = 0; i < w.linears.size(); ++i) {
+      const LinearSlot& s = w.linears[i];
       if (!s.quantize) {
         write_float_linear(out, w.tensors, s, ConvertScheme::F32);
         if (sequential) linear_slot(converted, s) = dense_linear(w.tensors, s);
         continue;
       }
       Int4Projection p = quantize_linear_int4(w.tensors.get(s.name + ".weight", {s.out, s.in}), s.name, in.o.int4, H[size_t(s.site)]);
+      w.release_weight(s);
+      if (last_use[size_t(s.site)] == i + 1) {
+        if (sequential) inputs_->release_hessian(s.site);
+        else in.release_file_hessian(w.layer, s.site);
+      }
       const Tensor bias = s.bias ? w.tensors.get(s.name + ".bias", {s.out}) : Tensor();
       write_int4_linear(out, p, s.bias ? &bias : nullptr);
       if (sequential) linear_slot(converted, s) = std::make_unique<W4A16Linear>(p.weights, bias);
-      summary.int4.push_back(std::move(p));
+      summary.int4.push_back({p.name, {}, p.hessian_error});  // the weights are written, not kept
     }
     if (sequential) inputs_->advance(w.layer, converted);  // the quantized layer produces the next layer's inputs
   }

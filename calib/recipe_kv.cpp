@@ -43,7 +43,7 @@ class KVRowCapture final : public ActivationObserver {
 KVQuantization fit_kv_for_conversion(const KVSpec& spec, const ConvertOptions& o, const LoadedModel& src, bool fisher_weighted) {
   if (spec.kind != KVKind::Nuq || fisher_weighted || o.calib_path.empty()) return fit_kv_quantization(spec, o.calib_path, src, nullptr, fisher_weighted);
   ConvertInputs in(src, o);
-  in.calib = read_calibration_h5(o.calib_path);
+  in.calib = read_calibration_h5(o.calib_path, CalibrationHessians::Defer);
   if (in.calib.has_fisher()) return fit_kv_quantization(spec, o.calib_path, src, nullptr, fisher_weighted);
   const CalibrationProvenance& pv = in.calib.provenance;
   if (pv.text_format != kTextFormatTokenIds && o.tokenizer_path.empty())

@@ -3,6 +3,7 @@
 #include "calib/layerwise_runner.h"
 #include "calib/recipe.h"
 #include "core/error.h"
+#include "formats/calibration_h5.h"
 
 namespace sq {
 
@@ -34,10 +35,11 @@ LayerInputs::LayerInputs(ConvertInputs& in, bool sequential, const std::string& 
 
 std::array<const std::vector<double>*, kActivationSites> LayerInputs::sequential_hessians(int l, const DecoderLayer& fp32) {
   std::array<const std::vector<double>*, kActivationSites> H{};
-  const LayerHessians h = runner_->hessians(l, fp32);
+  for (auto& h : held_) std::vector<double>().swap(h);  // the previous layer's, before this layer's are accumulated
+  LayerHessians h = runner_->hessians(l, fp32);
   for (int s = 0; s < kActivationSites; ++s) {
-    const auto& acc = h.at(static_cast<ActivationSite>(s));
-    if (acc.tokens() > 0) held_[size_t(s)] = acc.hessian();
+    auto& acc = h.at(static_cast<ActivationSite>(s));
+    if (acc.tokens() > 0) held_[size_t(s)] = acc.take_hessian();  // in place: no second copy
     else held_[size_t(s)].clear();  // a site no token reached (e.g. an MoE layer whose experts saw nothing)
     H[size_t(s)] = held_[size_t(s)].empty() ? nullptr : &held_[size_t(s)];
   }
@@ -54,13 +56,31 @@ void LayerInputs::advance(int l, const DecoderLayer& converted) {
   if (runner_) runner_->advance(l, converted);
 }
 
-std::array<const std::vector<double>*, kActivationSites> file_hessians(const ConvertInputs& in, int l) {
+std::array<const std::vector<double>*, kActivationSites> ConvertInputs::file_hessians(int l) {
   std::array<const std::vector<double>*, kActivationSites> H{};
-  const LayerStats* st = in.stats(l);
-  if (st && st->hessians.size() == size_t(kActivationSites))
-    for (int s = 0; s < kActivationSites; ++s)
-      H[size_t(s)] = st->hessians[size_t(s)].empty() ? nullptr : &st->hessians[size_t(s)];
+  if (calib.layers.empty()) return H;
+  LayerStats& st = calib.layers[size_t(l)];
+  if (st.hessians.size() != size_t(kActivationSites)) return H;  // none recorded
+  if (file_hessian_layer_ != l) {  // recorded, not read yet (CalibrationHessians::Defer): one layer at a time
+    for (LayerStats& other : calib.layers)
+      for (auto& h : other.hessians) std::vector<double>().swap(h);
+    st.hessians = read_calibration_hessians(o.calib_path, l, st);
+    file_hessian_layer_ = l;
+  }
+  for (int s = 0; s < kActivationSites; ++s) H[size_t(s)] = st.hessians[size_t(s)].empty() ? nullptr : &st.hessians[size_t(s)];
   return H;
 }
+
+}  // namespace sq
+
+namespace sq {
+
+void ConvertInputs::release_file_hessian(int l, ActivationSite site) {
+  if (calib.layers.empty()) return;
+  auto& hs = calib.layers[size_t(l)].hessians;
+  if (hs.size() == size_t(kActivationSites)) std::vector<double>().swap(hs[size_t(site)]);
+}
+
+void LayerInputs::release_hessian(ActivationSite site) { std::vector<double>().swap(held_[size_t(site)]); }
 
 }  // namespace sq

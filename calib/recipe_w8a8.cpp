@@ -50,7 +50,7 @@ class W8A8Quantizer final : public LinearQuantizer {
   }
   void write_head(const ConvertInputs& in, SqmWriter& out) override {
     if (!in.o.quantize_head) return LinearQuantizer::write_head(in, out);
-    write_int8_linear(out, in.base.tensors.at(names::kLmHead), nullptr, "lm_head", in.o.weight, in.o.act, 0.0f);
+    write_int8_linear(out, in.lm_head(), nullptr, "lm_head", in.o.weight, in.o.act, 0.0f);
   }
 
   void convert_layer(ConvertInputs& in, LayerWork& w, SqmWriter& out, ConvertSummary&) override {

@@ -33,7 +33,7 @@ void LinearQuantizer::write_embedding(const ConvertInputs& in, SqmWriter& out) {
 }
 
 void LinearQuantizer::write_head(const ConvertInputs& in, SqmWriter& out) {
-  write_float(out, names::kLmHead, in.base.tensors.at(names::kLmHead), float_encoding());
+  write_float(out, names::kLmHead, in.lm_head(), float_encoding());
 }
 
 void write_embedding_globals(SqmWriter& out, const ConvertInputs& in, ConvertScheme encoding) {
@@ -56,7 +56,7 @@ nlohmann::json converter_header(SqmWriter& out, const ConvertInputs& in) {
   nlohmann::json header;
   header["producer"] = std::string("sqkit ") + SQ_VERSION + " sq-convert";
   header["model_config"] = model_config_to_json(in.config);
-  header["source"] = {{"format", in.src.format}, {"fingerprint", model_fingerprint(in.base)}};
+  header["source"] = {{"format", in.src.format}, {"fingerprint", in.fingerprint()}};
   if (!o.tokenizer_path.empty()) {
     // The tokenizer's own file verbatim, or for a GGUF model a metadata-only GGUF of its
     // tokenizer.* keys (formats/gguf_tokenizer.h); load_tokenizer_from_bytes reads any of them back.

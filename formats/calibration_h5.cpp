@@ -196,17 +196,14 @@ class Writer {
     for (size_t i = 0; i < data.layers.size(); ++i) {
       const LayerStats& l = data.layers[i];
       const std::string lname = layer_path(i);
-      Hid lg = group(root, lname);
+      const bool early = i < early_hessians_.size() && early_hessians_[i];  // groups made by write_hessians
+      Hid lg = early ? open_group(root, lname) : group(root, lname);
       for (int s = 0; s < kActivationSites; ++s) {
         const std::string gname = lname + "/" + site_name(s);
-        Hid g = group(lg.get(), gname);
+        Hid g = early ? open_group(lg.get(), gname) : group(lg.get(), gname);
         attr_string(g.get(), gname, "linears", kSiteLinears[s]);
         channel_stats(g.get(), gname, l.inputs[static_cast<size_t>(s)]);
-        if (!l.hessians.empty()) {  // optional (sq-calibrate --hessian): [C·C] = row-major [C, C]
-          const auto& H = l.hessians[static_cast<size_t>(s)];
-          dataset(g.get(), gname + "/hessian", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, H.size(), H.data());
-          attr_scalar(g.get(), gname, "hessian_tokens", H5T_STD_I64LE, H5T_NATIVE_INT64, &l.hessian_tokens);
-        }
+        if (!l.hessians.empty()) hessian(g.get(), gname, l.hessians[static_cast<size_t>(s)], l.hessian_tokens);
       }
       {
         const std::string gname = lname + "/" + kOutputs;
@@ -247,11 +244,41 @@ class Writer {
     check(H5Fclose(file_.release()) >= 0, "file (close)");
   }
 
+  /// Writes layer i's Hessians now (groups layer_i and its sites, each site's hessian dataset and
+  /// hessian_tokens); write(data) later adds the rest of the layer to those groups.
+  void write_hessians(size_t i, const std::vector<std::vector<double>>& hessians, int64_t tokens) {
+    if (early_hessians_.size() <= i) early_hessians_.resize(i + 1, false);
+    if (early_hessians_[i]) throw std::invalid_argument("CalibrationH5Writer: Hessians of layer " + std::to_string(i) + " written twice");
+    const std::string lname = layer_path(i);
+    Hid lg = group(file_.get(), lname);
+    for (int s = 0; s < kActivationSites; ++s) {
+      const std::string gname = lname + "/" + site_name(s);
+      Hid g = group(lg.get(), gname);
+      hessian(g.get(), gname, hessians[static_cast<size_t>(s)], tokens);
+    }
+    early_hessians_[i] = true;
+  }
+  /// Layers whose Hessians write_hessians wrote.
+  const std::vector<bool>& early_hessians() const { return early_hessians_; }
+
  private:
   void check(bool ok, const std::string& what) const {
     if (ok) return;
     const std::string detail = hdf5_error();
     throw OutputError("cannot write " + path_ + ": HDF5 error writing " + what + (detail.empty() ? "" : ": " + detail));
+  }
+
+  /// A site's optional (sq-calibrate --hessian) Hessian: [C·C] = row-major [C, C], and hessian_tokens.
+  void hessian(hid_t g, const std::string& gname, const std::vector<double>& H, int64_t tokens) {
+    dataset(g, gname + "/hessian", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, H.size(), H.data());
+    attr_scalar(g, gname, "hessian_tokens", H5T_STD_I64LE, H5T_NATIVE_INT64, &tokens);
+  }
+
+  Hid open_group(hid_t parent, const std::string& name) {
+    const std::string leaf = name.substr(name.rfind('/') + 1);
+    Hid g(H5Gopen2(parent, leaf.c_str(), H5P_DEFAULT), H5Gclose);
+    check(g.valid(), "group " + name);
+    return g;
   }
 
   Hid group(hid_t parent, const std::string& name) {
@@ -327,6 +354,7 @@ class Writer {
     attr_scalar(g, gname, "tensor_absmax", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, &s.tensor_absmax);
   }
 
+  std::vector<bool> early_hessians_;  ///< [layer] Hessians already written by write_hessians
   std::string path_;
   Hid file_, gcpl_, dcpl_, str_type_;
 };
@@ -435,9 +463,17 @@ const Expect kI32{H5T_INTEGER, 4, true, H5T_NATIVE_INT32, "int32"};
 
 class Reader {
  public:
-  explicit Reader(std::string path) : path_(std::move(path)) {}
+  explicit Reader(std::string path, CalibrationHessians hessians = CalibrationHessians::Read)
+      : path_(std::move(path)), hessians_(hessians) {}
 
   CalibrationData read() {
+    open_file();
+    return read_rest();
+  }
+
+  /// Opens the file (once), checking that it exists, is no directory and is HDF5.
+  void open_file() {
+    if (file_.valid()) return;
     {
       std::error_code ec;
       if (std::filesystem::is_directory(path_, ec)) throw InputError("cannot read " + path_ + ": it is a directory");
@@ -456,8 +492,42 @@ class Reader {
       const std::string detail = hdf5_error();
       throw InputError(path_ + ": corrupt or truncated HDF5 file" + (detail.empty() ? "" : ": " + detail));
     }
-    const hid_t root = file_.get();
+  }
 
+  /// Layer i's Hessians (4 sites; widths from `stats`), each checked for size and finiteness.
+  std::vector<std::vector<double>> layer_hessians(size_t i, const LayerStats& stats) {
+    open_file();
+    const std::string lname = layer_path(i);
+    Hid lg = open_group(file_.get(), lname);
+    std::vector<std::vector<double>> out(kActivationSites);
+    for (int s = 0; s < kActivationSites; ++s) {
+      const std::string gname = lname + "/" + site_name(s);
+      Hid g = open_group(lg.get(), gname);
+      const htri_t has_h = H5Lexists(g.get(), "hessian", H5P_DEFAULT);
+      check(has_h >= 0, gname + "/hessian");
+      if (has_h == 0) fail(gname + "/hessian", "is missing (record the Hessians with sq-calibrate --hessian)");
+      out[static_cast<size_t>(s)] = site_hessian(g.get(), gname, stats.inputs[static_cast<size_t>(s)].channels, true);
+    }
+    return out;
+  }
+
+ private:
+  /// A site's hessian dataset, checked to hold c² values (and, when read, finite ones); `read`
+  /// false checks the declared size only and returns nothing.
+  std::vector<double> site_hessian(hid_t g, const std::string& gname, int64_t c, bool read) {
+    hsize_t dims[1] = {0};
+    std::vector<double> H = dataset_of_rank<double>(g, gname + "/hessian", kF64, 1, dims, nullptr, read);
+    if (static_cast<int64_t>(dims[0]) != c * c)
+      fail(gname + "/hessian", "has " + std::to_string(dims[0]) + " entries, expected " + std::to_string(c) + "² = " +
+                                   std::to_string(c * c) + " (absmax length squared)");
+    for (double v : H)
+      if (!std::isfinite(v)) fail(gname + "/hessian", "holds a non-finite value");
+    return H;
+  }
+
+ public:
+  CalibrationData read_rest() {
+    const hid_t root = file_.get();
     CalibrationData data;
     if (H5Aexists(root, "format") <= 0)
       throw InputError(path_ + ": not a sqkit calibration file (no root attribute \"format\")");
@@ -513,13 +583,8 @@ class Reader {
         if (s > 0 && (has_h > 0) != !l.hessians.empty())
           fail(gname + "/hessian", has_h > 0 ? "exists, but attn_input has none" : "is missing, but attn_input has one");
         if (has_h > 0) {
-          const int64_t c = l.inputs[static_cast<size_t>(s)].channels;
-          std::vector<double> H = dataset<double>(g.get(), gname + "/hessian", kF64);
-          if (static_cast<int64_t>(H.size()) != c * c)
-            fail(gname + "/hessian", "has " + std::to_string(H.size()) + " entries, expected " + std::to_string(c) + "² = " +
-                                         std::to_string(c * c) + " (absmax length squared)");
-          for (double v : H)
-            if (!std::isfinite(v)) fail(gname + "/hessian", "holds a non-finite value");
+          std::vector<double> H = site_hessian(g.get(), gname, l.inputs[static_cast<size_t>(s)].channels,
+                                               hessians_ == CalibrationHessians::Read);
           const int64_t tokens = attr_int(g.get(), gname, "hessian_tokens");
           if (tokens < 1) fail(gname, "attribute hessian_tokens must be ≥ 1, got " + std::to_string(tokens));
           l.hessian_tokens = tokens;
@@ -727,7 +792,7 @@ class Reader {
   /// Reads dataset `name` of rank `rank` (1 or 2) into a flat vector; `dims` receives its shape.
   template <typename T>
   std::vector<T> dataset_of_rank(hid_t parent, const std::string& name, const Expect& e, int want_rank, hsize_t* dims,
-                                 Hid* ds_out) {
+                                 Hid* ds_out, bool read = true) {
     const std::string leaf = name.substr(name.rfind('/') + 1);
     const htri_t exists = H5Lexists(parent, leaf.c_str(), H5P_DEFAULT);
     check(exists >= 0, name);
@@ -757,6 +822,7 @@ class Reader {
     if (too_large)
       fail(name, "declares " + declared + " elements of " + std::to_string(e.size) + " bytes, more than the whole file (" +
                      std::to_string(file_size()) + " bytes; file corrupt)");
+    if (!read) return {};
     std::vector<T> out(static_cast<size_t>(count));
     if (!out.empty()) check(H5Dread(ds.get(), e.mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) >= 0, name);
     if (ds_out) *ds_out = std::move(ds);
@@ -819,6 +885,7 @@ class Reader {
 
   std::string path_;
   Hid file_;
+  CalibrationHessians hessians_ = CalibrationHessians::Read;
   uint64_t file_size_ = 0;
 };
 
@@ -950,9 +1017,61 @@ void write_calibration_h5(const std::string& path, const CalibrationData& data) 
   });
 }
 
-CalibrationData read_calibration_h5(const std::string& path) {
+struct CalibrationH5Writer::Impl {
+  AtomicFile file;
+  Writer writer;
+  explicit Impl(const std::string& path) : file(path), writer(path, file.temp_path()) {}
+};
+
+CalibrationH5Writer::CalibrationH5Writer(const std::string& path) : path_(path) {
   silence_hdf5();
-  return Reader(path).read();
+  impl_ = std::make_unique<Impl>(path);
+}
+
+CalibrationH5Writer::~CalibrationH5Writer() = default;
+
+void CalibrationH5Writer::write_hessians(int layer, const std::vector<std::vector<double>>& hessians, int64_t tokens) {
+  if (!impl_) throw std::logic_error("CalibrationH5Writer::write_hessians after finish");
+  if (layer < 0) throw std::invalid_argument("CalibrationH5Writer: negative layer " + std::to_string(layer));
+  if (hessians.size() != size_t(kActivationSites))
+    throw std::invalid_argument("CalibrationH5Writer: layer " + std::to_string(layer) + " has " + std::to_string(hessians.size()) +
+                                " Hessians, expected " + std::to_string(kActivationSites));
+  for (size_t s = 0; s < hessians.size(); ++s) {
+    const auto c = static_cast<int64_t>(std::llround(std::sqrt(double(hessians[s].size()))));
+    if (hessians[s].empty() || c * c != static_cast<int64_t>(hessians[s].size()))
+      throw std::invalid_argument("CalibrationH5Writer: Hessian of layer " + std::to_string(layer) + " site " + site_name(int(s)) +
+                                  " is not [C, C]");
+  }
+  if (tokens < 1) throw std::invalid_argument("CalibrationH5Writer: hessian_tokens must be ≥ 1");
+  impl_->writer.write_hessians(static_cast<size_t>(layer), hessians, tokens);
+}
+
+void CalibrationH5Writer::finish(const CalibrationData& data) {
+  if (!impl_) throw std::logic_error("CalibrationH5Writer::finish called twice");
+  validate_for_write(data);
+  const std::vector<bool>& early = impl_->writer.early_hessians();
+  if (early.size() > data.layers.size())
+    throw std::invalid_argument("write_calibration_h5: Hessians were written for layer " + std::to_string(early.size() - 1) + ", but there are " +
+                                std::to_string(data.layers.size()) + " layers");
+  for (size_t i = 0; i < early.size(); ++i)
+    if (early[i] && !data.layers[i].hessians.empty())
+      throw std::invalid_argument("write_calibration_h5: layer " + std::to_string(i) + " carries Hessians already written");
+  impl_->writer.write(data);
+  impl_->file.commit();
+  impl_.reset();
+}
+
+CalibrationData read_calibration_h5(const std::string& path, CalibrationHessians hessians) {
+  silence_hdf5();
+  return Reader(path, hessians).read();
+}
+
+std::vector<std::vector<double>> read_calibration_hessians(const std::string& path, int layer, const LayerStats& stats) {
+  silence_hdf5();
+  if (layer < 0) throw std::invalid_argument("read_calibration_hessians: negative layer");
+  if (stats.inputs.size() != size_t(kActivationSites))
+    throw std::invalid_argument("read_calibration_hessians: statistics without the 4 input sites");
+  return Reader(path).layer_hessians(static_cast<size_t>(layer), stats);
 }
 
 }  // namespace sq

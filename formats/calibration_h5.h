@@ -26,6 +26,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,6 +51,37 @@ inline constexpr int kCalibrationFormatVersion = 1;
 /// `path` when writing fails.
 void write_calibration_h5(const std::string& path, const CalibrationData& data);
 
+/// write_calibration_h5 for Hessians that arrive one layer at a time (sq-calibrate --hessian on a
+/// layer-streamed model: a LLaMA-7B shape has 1.4 GB of Hessians per layer, 44 GB in all, which no
+/// 24 GB machine holds at once). The file is the same format; only the order of its objects
+/// differs. Use: write_hessians(l, …) for layers as they finish, then finish(data) with the
+/// statistics of every layer (the layers written early carry no hessians in `data`). Until
+/// finish() succeeds everything goes to a temporary beside `path` (formats/atomic_file.h), which
+/// the destructor removes: `path` is never left partial. One thread at a time (HDF5).
+class CalibrationH5Writer {
+ public:
+  /// Creates the temporary beside `path`. Throws OutputError naming `path` when it cannot.
+  explicit CalibrationH5Writer(const std::string& path);
+  ~CalibrationH5Writer();
+  CalibrationH5Writer(const CalibrationH5Writer&) = delete;
+  CalibrationH5Writer& operator=(const CalibrationH5Writer&) = delete;
+
+  /// Writes layer `layer`'s Hessians: 4 sites in ActivationSite order, each [C·C] row-major doubles
+  /// (C = the site's width), with their token count. Throws std::invalid_argument for a bad count
+  /// or size, a layer written twice; OutputError when writing fails.
+  void write_hessians(int layer, const std::vector<std::vector<double>>& hessians, int64_t tokens);
+
+  /// Writes the rest (validated as write_calibration_h5 does; std::invalid_argument also when a
+  /// layer written early carries Hessians again, or lies beyond data.layers) and renames the file
+  /// onto `path`. Throws OutputError when writing fails.
+  void finish(const CalibrationData& data);
+
+ private:
+  struct Impl;
+  std::string path_;
+  std::unique_ptr<Impl> impl_;
+};
+
 /// Reads a calibration file, validating everything before use: the format attribute, the version
 /// (another version → UnsupportedError "PATH: calibration format version 3 is not supported (this
 /// sqkit reads version 1)"), every root attribute, layer groups contiguous from layer_000, every
@@ -64,7 +97,19 @@ void write_calibration_h5(const std::string& path, const CalibrationData& data);
 /// has_fisher() false. Objects and attributes not listed in the format are ignored.
 /// Throws InputError naming the file and the group/dataset/attribute at fault when the file is
 /// missing, not HDF5, corrupt or truncated, or violates the format.
-CalibrationData read_calibration_h5(const std::string& path);
+/// Deferred reading of Hessians (the large part: 1.4 GB per layer at a LLaMA-7B shape).
+enum class CalibrationHessians {
+  Read,   ///< every Hessian is read (and checked) now
+  Defer,  ///< only their presence, size and hessian_tokens are checked now: a layer with Hessians
+          ///< gets LayerStats::hessians of 4 *empty* vectors; read_calibration_hessians reads them
+};
+CalibrationData read_calibration_h5(const std::string& path, CalibrationHessians hessians = CalibrationHessians::Read);
+
+/// Reads layer `layer`'s Hessians from a calibration file: 4 sites in ActivationSite order, each
+/// [C·C] row-major doubles, C from `stats` (that layer's statistics as read_calibration_h5 returned
+/// them). Throws InputError naming the file and dataset when a Hessian is missing, of the wrong
+/// size or not finite (and as read_calibration_h5 for an unreadable file).
+std::vector<std::vector<double>> read_calibration_hessians(const std::string& path, int layer, const LayerStats& stats);
 
 // ---- validation layer ----------------------------------------------------------------------------
 // The checks read_calibration_h5 applies to values once HDF5 has read them, as plain functions so

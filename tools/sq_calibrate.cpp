@@ -89,9 +89,20 @@ int main(int argc, char** argv) {
         bar->update(d, static_cast<double>(d * opt.seq_len), "tok");
       }
     };
+    // A streamed model's Hessians go to the file layer by layer (one layer's held at a time).
+    std::unique_ptr<sq::CalibrationH5Writer> writer;
+    if (model->streamed() && opt.hessian) {
+      writer = std::make_unique<sq::CalibrationH5Writer>(out_path);
+      opt.on_layer_hessians = [&](int l, sq::LayerStats& ls) {
+        writer->write_hessians(l, ls.hessians, ls.hessian_tokens);
+        ls.hessians.clear();
+        ls.hessians.shrink_to_fit();
+      };
+    }
     const sq::CalibrationData data = sq::run_calibration(*model, tokenizer.get(), opt);
     if (bar) bar->finish();
-    sq::write_calibration_h5(out_path, data);
+    if (writer) writer->finish(data);
+    else sq::write_calibration_h5(out_path, data);
     int64_t tokens = data.layers.empty() ? 0 : data.layers[0].inputs[0].tokens;
     std::printf("sq-calibrate: %lld windows x %lld tokens (%lld tokens) of %s -> %s\n", static_cast<long long>(opt.samples),
                 static_cast<long long>(opt.seq_len), static_cast<long long>(tokens), opt.text_path.c_str(), out_path.c_str());

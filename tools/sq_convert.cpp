@@ -155,7 +155,11 @@ int main(int argc, char** argv) {
 
     std::unique_ptr<sq::PeakRssAnonSampler> mem;
     if (report_memory) mem = std::make_unique<sq::PeakRssAnonSampler>();
-    sq::LoadedModel src = sq::load_model(model_path);
+    // A Hugging Face directory is read one layer at a time (memory: one layer, not the model),
+    // except for what runs the whole model: --alpha auto, fitting a nuq KV format.
+    const bool whole = o.alpha_auto || kv_spec.kind == sq::KVKind::Nuq;
+    const sq::LayerStream stream(model_path, !whole);
+    const sq::LoadedModel& src = stream.model();
     // A GGUF model's tokenizer is its metadata (default_tokenizer = the .gguf): the converter embeds a
     // metadata-only GGUF of its tokenizer.* keys (formats/gguf_tokenizer.h), never the weights.
     if (o.tokenizer_path.empty()) o.tokenizer_path = src.default_tokenizer;
@@ -170,7 +174,7 @@ int main(int argc, char** argv) {
       if (!bar) bar = std::make_unique<sq::ProgressBar>("sq-convert", total, "layers", !quiet);
       bar->update(done);
     };
-    const sq::ConvertSummary s = sq::convert_model(src, o, out_path);
+    const sq::ConvertSummary s = sq::convert_model(stream, o, out_path);
     if (bar) bar->finish();
     if (o.tokenizer_path.empty())  // after the file is written: a failed conversion prints only its error
       std::fprintf(stderr,

@@ -39,24 +39,41 @@ LayerStream::LayerStream(const std::string& path, bool stream) {
   loaded_.checkpoint = std::move(globals);
 }
 
-std::shared_ptr<const DecoderLayer> LayerStream::layer(int l, TensorShapes* shapes) const {
+std::shared_ptr<const DecoderLayer> LayerStream::layer(int l, TensorShapes* shapes) const { return layer_weights(l, shapes).layer; }
+
+LayerStream::LayerWeights LayerStream::layer_weights(int l, TensorShapes* shapes) const {
   const ModelConfig& c = config();
   if (l < 0 || l >= c.n_layers)
     throw std::out_of_range("layer " + std::to_string(l) + " of a model with " + std::to_string(c.n_layers) + " layers");
+  LayerWeights w;
   if (!reader_) {
-    if (shapes) {
-      const std::string prefix = names::layer(l);
-      for (const auto& [name, t] : loaded_.checkpoint.tensors)
-        if (name.compare(0, prefix.size(), prefix) == 0) (*shapes)[name] = t.shape();
-    }
+    const Checkpoint& all = loaded_.checkpoint;
+    w.tensors.config = all.config;
+    w.tensors.format = all.format;
+    w.tensors.source = all.source;
+    const std::string prefix = names::layer(l);
+    for (auto it = all.tensors.lower_bound(prefix); it != all.tensors.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
+      w.tensors.tensors.insert(*it);  // views of the resident tensors
     // Aliasing pointer: the resident layer lives as long as this stream.
-    return std::shared_ptr<const DecoderLayer>(std::shared_ptr<const DecoderLayer>(), &loaded_.model->layers()[size_t(l)]);
+    w.layer = std::shared_ptr<const DecoderLayer>(std::shared_ptr<const DecoderLayer>(), &loaded_.model->layers()[size_t(l)]);
+  } else {
+    w.tensors = reader_->load(HfTensorSelection::only_layer(l));
+    check_checkpoint_finite(w.tensors);
+    w.layer = std::make_shared<const DecoderLayer>(Decoder::layer_from_checkpoint(w.tensors, l));
   }
-  const Checkpoint ck = reader_->load(HfTensorSelection::only_layer(l));
-  check_checkpoint_finite(ck);
   if (shapes)
-    for (const auto& [name, t] : ck.tensors) (*shapes)[name] = t.shape();
-  return std::make_shared<const DecoderLayer>(Decoder::layer_from_checkpoint(ck, l));
+    for (const auto& [name, t] : w.tensors.tensors) (*shapes)[name] = t.shape();
+  return w;
+}
+
+Tensor LayerStream::lm_head() const {
+  if (config().tied_embeddings) throw std::logic_error(loaded_.path + ": the model ties its LM head to the embedding");
+  if (!reader_) return loaded_.checkpoint.tensors.at(names::kLmHead);
+  Checkpoint globals = reader_->load(HfTensorSelection::only_globals());
+  for (auto it = globals.tensors.begin(); it != globals.tensors.end();)  // the other globals are held already
+    it = it->first == names::kLmHead ? std::next(it) : globals.tensors.erase(it);
+  check_checkpoint_finite(globals);
+  return globals.tensors.at(names::kLmHead);
 }
 
 TensorShapes LayerStream::global_shapes() const {

@@ -51,6 +51,21 @@ class LayerStream {
   /// NonFiniteError for a non-finite weight.
   std::shared_ptr<const DecoderLayer> layer(int l, TensorShapes* shapes = nullptr) const;
 
+  /// Layer l's canonical FP32 tensors (config and source set, the layer's tensors only) and the
+  /// DecoderLayer built from them, which shares their storage. Streamed: read and widened now, and
+  /// the caller holds the only references (dropping both frees the layer); otherwise views of the
+  /// resident checkpoint and a non-owning pointer to the resident layer. Throws as layer().
+  struct LayerWeights {
+    Checkpoint tensors;
+    std::shared_ptr<const DecoderLayer> layer;
+  };
+  LayerWeights layer_weights(int l, TensorShapes* shapes = nullptr) const;
+
+  /// The untied LM head [vocab, dim] (names::kLmHead): streamed, read and widened now (the global
+  /// tensors are read again for it, briefly); otherwise the resident tensor. Throws
+  /// std::logic_error for a model with tied embeddings, NonFiniteError for a non-finite weight.
+  Tensor lm_head() const;
+
   /// Shapes of the global tensors (everything outside the layers, the LM head included).
   TensorShapes global_shapes() const;
 

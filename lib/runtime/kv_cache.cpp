@@ -41,7 +41,6 @@ void KVCache::init(const ModelConfig& c, const std::vector<NuqLayerParams>* nuq)
   if (spec_.kind == KVKind::Nuq) nuq_ = *nuq;
   layers_.resize(static_cast<size_t>(n_layers_));
   const size_t cap = static_cast<size_t>(capacity_);
-  const int sinks = spec_.quantized() ? spec_.sink_fp16 : 0;
   for (int l = 0; l < n_layers_; ++l) {
     LayerStore& L = layers_[static_cast<size_t>(l)];
     const NuqLayerParams* p = spec_.kind == KVKind::Nuq ? &(*nuq)[static_cast<size_t>(l)] : nullptr;
@@ -53,10 +52,9 @@ void KVCache::init(const ModelConfig& c, const std::vector<NuqLayerParams>* nuq)
     }
     k_row_bytes_ = L.kc->row_bytes();
     v_row_bytes_ = L.vc->row_bytes();
-    L.k.assign(cap * static_cast<size_t>(k_row_bytes_), 0);
-    L.v.assign(cap * static_cast<size_t>(v_row_bytes_), 0);
-    L.sink_k.assign(static_cast<size_t>(sinks) * static_cast<size_t>(2 * width_), 0);
-    L.sink_v.assign(static_cast<size_t>(sinks) * static_cast<size_t>(2 * width_), 0);
+    // The rows themselves are allocated when the layer is first written (allocate_layer): work
+    // that runs one decoder layer at a time (calib/layerwise_runner.h) touches one layer's rows,
+    // not n_layers × capacity (0.5 GB for a LLaMA-7B shape at 512 positions).
     if (sparse_) {
       L.sparse_k.resize(cap);
       L.sparse_v.resize(cap);
@@ -125,10 +123,22 @@ void KVCache::assign_rows(int64_t n) {
   pending_ = n;
 }
 
+void KVCache::allocate_layer(LayerStore& L) {
+  if (L.allocated) return;
+  const size_t cap = static_cast<size_t>(capacity_);
+  const size_t sinks = static_cast<size_t>(spec_.quantized() ? spec_.sink_fp16 : 0);
+  L.k.assign(cap * static_cast<size_t>(k_row_bytes_), 0);
+  L.v.assign(cap * static_cast<size_t>(v_row_bytes_), 0);
+  L.sink_k.assign(sinks * static_cast<size_t>(2 * width_), 0);
+  L.sink_v.assign(sinks * static_cast<size_t>(2 * width_), 0);
+  L.allocated = true;
+}
+
 void KVCache::write(int l, const float* k, const float* v, int64_t n) {
   if (l < 0 || l >= n_layers_) throw std::out_of_range("KV cache layer " + std::to_string(l) + " out of range");
   if (n > pending_) assign_rows(n);
   LayerStore& L = layers_[static_cast<size_t>(l)];
+  allocate_layer(L);
   for (int64_t i = 0; i < n; ++i) {
     const int32_t s = slot_[static_cast<size_t>(length_ + i)];
     const float* kr = k + i * width_;
@@ -179,6 +189,7 @@ KVCache::View KVCache::read(int l, int64_t rows, std::vector<float>& kbuf, std::
   if (rows < 0 || rows > length_ + pending_)
     throw std::out_of_range("KV cache read of " + std::to_string(rows) + " rows; " + std::to_string(length_ + pending_) + " written");
   const LayerStore& L = layers_[static_cast<size_t>(l)];
+  if (!L.allocated && rows > 0) throw std::logic_error("KV cache read of layer " + std::to_string(l) + ", which was never written");
   if (spec_.kind == KVKind::F32 && identity_)
     return {reinterpret_cast<const float*>(L.k.data()), reinterpret_cast<const float*>(L.v.data())};
   const size_t need = static_cast<size_t>(rows * width_);

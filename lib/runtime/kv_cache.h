@@ -100,7 +100,8 @@ class KVCache {
   // row_rotations()[r] when stored (0 for pre-RoPE keys), so attention must rotate it by
   // r − row_rotations()[r].
 
-  /// One layer's storage; pointers stay valid until the cache is destroyed.
+  /// One layer's storage; pointers stay valid until the cache is destroyed. A layer's rows are
+  /// allocated by its first write(): before it, the row pointers are null.
   struct LayerStorage {
     const uint8_t* keys;     ///< [capacity, key_row_bytes] dense key rows by slot
     const uint8_t* values;   ///< [capacity, value_row_bytes] dense value rows by slot
@@ -143,7 +144,10 @@ class KVCache {
     std::vector<uint8_t> sink_k, sink_v;            ///< [sink_fp16, 2·width]
     std::vector<std::vector<KVOutlier>> sparse_k, sparse_v;  ///< [capacity] per slot (outlier formats)
     std::unique_ptr<KVCodec> kc, vc;
+    bool allocated = false;  ///< k, v, sink_k, sink_v sized (on the layer's first write)
   };
+  /// Sizes (zero-filled) a layer's row storage, once.
+  void allocate_layer(LayerStore& L);
   void init(const ModelConfig& config, const std::vector<NuqLayerParams>* nuq);
   void assign_rows(int64_t n);
 
