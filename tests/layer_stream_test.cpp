@@ -13,6 +13,7 @@
 #include "formats/fingerprint.h"
 #include "formats/hf_checkpoint.h"
 #include "model/linear.h"
+#include "runtime/kv_cache.h"
 #include "model/synthetic.h"
 #include "support/hf_tiny.h"
 #include "support/process.h"
@@ -134,6 +135,16 @@ TEST(LayerStream, StreamedLayersAreTheWholeModelsLayersAndNothingElseIsHeld) {
   EXPECT_EQ(sq::model_fingerprint(streamed.config(), all), sq::model_fingerprint(whole.model().checkpoint));
   EXPECT_THROW(streamed.layer(streamed.config().n_layers), std::out_of_range);
   EXPECT_THROW(streamed.layer(-1), std::out_of_range);
+}
+
+TEST(LayerStream, TheStreamedModelsGlobalsRefuseAWholeForward) {
+  const sq::LayerStream streamed(sq::test::hf_tiny("llama-gqa"));
+  const sq::Decoder& d = *streamed.model().model;
+  sq::KVCache cache(d.config(), 4);
+  sq::Workspace ws;
+  const int32_t tokens[2] = {1, 2};
+  std::vector<float> logits(size_t(2 * d.config().vocab_size));
+  EXPECT_THROW(d.forward(tokens, 2, cache, ws, logits.data(), sq::LogitsFor::AllTokens), std::logic_error);
 }
 
 TEST(LayerStream, RefusesFisherOnAStreamedModel) {

@@ -101,7 +101,7 @@ void calibration_kv_scales(const ExportInput& in, const std::string& path, std::
   if (smoothing.is_object() && smoothing.value("smooth_vo", false))
     throw UnsupportedError(in.file->path() + ": --kv fp8 with a model smoothed v -> o (--smooth-vo): the calibration file's values are "
                            "those of the unsmoothed v_proj");
-  const CalibrationData cal = read_calibration_h5(path);
+  const CalibrationData cal = read_calibration_h5(path, CalibrationHessians::Defer);  // K/V statistics only
   const ModelConfig& c = in.config;
   const nlohmann::json& h = in.file->header();
   if (h.contains("source") && h.at("source").is_object() && h.at("source").contains("fingerprint") &&

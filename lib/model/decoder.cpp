@@ -196,6 +196,9 @@ void Decoder::run_and_project(const int32_t* tokens, int64_t n, int64_t first, K
   if (p0 + n > cache.capacity())
     throw std::length_error("KV cache full: " + std::to_string(p0) + " + " + std::to_string(n) + " positions exceed capacity " +
                             std::to_string(cache.capacity()));
+  if (c.n_layers > 0 && !layers_.front().q_proj)
+    throw std::logic_error("Decoder::forward on a model without its layers (a layer-streamed model's globals, model/layer_stream.h: "
+                           "run the layers from LayerStream::layer)");
   prepare(ws, n, p0);
   float* x = ws.x.data();  // x[n, dim] = embedding rows of the tokens (× embed_scale)
   embed(tokens, n, x, p0);
