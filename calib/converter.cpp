@@ -55,11 +55,7 @@ ConvertSummary convert(const LoadedModel& src, const LayerStream* stream, const 
       w.fp32 = w.fp32_owner.get();
     } else {
       w.fp32 = &src.model->layers()[size_t(l)];
-      w.tensors.config = c;
-      w.tensors.source = in.base.source;
-      const std::string p = names::layer(l);  // this layer's tensors only: transforms clone what they touch
-      for (auto it = in.base.tensors.lower_bound(p); it != in.base.tensors.end() && it->first.rfind(p, 0) == 0; ++it)
-        w.tensors.tensors.insert(*it);
+      w.tensors = in.base.layer(l);  // this layer's tensors only: transforms clone what they touch
     }
     smoothing.apply(in, w, summary);
     write_layer_tensors(out, in, w, enc);

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "calib/window_runner.h"
 #include "model/decoder_backward.h"
 
 namespace sq {
@@ -69,7 +70,7 @@ KVFisherResult collect_kv_fisher(const Decoder& model, const std::vector<std::ve
 
   const DecoderKVBackward<float> backward(model);
   std::vector<double> losses(static_cast<size_t>(n));
-  const int threads = c.dim < 1024 ? omp_get_max_threads() : 1;
+  const int threads = runs_windows_in_parallel(c) ? omp_get_max_threads() : 1;
   for (int64_t g0 = 0; g0 < n; g0 += threads) {
     const int group = static_cast<int>(std::min<int64_t>(threads, n - g0));
 #pragma omp parallel for num_threads(group) schedule(static, 1) if (group > 1)

@@ -43,7 +43,7 @@ LayerwiseRunner::LayerwiseRunner(const Decoder& model, const std::vector<std::ve
   }
 }
 
-int LayerwiseRunner::window_threads() const { return model_.config().dim < 1024 ? omp_get_max_threads() : 1; }
+int LayerwiseRunner::window_threads() const { return runs_windows_in_parallel(model_.config()) ? omp_get_max_threads() : 1; }
 
 void LayerwiseRunner::run_window(int l, const DecoderLayer& L, std::vector<float>& x, ActivationObserver* obs) const {
   const ModelConfig& c = model_.config();

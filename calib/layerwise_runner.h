@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "calib/hessian.h"
+#include "calib/window_runner.h"
 #include "model/decoder.h"
 
 namespace sq {
@@ -88,19 +89,16 @@ class LayerwiseRunner {
   /// Runs layer l on window w's hidden states in `x` (in place), observed by `obs` (may be null).
   void run_window(int l, const DecoderLayer& L, std::vector<float>& x, ActivationObserver* obs) const;
   int window_threads() const;
-  /// Small models (dim < 1024, as observe_windows) merge per-window collectors; large ones observe
-  /// into the total. Decided by the model, never by the thread count.
-  bool per_window_collectors() const { return model_.config().dim < 1024; }
   /// Calls run(w, collector) for every window w with a fresh collector make(), in parallel groups
   /// of window_threads(), and merges the collectors into `total` in window order. One window at a
-  /// time (large models: !per_window_collectors()) runs with `total` itself as the collector: no
+  /// time (large models: !runs_windows_in_parallel, calib/window_runner.h) runs with `total` itself as the collector: no
   /// per-window copy (a LLaMA-7B layer's Hessians are 1.4 GB), the same order as
   /// observe_windows (calib/window_runner.h), so a streamed run equals the whole-model one.
   template <typename Collector, typename Make, typename Run>
   void merge_windows(Collector& total, Make make, Run run) const {
     const int threads = window_threads();
     const int64_t n = static_cast<int64_t>(hidden_.size());
-    if (!per_window_collectors()) {
+    if (!runs_windows_in_parallel(model_.config())) {
       for (int64_t w = 0; w < n; ++w) run(w, &total);
       return;
     }

@@ -39,8 +39,8 @@ std::array<const std::vector<double>*, kActivationSites> LayerInputs::sequential
   LayerHessians h = runner_->hessians(l, fp32);
   for (int s = 0; s < kActivationSites; ++s) {
     auto& acc = h.at(static_cast<ActivationSite>(s));
+    // A site no token reached (e.g. an MoE layer whose experts saw nothing) stays empty: null below.
     if (acc.tokens() > 0) held_[size_t(s)] = acc.take_hessian();  // in place: no second copy
-    else held_[size_t(s)].clear();  // a site no token reached (e.g. an MoE layer whose experts saw nothing)
     H[size_t(s)] = held_[size_t(s)].empty() ? nullptr : &held_[size_t(s)];
   }
   return H;
@@ -62,18 +62,14 @@ std::array<const std::vector<double>*, kActivationSites> ConvertInputs::file_hes
   LayerStats& st = calib.layers[size_t(l)];
   if (st.hessians.size() != size_t(kActivationSites)) return H;  // none recorded
   if (file_hessian_layer_ != l) {  // recorded, not read yet (CalibrationHessians::Defer): one layer at a time
-    for (LayerStats& other : calib.layers)
-      for (auto& h : other.hessians) std::vector<double>().swap(h);
+    if (file_hessian_layer_ >= 0)
+      for (auto& h : calib.layers[size_t(file_hessian_layer_)].hessians) std::vector<double>().swap(h);
     st.hessians = read_calibration_hessians(o.calib_path, l, st);
     file_hessian_layer_ = l;
   }
   for (int s = 0; s < kActivationSites; ++s) H[size_t(s)] = st.hessians[size_t(s)].empty() ? nullptr : &st.hessians[size_t(s)];
   return H;
 }
-
-}  // namespace sq
-
-namespace sq {
 
 void ConvertInputs::release_file_hessian(int l, ActivationSite site) {
   if (calib.layers.empty()) return;

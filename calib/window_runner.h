@@ -18,6 +18,14 @@ namespace sq {
 
 /// A fresh collector: Collector(model) when it can be built from the Decoder (one that needs the
 /// weights, as HessianCollector for mixture-of-experts layers), Collector(model.config()) otherwise.
+/// Whether calibration runs a model's windows in parallel, one per thread, each observed by a fresh
+/// collector merged in window order (models narrower than 1024: many tiny parallel ops per window
+/// would cost more in fork/join than they compute), or one window at a time with parallel ops
+/// inside, observed by the total collector itself. Decided by the model, never by the thread count,
+/// so results do not depend on it; observe_windows and LayerwiseRunner must agree for a streamed
+/// run to equal the whole-model one.
+inline bool runs_windows_in_parallel(const ModelConfig& c) { return c.dim < 1024; }
+
 template <typename Collector>
 Collector make_collector(const Decoder& model) {
   if constexpr (std::is_constructible_v<Collector, const Decoder&>)
@@ -44,7 +52,7 @@ template <typename Collector>
 Collector observe_windows(const Decoder& model, const std::vector<std::vector<int32_t>>& windows,
                           const std::function<void(int64_t, int64_t)>& progress = {}) {
   const ModelConfig& c = model.config();
-  const bool per_window_collectors = c.dim < 1024;  // by the model, not the thread count: results must not depend on it
+  const bool per_window_collectors = runs_windows_in_parallel(c);
   const int threads = per_window_collectors ? omp_get_max_threads() : 1;
   Collector total = make_collector<Collector>(model);
   std::vector<std::unique_ptr<Collector>> per_window(static_cast<size_t>(threads));

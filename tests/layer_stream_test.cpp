@@ -5,8 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <random>
-#include <sstream>
 
 #include "calib/calibration_run.h"
 #include "core/error.h"
@@ -53,14 +51,7 @@ void expect_same(const sq::CalibrationData& a, const sq::CalibrationData& b) {
 }
 
 /// A token-ids file of `n` ids drawn uniformly from [0, vocab) (seeded).
-std::string token_ids_file(const ScratchDir& dir, int vocab, int n) {
-  std::mt19937 rng(5);
-  std::ostringstream ids;
-  for (int i = 0; i < n; ++i) ids << std::uniform_int_distribution<int>(0, vocab - 1)(rng) << ' ';
-  const std::string path = dir.file("ids.txt");
-  sq::test::write_file(path, ids.str());
-  return path;
-}
+std::string token_ids_file(const ScratchDir& dir, int vocab, int n) { return sq::test::write_random_token_ids(dir, vocab, n, 5); }
 
 class LayerStreamCalibration : public ::testing::TestWithParam<const char*> {};
 

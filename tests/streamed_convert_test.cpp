@@ -6,8 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <random>
-#include <sstream>
 
 #include "calib/calibration_run.h"
 #include "calib/converter.h"
@@ -24,14 +22,7 @@ namespace {
 
 using sq::test::ScratchDir;
 
-std::string token_ids_file(const ScratchDir& dir, int vocab, int n) {
-  std::mt19937 rng(9);
-  std::ostringstream ids;
-  for (int i = 0; i < n; ++i) ids << std::uniform_int_distribution<int>(0, vocab - 1)(rng) << ' ';
-  const std::string path = dir.file("ids.txt");
-  sq::test::write_file(path, ids.str());
-  return path;
-}
+std::string token_ids_file(const ScratchDir& dir, int vocab, int n) { return sq::test::write_random_token_ids(dir, vocab, n, 9); }
 
 sq::CalibrationOptions calibration_options(const ScratchDir& dir, const sq::ModelConfig& c) {
   sq::CalibrationOptions o;

@@ -14,4 +14,15 @@ const Tensor& Checkpoint::get(const std::string& name, const std::vector<int64_t
   return it->second;
 }
 
+Checkpoint Checkpoint::layer(int l) const {
+  Checkpoint out;
+  out.config = config;
+  out.source = source;
+  out.format = format;
+  const std::string prefix = names::layer(l);
+  for (auto it = tensors.lower_bound(prefix); it != tensors.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
+    out.tensors.insert(*it);
+  return out;
+}
+
 }  // namespace sq

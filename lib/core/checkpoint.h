@@ -54,6 +54,9 @@ struct Checkpoint {
   /// is missing or its shape differs from `expected_shape`.
   const Tensor& get(const std::string& name, const std::vector<int64_t>& expected_shape) const;
   bool has(const std::string& name) const { return tensors.count(name) != 0; }
+  /// Decoder layer l's tensors (every `model.layers.{l}.*`, as views sharing this checkpoint's
+  /// storage) with this checkpoint's config, source and format: one layer for layer-by-layer work.
+  Checkpoint layer(int l) const;
 };
 
 /// A model's tensor inventory, canonical name -> shape (what model_fingerprint hashes besides the

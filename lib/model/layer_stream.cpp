@@ -47,13 +47,7 @@ LayerStream::LayerWeights LayerStream::layer_weights(int l, TensorShapes* shapes
     throw std::out_of_range("layer " + std::to_string(l) + " of a model with " + std::to_string(c.n_layers) + " layers");
   LayerWeights w;
   if (!reader_) {
-    const Checkpoint& all = loaded_.checkpoint;
-    w.tensors.config = all.config;
-    w.tensors.format = all.format;
-    w.tensors.source = all.source;
-    const std::string prefix = names::layer(l);
-    for (auto it = all.tensors.lower_bound(prefix); it != all.tensors.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
-      w.tensors.tensors.insert(*it);  // views of the resident tensors
+    w.tensors = loaded_.checkpoint.layer(l);  // views of the resident tensors
     // Aliasing pointer: the resident layer lives as long as this stream.
     w.layer = std::shared_ptr<const DecoderLayer>(std::shared_ptr<const DecoderLayer>(), &loaded_.model->layers()[size_t(l)]);
   } else {

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 
@@ -91,6 +92,15 @@ std::string read_file(const std::string& path) {
   std::ostringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+std::string write_random_token_ids(const ScratchDir& dir, int vocab, int n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::ostringstream ids;
+  for (int i = 0; i < n; ++i) ids << std::uniform_int_distribution<int>(0, vocab - 1)(rng) << ' ';
+  const std::string path = dir.file("ids.txt");
+  write_file(path, ids.str());
+  return path;
 }
 
 }  // namespace sq::test

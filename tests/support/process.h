@@ -37,5 +37,8 @@ class ScratchDir {
 void write_file(const std::string& path, const std::string& bytes);
 /// Reads the whole file at `path` (binary).
 std::string read_file(const std::string& path);
+/// Writes `dir`/ids.txt: `n` token ids drawn uniformly from [0, vocab) with std::mt19937(seed),
+/// space-separated (a --token-ids file, formats/token_ids_file.h); returns its path.
+std::string write_random_token_ids(const ScratchDir& dir, int vocab, int n, unsigned seed);
 
 }  // namespace sq::test
