@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "formats/safetensors.h"
+#include "ops/sgemm.h"
 
 // LAPACK from OpenBLAS (no lapack.h is installed). The trailing hidden string lengths of the
 // Fortran ABI are passed; OpenBLAS's C implementations ignore them.
@@ -325,9 +326,7 @@ GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, const std::vec
       }
     }
     if (i2 < n)  // line 9: W[:, i2:] −= E · U[i1:i2, i2:]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(out), static_cast<int>(n - i2), static_cast<int>(cnt),
-                  -1.0f, E.data(), static_cast<int>(B), U.data() + at(i1, i2), static_cast<int>(n), 1.0f,
-                  Wc.data() + i2, static_cast<int>(in));
+      ops::sgemm(false, false, out, n - i2, cnt, -1.0f, E.data(), B, U.data() + at(i1, i2), n, 1.0f, Wc.data() + i2, in);
   }
 
   // Step 6: back to the original column order.

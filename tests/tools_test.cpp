@@ -8,6 +8,7 @@
 
 #include "formats/hf_checkpoint.h"
 #include "formats/llama2c_checkpoint.h"
+#include "model/w4a16_linear.h"
 #include "tests/support/process.h"
 #include "tests/support/test_data.h"
 
@@ -194,8 +195,9 @@ TEST(SqBench, RealSuiteTimesEveryVariantAndItsEvalIsSqEvals) {
   EXPECT_EQ(j["gen_tokens"], 8);
   EXPECT_GT(j["sgemm_bound"]["tokens_per_second"].get<double>(), 0.0);
   const auto& v = j["variants"];
-  ASSERT_EQ(v.size(), 4u);
-  const std::vector<std::string> names = {"fp32", "w8a8-o1-head", "w4a16-g32", "w4a16-g32-head"};
+  std::vector<std::string> names = {"fp32", "w8a8-o1-head", "w4a16-g32", "w4a16-g32-head"};
+  if (w4_int8_decode_supported()) names.push_back("w4a16-g32-head-a8");
+  ASSERT_EQ(v.size(), names.size());
   const double fp32_ppl = v[0]["eval_ppl"].get<double>();
   for (size_t i = 0; i < v.size(); ++i) {
     EXPECT_EQ(v[i]["name"], names[i]);
@@ -216,6 +218,15 @@ TEST(SqBench, RealSuiteTimesEveryVariantAndItsEvalIsSqEvals) {
   EXPECT_EQ(fp32_ppl, nlohmann::json::parse(read_file(dir.file("eval.json")))["ppl"].get<double>());
   expect_one_line_error("sq-bench", {"--suite", "real"}, "needs -m MODEL", dir);
   expect_one_line_error("sq-bench", {"--suite", "real", "-m", m, "-p", "0"}, "must be >= 1", dir);
+  // --variants: fp32 (the ratio base) and the named ones only; an unknown name lists the known ones.
+  const auto only = run_process({tool("sq-bench"), "--suite", "real", "-m", m, "-p", "8", "-n", "2", "--group-size", "32",
+                                 "--variants", "w4a16-g32", "--min-seconds", "0.01", "-t", "1", "--json", dir.file("only.json")});
+  ASSERT_EQ(only.exit_status, 0) << only.err;
+  const auto ov = nlohmann::json::parse(read_file(dir.file("only.json")))["real"]["variants"];
+  ASSERT_EQ(ov.size(), 2u);
+  EXPECT_EQ(ov[0]["name"], "fp32");
+  EXPECT_EQ(ov[1]["name"], "w4a16-g32");
+  expect_one_line_error("sq-bench", {"--suite", "real", "-m", m, "--variants", "w4a16-g7"}, "expected some of: fp32, w8a8-o1-head", dir);
 }
 
 // sq-tokenize: llama-tokenize's output format, the id list, BOS overrides, bad inputs.

@@ -314,6 +314,143 @@ TEST(W4A16Linear, ResultsDoNotDependOnThreadCount) {
   omp_set_num_threads(saved);
 }
 
+// ---- INT8 decode activations (W4DecodeActivations::Int8) ------------------------------------------
+
+/// The activation rounding of W4DecodeActivations::Int8, written out independently: per block of 32
+/// columns s = max|x| / 127, x_q = nearbyint(x · (127 / max|x|)) (round to nearest even).
+void round_blocks_int8(const std::vector<float>& x, std::vector<double>& s, std::vector<int>& q) {
+  const size_t blocks = x.size() / 32;
+  s.assign(blocks, 0.0);
+  q.assign(x.size(), 0);
+  for (size_t b = 0; b < blocks; ++b) {
+    float amax = 0;
+    for (size_t k = 32 * b; k < 32 * b + 32; ++k) amax = std::max(amax, std::fabs(x[k]));
+    s[b] = double(amax / 127.0f);
+    const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+    for (size_t k = 32 * b; k < 32 * b + 32; ++k) q[k] = std::max(-127, static_cast<int>(std::nearbyint(x[k] * inv)));
+  }
+}
+
+TEST(W4A16Linear, Int8DecodeIsTheExactDotOfTheRoundedActivation) {
+  // The kernel's integer dot products are exact, so y must equal, up to the FP32 rounding of the
+  // per-lane scaling and the final sums, Σ_j Δ_j Σ_b s_b Σ_{k∈b∩j} (u_k − z_j)·x_q,k computed in FP64
+  // from an independent rounding of the activation. Bound: γ_L · Σ_j Δ_j Σ_k s_b |u_k − z_j| |x_q,k|
+  // with L = in/16 + 40 terms per lane chain (generous: each of the 16 lanes sums in/16 products).
+  if (!w4_int8_decode_supported()) GTEST_SKIP() << "no AVX512-VNNI/VBMI";
+  for (bool asym : {false, true})
+    for (int64_t g : {32, 64, 128})
+      for (int64_t in : {64, 576, 1536}) {
+        if (in % g != 0) continue;
+        const int64_t out = 37, ng = in / g;
+        const auto wf = normal_vector(out * in, uint32_t(in + g), 0.02f);
+        W4A16Linear lin(Tensor::from_vector({out, in}, wf), g, asym);
+        lin.set_decode_activations(W4DecodeActivations::Int8);
+        ASSERT_EQ(lin.decode_activations(), W4DecodeActivations::Int8);
+        auto x = normal_vector(in, uint32_t(in + 1));
+        x[5] = 9.0f;                 // an outlier in the first block: its other columns round coarsely
+        for (int k = 64 - 32; k < 64; ++k) x[k] = 0.0f;  // an all-zero block (s = 0)
+        std::vector<double> s;
+        std::vector<int> q;
+        round_blocks_int8(x, s, q);
+        std::vector<float> y(out);
+        lin.forward(x.data(), 1, y.data());
+        const Int4Weights& w = lin.weights();
+        const double L = double(in) / 16 + 40, u = 0x1p-24, gamma = L * u / (1 - L * u);
+        for (int64_t o = 0; o < out; ++o) {
+          double ref = 0, mag = 0;
+          for (int64_t k = 0; k < in; ++k) {
+            const double d = double(int4_scale(w, o, k / g));
+            const int qk = int4_code(w, o, k) - int4_zero(w, o, k / g);  // the signed 4-bit value
+            ref += d * s[k / 32] * qk * q[k];
+            mag += d * s[k / 32] * (std::abs(qk) + 8) * std::abs(q[k]);
+          }
+          ASSERT_LE(std::fabs(double(y[o]) - ref), gamma * mag + 1e-30) << "asym " << asym << " g " << g << " in " << in << " row " << o;
+        }
+        (void)ng;
+      }
+}
+
+TEST(W4A16Linear, Int8DecodeStaysWithinTheActivationRoundingOfFp32) {
+  // Against the FP32-activation result: rounding x to s_b·x_q moves each product by at most
+  // |Ŵ[o, k]| · s_b / 2, so |y_int8 − y_fp32| ≤ Σ_k |Ŵ[o, k]| · s_b(k) / 2 (+ FP32 rounding). The
+  // typical error is far below that worst case (errors of independent roundings cancel).
+  if (!w4_int8_decode_supported()) GTEST_SKIP() << "no AVX512-VNNI/VBMI";
+  const int64_t out = 300, in = 1536;
+  const auto wf = normal_vector(out * in, 5, 0.02f);
+  for (bool asym : {false, true}) {
+    W4A16Linear fp(Tensor::from_vector({out, in}, wf), 128, asym), i8(Tensor::from_vector({out, in}, wf), 128, asym);
+    i8.set_decode_activations(W4DecodeActivations::Int8);
+    const auto x = normal_vector(in, 6);
+    std::vector<float> y_fp(out), y_i8(out), wd(static_cast<size_t>(out * in));
+    fp.forward(x.data(), 1, y_fp.data());
+    i8.forward(x.data(), 1, y_i8.data());
+    dequantize_int4(fp.weights(), wd.data());
+    std::vector<double> s;
+    std::vector<int> q;
+    round_blocks_int8(x, s, q);
+    double worst = 0;
+    for (int64_t o = 0; o < out; ++o) {
+      double bound = 0, mag = 0;
+      for (int64_t k = 0; k < in; ++k) {
+        bound += std::fabs(double(wd[o * in + k])) * s[k / 32] / 2;
+        mag += std::fabs(double(wd[o * in + k]) * x[k]);
+      }
+      const double err = std::fabs(double(y_i8[o]) - double(y_fp[o]));
+      ASSERT_LE(err, bound + 1e-5 * mag) << "asym " << asym << " row " << o;
+      worst = std::max(worst, err / bound);
+    }
+    EXPECT_LT(worst, 0.5) << "random rounding errors should cancel far below the worst case";
+    EXPECT_GT(worst, 0.0) << "INT8 activations must differ from FP32 somewhere (else the INT8 path did not run)";
+  }
+}
+
+TEST(W4A16Linear, Int8DecodeKeepsFp32ForPrefillAndNarrowWidths) {
+  if (!w4_int8_decode_supported()) GTEST_SKIP() << "no AVX512-VNNI/VBMI";
+  const int64_t out = 20;
+  // in = 96 with g = 32 is not a multiple of 64: the layer keeps FP32 activations, bit-identical.
+  const auto w96 = normal_vector(out * 96, 8, 0.02f);
+  W4A16Linear a(Tensor::from_vector({out, 96}, w96), 32), b(Tensor::from_vector({out, 96}, w96), 32);
+  b.set_decode_activations(W4DecodeActivations::Int8);
+  EXPECT_EQ(b.decode_activations(), W4DecodeActivations::Fp32);
+  const auto x96 = normal_vector(96, 9);
+  std::vector<float> ya(out), yb(out);
+  a.forward(x96.data(), 1, ya.data());
+  b.forward(x96.data(), 1, yb.data());
+  EXPECT_EQ(ya, yb);
+  // n > 1 (prefill) runs the FP32 GEMM whatever the setting.
+  const auto w128 = normal_vector(out * 128, 10, 0.02f);
+  W4A16Linear c(Tensor::from_vector({out, 128}, w128), 64), d(Tensor::from_vector({out, 128}, w128), 64);
+  d.set_decode_activations(W4DecodeActivations::Int8);
+  const auto x3 = normal_vector(3 * 128, 11);
+  std::vector<float> yc(3 * out), yd(3 * out);
+  c.forward(x3.data(), 3, yc.data());
+  d.forward(x3.data(), 3, yd.data());
+  EXPECT_EQ(yc, yd);
+}
+
+TEST(W4A16Linear, Batch1OfSeveralLinearsEqualsEachForward) {
+  // q/k/v-like linears sharing x (in = 576, a ragged g128 layer padded to 640; one with a bias;
+  // one with INT8 decode activations where supported): one parallel region, same bits as forward.
+  const int64_t in = 576;
+  const auto wa = normal_vector(576 * in, 31, 0.02f), wb = normal_vector(192 * in, 32, 0.02f), wc = normal_vector(200 * in, 33, 0.02f);
+  const W4A16Linear a(Tensor::from_vector({576, in}, wa), 128);
+  const W4A16Linear b(W4A16Linear(Tensor::from_vector({192, in}, wb), 64, true).weights(), Tensor::from_vector({192}, normal_vector(192, 34)));
+  W4A16Linear c(Tensor::from_vector({200, in}, wc), 32);
+  if (w4_int8_decode_supported()) c.set_decode_activations(W4DecodeActivations::Int8);
+  const auto x = normal_vector(in, 35);
+  std::vector<float> ya(576), yb(192), yc(200), ra(576), rb(192), rc(200);
+  W4A16Linear::forward_batch1({{&a, ya.data()}, {&b, yb.data()}, {&c, yc.data()}}, x.data());
+  a.forward(x.data(), 1, ra.data());
+  b.forward(x.data(), 1, rb.data());
+  c.forward(x.data(), 1, rc.data());
+  EXPECT_EQ(ya, ra);
+  EXPECT_EQ(yb, rb);
+  EXPECT_EQ(yc, rc);
+  const W4A16Linear d(Tensor::from_vector({4, 64}, std::vector<float>(256, 1.0f)), 32);
+  test::expect_error<std::invalid_argument>([&] { W4A16Linear::forward_batch1({{&a, ya.data()}, {&d, yb.data()}}, x.data()); },
+                                            {"widths differ"});
+}
+
 TEST(W4A16Linear, ZeroRowsIsANoOp) {
   const W4A16Linear lin(Tensor::from_vector({2, 32}, std::vector<float>(64, 1.0f)), 32);
   float y = 42.0f;

@@ -83,6 +83,9 @@ int main(int argc, char** argv) {
   app.add_option("-n,--n-gen", real.gen_tokens, "real suite: generated tokens of the tg test (llama-bench -n)")->capture_default_str();
   app.add_option("--eval-chunks", real.eval_chunks, "real suite: llamacpp chunks of --eval-text per variant (0 = all)")->capture_default_str();
   app.add_option("--group-size", real.group, "real suite: W4A16 group size")->capture_default_str();
+  app.add_option("--variants", real.variants,
+                 "real suite: only these quantized variants, comma-separated (fp32 always runs: it is the ratio base); default: all")
+      ->delimiter(',');
   sq::add_json_option(app, json_path, "All results");
   bool force = false;
   app.add_flag("--force", force, "Replace an existing --json file or --write-synthetic checkpoint");

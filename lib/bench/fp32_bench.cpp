@@ -1,6 +1,5 @@
 #include "bench/fp32_bench.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <cstdio>
@@ -14,18 +13,20 @@
 #include "model/decoder.h"
 #include "model/model_loader.h"
 #include "model/synthetic.h"
+#include "ops/sgemm.h"
 
 namespace sq::bench {
 
 namespace {
 
 
-/// GFLOP/s of C[m, n] = A[m, k] · B[n, k]ᵀ (the Linear layout).
+/// GFLOP/s of C[m, n] = A[m, k] · B[n, k]ᵀ (the Linear layout) with ops::sgemm, the GEMM of the
+/// decoder's FP32 linears (oneDNN at these sizes).
 double sgemm_gflops(int m, int k, int n, double min_seconds) {
   const auto a = normal_vector(int64_t(m) * k, 1), b = normal_vector(int64_t(n) * k, 2);
   std::vector<float> c(static_cast<size_t>(m) * n);
   const Timing t = time_it([&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, c.data(), n);
+    ops::sgemm(false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, c.data(), n);
   }, min_seconds);
   return 2.0 * m * n * k / t.best_seconds / 1e9;
 }
@@ -35,7 +36,7 @@ double sgemm_gflops(int m, int k, int n, double min_seconds) {
 nlohmann::json run_fp32_bench(const Fp32BenchOptions& o) {
   nlohmann::json out;
   out["threads"] = omp_get_max_threads();
-  std::printf("== FP32: OpenBLAS sgemm vs sqkit prefill (%d threads) ==\n", omp_get_max_threads());
+  std::printf("== FP32: sgemm (ops::sgemm: oneDNN) vs sqkit prefill (%d threads) ==\n", omp_get_max_threads());
   struct Shape { int k, n; const char* name; };
   const Shape shapes[] = {{4096, 4096, "q/o proj 4096->4096"}, {4096, 11008, "gate/up 4096->11008"}, {11008, 4096, "down 11008->4096"}};
   double flops_total = 0, seconds_total = 0;

@@ -1,4 +1,4 @@
-// FP32 benchmarks of the foundation: OpenBLAS sgemm at LLaMA-7B linear shapes vs sqkit's prefill
+// FP32 benchmarks of the foundation: sgemm (ops::sgemm, the GEMM of the FP32 linears) at LLaMA-7B linear shapes vs sqkit's prefill
 // of a synthetic ~1B-class model, measured side by side in one run.
 #pragma once
 

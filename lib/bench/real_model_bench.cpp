@@ -1,6 +1,5 @@
 #include "bench/real_model_bench.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -19,6 +18,7 @@
 #include "model/decoder.h"
 #include "model/model_loader.h"
 #include "model/quantize_in_memory.h"
+#include "ops/sgemm.h"
 
 namespace sq::bench {
 
@@ -32,23 +32,24 @@ struct Variant {
   double eval_tps = 0, eval_ppl = 0;
 };
 
-/// Best-of time of C[m, n] = A[m, k]·B[n, k]ᵀ (the Linear layout) with OpenBLAS, seconds.
+/// Best-of time of C[m, n] = A[m, k]·B[n, k]ᵀ (the Linear layout) with ops::sgemm (the FP32 GEMM
+/// the decoder's dense linears use), seconds.
 double sgemm_seconds(int m, int k, int n, double min_seconds) {
   const auto a = normal_vector(int64_t(m) * k, 1), b = normal_vector(int64_t(n) * k, 2);
   std::vector<float> c(static_cast<size_t>(m) * n);
   return time_it([&] {
-           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, c.data(), n);
+           ops::sgemm(false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, c.data(), n);
          }, min_seconds)
       .best_seconds;
 }
 
 struct SgemmBound {
-  double linear_gflops = 0;  ///< OpenBLAS sgemm rate over the model's linear shapes (FLOP-weighted)
+  double linear_gflops = 0;  ///< ops::sgemm rate over the model's linear shapes (FLOP-weighted)
   double flops = 0;          ///< FLOPs of one prefill: linears + causal attention + LM head (last row)
   double seconds = 0;        ///< flops at linear_gflops
 };
 
-/// The sgemm bound of one prefill of `n` tokens (see the header): the OpenBLAS sgemm rate measured
+/// The sgemm bound of one prefill of `n` tokens (see the header): the ops::sgemm rate measured
 /// at every distinct linear shape of the model (C[n, out] = A[n, in]·Wᵀ, weighted by how often the
 /// shape occurs), applied to all the prefill's FLOPs (2·n·in·out per linear, 2·2·head_dim·n(n+1)/2
 /// per head and layer for causal QKᵀ and PV, 2·dim·vocab for the last row's LM head).
@@ -82,7 +83,10 @@ nlohmann::json run_real_model_bench(const RealModelBenchOptions& o) {
   // The eval text's tokenizer, opened while `loaded` still holds its model (it checks the vocabulary).
   std::unique_ptr<Tokenizer> tok = o.text.empty() ? nullptr : open_tokenizer_for(loaded, o.tokenizer);
   std::vector<Variant> v;
+  std::vector<std::string> known;
   auto add = [&](std::string name, std::string what, auto quantize) {
+    known.push_back(name);
+    if (!o.variants.empty() && std::find(o.variants.begin(), o.variants.end(), name) == o.variants.end()) return;
     LoadedModel copy = load_model(o.model);
     quantize(*copy.model);
     v.push_back({std::move(name), std::move(what), std::move(copy.model)});
@@ -94,6 +98,18 @@ nlohmann::json run_real_model_bench(const RealModelBenchOptions& o) {
   add("w4a16-g" + g, "W4A16 g" + g + " sym, head FP32", [&](Decoder& m) { quantize_linears_w4a16(m, o.group, false, false); });
   add("w4a16-g" + g + "-head", "W4A16 g" + g + " sym, head W4A16 g" + g,
       [&](Decoder& m) { quantize_linears_w4a16(m, o.group, false, true); });
+  if (w4_int8_decode_supported())
+    add("w4a16-g" + g + "-head-a8", "W4A16 g" + g + " sym, head W4A16, INT8 decode activations",
+        [&](Decoder& m) {
+          quantize_linears_w4a16(m, o.group, false, true);
+          set_w4a16_decode_activations(m, W4DecodeActivations::Int8);
+        });
+  for (const std::string& name : o.variants)
+    if (name != "fp32" && std::find(known.begin(), known.end(), name) == known.end()) {
+      std::string list = "fp32";
+      for (const std::string& k : known) list += ", " + k;
+      throw UsageError("--variants: unknown variant '" + name + "' (expected some of: " + list + ")");
+    }
 
   const int64_t np = o.prompt_tokens, ng = o.gen_tokens;
   std::vector<int32_t> tokens(static_cast<size_t>(std::max(np, ng)));
@@ -140,7 +156,7 @@ nlohmann::json run_real_model_bench(const RealModelBenchOptions& o) {
   }
 
   const Variant& f = v[0];
-  std::printf("sgemm bound of pp%lld: OpenBLAS sgemm at this model's linear shapes runs %.1f GFLOP/s; the prefill's %.2f GFLOP at "
+  std::printf("sgemm bound of pp%lld: sgemm (ops::sgemm: oneDNN) at this model's linear shapes runs %.1f GFLOP/s; the prefill's %.2f GFLOP at "
               "that rate take %.3f s = %.1f tok/s\n",
               static_cast<long long>(np), bound.linear_gflops, bound.flops / 1e9, bound.seconds, np / bound.seconds);
   std::printf("%-18s %-46s %10s %7s %10s %7s", "variant", "", ("pp" + std::to_string(np) + " tok/s").c_str(), "x FP32",

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -19,18 +20,23 @@ struct RealModelBenchOptions {
   int eval_ctx = 512;         ///< eval rows: llamacpp protocol -c eval_ctx
   int64_t eval_chunks = 8;    ///< eval rows: the first N chunks of `text` (0 = all)
   int64_t group = 128;        ///< W4A16 group size
+  /// The quantized variants to measure, by name (fp32 is always measured: it is the ratio base
+  /// and the sgemm bound's model); empty = all of them.
+  std::vector<std::string> variants;
   double min_seconds = 1.0;   ///< minimum measuring time per contender (interleaved rounds)
 };
 
 /// Loads `model` once and builds, in memory, from its FP32 weights:
-///   fp32           the model as loaded (OpenBLAS sgemm linears);
+///   fp32           the model as loaded (ops::sgemm linears: oneDNN for prefill, OpenBLAS sgemv for decode);
 ///   w8a8-o1-head   W8A8 with per-tensor weights and per-token dynamic activations (SmoothQuant's O1:
 ///                  smoothing only rescales weights and norms, so the kernels and their speed are
 ///                  those of `sq-convert --preset O1 --quantize-head`), LM head INT8 too, as
 ///                  llama.cpp's Q8_0 files quantize output.weight;
 ///   w4a16-g128     W4A16 RTN g`group` symmetric, LM head FP32 (what sq-convert --scheme w4a16
 ///                  writes; GPTQ changes values, not kernels);
-///   w4a16-g128-head the same with the LM head W4A16 too (llama.cpp's Q4_0 files quantize it).
+///   w4a16-g128-head the same with the LM head W4A16 too (llama.cpp's Q4_0 files quantize it);
+///   w4a16-g128-head-a8 the same with INT8 decode activations (W4DecodeActivations::Int8, as
+///                  llama.cpp's Q4_0 × Q8_0 dot product); only where w4_int8_decode_supported().
 /// For each it times, interleaved with the others (time_interleaved, best of rounds):
 ///   pp  one prefill of `prompt_tokens` tokens into an empty cache (LogitsFor::LastToken), the
 ///       work of llama-bench -p N;
@@ -38,11 +44,12 @@ struct RealModelBenchOptions {
 /// and, when `text` is set, sq-eval's throughput (evaluate_perplexity, llamacpp protocol, tokens
 /// processed per second, as sq-eval reports it) over the first `eval_chunks` chunks.
 /// The sgemm bound: the prefill's FLOPs (2·pp·in·out per linear, causal QKᵀ and PV, the LM head
-/// for the last row) at the rate OpenBLAS sgemm reaches on the model's own linear shapes
+/// for the last row) at the rate ops::sgemm (oneDNN at these sizes) reaches on the model's own linear shapes
 /// (C[pp, out] = A[pp, in]·Wᵀ, each distinct shape timed, weighted by its count); pp of the FP32
 /// model is reported as a fraction of it.
 /// Prints a table (tokens/s and ratios to FP32) and returns everything as JSON. Throws InputError
-/// from the loader, UsageError for prompt_tokens or gen_tokens < 1 or eval_ctx < 2.
+/// from the loader, UsageError for prompt_tokens or gen_tokens < 1, eval_ctx < 2 or a name in
+/// `variants` that is not one of the above (the message lists them).
 nlohmann::json run_real_model_bench(const RealModelBenchOptions& options);
 
 }  // namespace sq::bench

@@ -11,8 +11,10 @@
 
 #include "core/rope_frequencies.h"
 #include "model/decoder_linears.h"
+#include "model/w4a16_linear.h"
 #include "model/w8a8_linear.h"
 #include "ops/ops.h"
+#include "ops/sgemm.h"
 
 namespace sq {
 
@@ -26,8 +28,23 @@ void ensure(std::vector<float>& v, int64_t n) {
 
 /// Runs linears that read the same input x [n, in] into their outputs. When all of them are W8A8
 /// linears that quantize their input identically, x is quantized once (straight into the INT8
-/// kernel's layout) and shared; otherwise each linear runs on its own.
+/// kernel's layout) and shared; a decode step (n == 1) of W4A16 linears runs them in one parallel
+/// region (W4A16Linear::forward_batch1); otherwise each linear runs on its own.
 void run_sharing_input(std::initializer_list<std::pair<const Linear*, float*>> linears, const float* x, int64_t n) {
+  if (n == 1 && (linears.size() == 2 || linears.size() == 3)) {
+    const auto* it = linears.begin();
+    const W4A16Linear* w4[3] = {};
+    bool all = true;
+    for (size_t i = 0; i < linears.size(); ++i) all = all && (w4[i] = dynamic_cast<const W4A16Linear*>(it[i].first)) != nullptr;
+    if (all && linears.size() == 3) {
+      W4A16Linear::forward_batch1({{w4[0], it[0].second}, {w4[1], it[1].second}, {w4[2], it[2].second}}, x);
+      return;
+    }
+    if (all) {
+      W4A16Linear::forward_batch1({{w4[0], it[0].second}, {w4[1], it[1].second}}, x);
+      return;
+    }
+  }
   const W8A8Linear* first = dynamic_cast<const W8A8Linear*>(linears.begin()->first);
   bool shared = first != nullptr;
   for (const auto& [lin, y] : linears) {
@@ -412,9 +429,7 @@ void Decoder::attention(const float* q, const float* keys, const float* values, 
     const float* Kg = keys + (h / group) * hd;
     const float* Vg = values + (h / group) * hd;
     // S[rows, n_keys] = scale · Q_h[rows, hd] · K_g[n_keys, hd]ᵀ
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows), static_cast<blasint>(n_keys),
-                static_cast<blasint>(hd), scale, Qh, static_cast<blasint>(qw), Kg, static_cast<blasint>(kvw), 0.0f, S.data(),
-                static_cast<blasint>(n_keys));
+    ops::sgemm(false, true, rows, n_keys, hd, scale, Qh, qw, Kg, kvw, 0.0f, S.data(), n_keys);
     for (int64_t i = 0; i < rows; ++i) {
       float* row = S.data() + i * n_keys;
       const int64_t pos = p0 + r0 + i;
@@ -431,9 +446,7 @@ void Decoder::attention(const float* q, const float* keys, const float* values, 
         for (int64_t j = lo; j < visible; ++j) (*mass)[static_cast<size_t>(j)] += row[j];
     }
     // out_h[rows, hd] = P[rows, n_keys] · V_g[n_keys, hd]
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows), static_cast<blasint>(hd),
-                static_cast<blasint>(n_keys), 1.0f, S.data(), static_cast<blasint>(n_keys), Vg, static_cast<blasint>(kvw), 0.0f,
-                out + r0 * qw + h * hd, static_cast<blasint>(qw));
+    ops::sgemm(false, false, rows, hd, n_keys, 1.0f, S.data(), n_keys, Vg, kvw, 0.0f, out + r0 * qw + h * hd, qw);
   }
 }
 

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/rope_frequencies.h"
+#include "ops/sgemm.h"
 
 // Notation: n tokens, d = dim, hd = head_dim, qw = n_heads·hd, kvw = n_kv_heads·hd, hid = hidden_dim,
 // E = n_experts, K = experts_per_token; every activation is row-major [n, width], one token a row.
@@ -30,9 +31,7 @@ constexpr int64_t kQueryBlock = 64;
 /// C[m, n] = alpha · op(A) · op(B) + beta · C, row-major; op(X) = Xᵀ when trans_X.
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* A, int64_t lda, const float* B,
           int64_t ldb, float beta, float* C, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
-              static_cast<blasint>(n), static_cast<blasint>(k), alpha, A, static_cast<blasint>(lda), B,
-              static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));
+  ops::sgemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* A, int64_t lda, const double* B,
           int64_t ldb, double beta, double* C, int64_t ldc) {

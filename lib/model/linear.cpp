@@ -1,5 +1,7 @@
 #include "model/linear.h"
 
+#include "ops/sgemm.h"
+
 #include <cblas.h>
 
 #include <stdexcept>
@@ -36,9 +38,7 @@ void DenseLinear::forward(const float* x, int64_t n, float* y) const {
                 static_cast<blasint>(in), x, 1, 0.0f, y, 1);
   } else {
     // y[n, out] = x[n, in] · W[out, in]ᵀ
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(n), static_cast<blasint>(out),
-                static_cast<blasint>(in), 1.0f, x, static_cast<blasint>(in), weight_.data(), static_cast<blasint>(in), 0.0f, y,
-                static_cast<blasint>(out));
+    ops::sgemm(false, true, n, out, in, 1.0f, x, in, weight_.data(), in, 0.0f, y, out);
   }
   if (!bias_.empty()) {
     const float* b = bias_.data();

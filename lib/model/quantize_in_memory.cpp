@@ -40,4 +40,23 @@ void quantize_linears_w4a16(Decoder& model, int64_t group, bool asym, bool inclu
   });
 }
 
+int set_w4a16_decode_activations(Decoder& model, W4DecodeActivations a) {
+  int count = 0;
+  auto set = [&](Linear* lin) {
+    if (auto* w4 = dynamic_cast<W4A16Linear*>(lin)) {
+      w4->set_decode_activations(a);
+      count += w4->decode_activations() == a;
+    }
+  };
+  for (DecoderLayer& L : model.mutable_layers()) {
+    for (auto* lin : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) set(lin->get());
+    for (Expert& e : L.experts)
+      for (auto* lin : {&e.gate_proj, &e.up_proj, &e.down_proj}) set(lin->get());
+  }
+  std::unique_ptr<Linear> head = model.release_lm_head();
+  set(head.get());
+  model.set_lm_head(std::move(head));
+  return count;
+}
+
 }  // namespace sq

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "model/decoder.h"
+#include "model/w4a16_linear.h"
 #include "quant/int8_quantize.h"
 
 namespace sq {
@@ -17,5 +18,11 @@ void quantize_linears_w8a8(Decoder& model, WeightGranularity weight, ActQuant ac
 /// for speed this model is the one sq-convert --scheme w4a16 writes. Throws std::invalid_argument
 /// from W4A16Linear for an unsupported group size or an odd input width.
 void quantize_linears_w4a16(Decoder& model, int64_t group, bool asym, bool include_head);
+
+/// Sets the decode activations (W4A16Linear::set_decode_activations) of every W4A16Linear of the
+/// model: the layers' projections (MoE experts included) and the LM head. Returns how many run with
+/// `a` (layers whose width the INT8 kernel cannot take keep FP32). Throws std::invalid_argument for
+/// W4DecodeActivations::Int8 when !w4_int8_decode_supported().
+int set_w4a16_decode_activations(Decoder& model, W4DecodeActivations a);
 
 }  // namespace sq

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -15,6 +16,11 @@
 #include "core/immintrin_quiet.h"
 #else
 #define SQ_W4_AVX512 0
+#endif
+#if SQ_W4_AVX512 && defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
+#define SQ_W4_VNNI 1
+#else
+#define SQ_W4_VNNI 0
 #endif
 
 namespace sq {
@@ -48,8 +54,11 @@ inline int zero_at(const Int4Weights& w, int64_t f) {
   return (f & 1) ? (b >> 4) : (b & 0xF);
 }
 
-/// GEMV software-prefetch distance in rows (see gemv_rows).
-constexpr int64_t kPrefetchRows = 8;
+/// GEMV software-prefetch distance in bytes of the packed weights (see gemv_rows). Chosen on
+/// SmolLM2-135M W4A16 decode (2 threads, AMD EPYC Zen 5; tg128 tok/s, FP32 / INT8 activations):
+/// 1 KiB 245 / –, 2 KiB 315 / –, 4 KiB 360 / 400, 8 KiB 370 / 427, 16 KiB 302 / –, 32 KiB 331 / –
+/// (before: 8 rows ahead, ~2.5 KiB at this width, with dynamic scheduling: 236).
+constexpr int64_t kPrefetchBytes = 8192;
 
 /// GEMV over R consecutive rows starting at r0. xp: the activation permuted per 32-column chunk
 /// into [even columns (16), odd columns (16)]; xsum: [in/g][16] lane-wise Σ of xp over each group.
@@ -67,16 +76,18 @@ void gemv_rows(const Int4Weights& w, const float* xp, const float* xsum, int64_t
     tot[r] = _mm512_setzero_ps();
     rows[r] = w.packed.data() + (r0 + r) * half_in;
   }
-  const bool prefetch = r0 + kPrefetchRows + R <= w.out;  // the next block exists (no pointer past the end)
+  const uint8_t* const end = w.packed.data() + w.packed.size();
   for (int64_t j = 0; j < ng; ++j) {
     __m512 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
     for (int64_t col = j * g; col < (j + 1) * g; col += 32) {
-      // Software prefetch of the same cache line kPrefetchRows rows ahead (rows are contiguous, so
-      // this runs ~kPrefetchRows·in/2 bytes ahead of the loads; short per-row streams ramp the
-      // hardware prefetchers up too slowly when the weights come from DRAM).
-      if (prefetch && (col & 127) == 0)
-        for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(rows[r] + kPrefetchRows * half_in + col / 2), _MM_HINT_T0);
+      // Software prefetch kPrefetchBytes ahead of each row's loads, one cache line per 128 columns
+      // (rows are contiguous, so this reaches rows further down the matrix; short per-row streams
+      // ramp the hardware prefetchers up too slowly when the weights come from DRAM). Never past
+      // the end of the weights.
+      if ((col & 127) == 0)
+        for (int r = 0; r < R; ++r)
+          if (rows[r] + col / 2 + kPrefetchBytes < end) _mm_prefetch(reinterpret_cast<const char*>(rows[r] + col / 2 + kPrefetchBytes), _MM_HINT_T0);
       const __m512 xl = _mm512_load_ps(xp + col);
       const __m512 xh = _mm512_load_ps(xp + col + 16);
       for (int r = 0; r < R; ++r) {
@@ -111,6 +122,123 @@ void gemv_block(const Int4Weights& w, const float* xp, const float* xsum, int64_
     default: gemv_rows<1, Sym>(w, xp, xsum, r0, y); break;
   }
 }
+
+#if SQ_W4_VNNI
+
+/// One activation row rounded to INT8 for the VNNI GEMV (W4DecodeActivations::Int8), per 64-column
+/// chunk c: q[64c .. 64c+64) = x_q of the chunk's even columns then its odd columns; scale[16c ..]
+/// and corr[16c ..] are lane vectors matching vpdpbusd's 16 dword lanes (lanes 0–3 and 8–11: the
+/// chunk's first 32-column block b0, lanes 4–7 and 12–15: its second b1): scale = s_b, corr =
+/// zz · s_b · Σ_{k∈b} x_q,k / 8 (each block has 8 lanes), zz = 8 for symmetric weights, 1 for
+/// asymmetric (the kernel multiplies by the group's zero point).
+struct Int8Activation {
+  int8_t* q;
+  float* scale;
+  float* corr;
+};
+
+/// Rounds x[in] (in a multiple of 64) into a (see Int8Activation).
+void quantize_activation_int8(const float* x, int64_t in, bool sym, Int8Activation a) {
+  const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  // output byte i < 32 takes natural column 2i of the chunk, byte 32 + i column 2i + 1
+  alignas(64) uint8_t perm[64];
+  for (int i = 0; i < 32; ++i) {
+    perm[i] = static_cast<uint8_t>(2 * i);
+    perm[32 + i] = static_cast<uint8_t>(2 * i + 1);
+  }
+  const __m512i idx = _mm512_load_si512(perm);
+  const float zz = sym ? 8.0f : 1.0f;
+  for (int64_t c = 0; c < in / 64; ++c) {
+    const float* xc = x + c * 64;
+    __m128i q8[4];
+    float s[2], sum[2];
+    for (int b = 0; b < 2; ++b) {
+      const __m512 v0 = _mm512_loadu_ps(xc + 32 * b), v1 = _mm512_loadu_ps(xc + 32 * b + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(v0, absmask), _mm512_and_ps(v1, absmask)));
+      s[b] = amax / 127.0f;
+      const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+      // round to nearest even (the default MXCSR mode); |x · 127 / amax| ≤ 127 up to one rounding,
+      // and the saturating pack below keeps it in [−127, 127]
+      const __m512i i0 = _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)), _mm512_set1_epi32(-127));
+      const __m512i i1 = _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v1, inv)), _mm512_set1_epi32(-127));
+      sum[b] = static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)));
+      q8[2 * b] = _mm512_cvtsepi32_epi8(i0);
+      q8[2 * b + 1] = _mm512_cvtsepi32_epi8(i1);
+    }
+    __m512i nat = _mm512_castsi128_si512(q8[0]);
+    nat = _mm512_inserti32x4(nat, q8[1], 1);
+    nat = _mm512_inserti32x4(nat, q8[2], 2);
+    nat = _mm512_inserti32x4(nat, q8[3], 3);
+    _mm512_store_si512(a.q + c * 64, _mm512_permutexvar_epi8(idx, nat));
+    const __mmask16 second = 0xF0F0;  // lanes 4–7 and 12–15
+    _mm512_store_ps(a.scale + c * 16, _mm512_mask_blend_ps(second, _mm512_set1_ps(s[0]), _mm512_set1_ps(s[1])));
+    _mm512_store_ps(a.corr + c * 16, _mm512_mask_blend_ps(second, _mm512_set1_ps(zz * s[0] * sum[0] / 8.0f),
+                                                           _mm512_set1_ps(zz * s[1] * sum[1] / 8.0f)));
+  }
+}
+
+/// A lane vector of per-group values v(j) for the 64-column chunk c: G ≥ 64, every lane v(64c / G);
+/// G = 32, lanes 0–3 and 8–11 v(2c), lanes 4–7 and 12–15 v(2c + 1).
+template <int G, typename F>
+inline __m512 group_lanes(int64_t c, const F& v) {
+  if constexpr (G >= 64) return _mm512_set1_ps(v(c * 64 / G));
+  else return _mm512_mask_blend_ps(0xF0F0, _mm512_set1_ps(v(2 * c)), _mm512_set1_ps(v(2 * c + 1)));
+}
+
+/// GEMV over R consecutive rows from r0 with INT8 activations (Int8Activation; file comment).
+template <int R, bool Sym, int G>
+void gemv_rows_int8(const Int4Weights& w, const Int8Activation& a, int64_t r0, float* y) {
+  const int64_t in = w.in, ng = in / G, half_in = in / 2, chunks = in / 64;
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);  // upper half: >> 4
+  const uint8_t* const end = w.packed.data() + w.packed.size();
+  __m512 tot[R], sw[R], zw[R];
+  const uint8_t* rows[R];
+  for (int r = 0; r < R; ++r) {
+    tot[r] = _mm512_setzero_ps();
+    sw[r] = zw[r] = _mm512_setzero_ps();
+    rows[r] = w.packed.data() + (r0 + r) * half_in;
+  }
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t col = c * 64;
+    if (G < 64 || col % G == 0)
+      for (int r = 0; r < R; ++r) {
+        const int64_t f0 = (r0 + r) * ng;
+        sw[r] = group_lanes<G>(c, [&](int64_t j) { return scale_at(w, f0 + j); });
+        if constexpr (!Sym) zw[r] = group_lanes<G>(c, [&](int64_t j) { return static_cast<float>(zero_at(w, f0 + j)); });
+      }
+    if ((col & 127) == 0)
+      for (int r = 0; r < R; ++r)
+        if (rows[r] + col / 2 + kPrefetchBytes < end) _mm_prefetch(reinterpret_cast<const char*>(rows[r] + col / 2 + kPrefetchBytes), _MM_HINT_T0);
+    const __m512i xv = _mm512_load_si512(a.q + col);
+    const __m512 sx = _mm512_load_ps(a.scale + c * 16);
+    const __m512 cz = _mm512_load_ps(a.corr + c * 16);
+    for (int r = 0; r < R; ++r) {
+      const __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[r] + col / 2)));
+      // [even codes | odd codes] as unsigned u: symmetric codes are 4-bit two's complement q, and
+      // u = q + 8 is the nibble with its top bit flipped
+      __m512i u = _mm512_and_si512(_mm512_srlv_epi16(b, shift), nib);
+      if constexpr (Sym) u = _mm512_xor_si512(u, _mm512_set1_epi8(0x08));
+      const __m512 d = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, xv));
+      // Σ s_b·(u − zz)·x_q over the lane's columns (zz = 8 folded into cz when symmetric)
+      const __m512 t = Sym ? _mm512_fmsub_ps(d, sx, cz) : _mm512_fnmadd_ps(zw[r], cz, _mm512_mul_ps(d, sx));
+      tot[r] = _mm512_fmadd_ps(t, sw[r], tot[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r0 + r] = _mm512_reduce_add_ps(tot[r]);
+}
+
+template <bool Sym, int G>
+void gemv_block_int8(const Int4Weights& w, const Int8Activation& a, int64_t r0, float* y) {
+  switch (std::min<int64_t>(4, w.out - r0)) {
+    case 4: gemv_rows_int8<4, Sym, G>(w, a, r0, y); break;
+    case 3: gemv_rows_int8<3, Sym, G>(w, a, r0, y); break;
+    case 2: gemv_rows_int8<2, Sym, G>(w, a, r0, y); break;
+    default: gemv_rows_int8<1, Sym, G>(w, a, r0, y); break;
+  }
+}
+
+#endif  // SQ_W4_VNNI
 
 constexpr int64_t kTileRows = 64;   // output rows per GEMM tile (4 zmm)
 constexpr int64_t kTileCols = 128;  // input columns per GEMM tile (whole groups)
@@ -214,6 +342,47 @@ Int4Weights pad_to_whole_groups(const Int4Weights& w) {
 
 }  // namespace
 
+namespace {
+
+/// x [n, in] copied into dst [n, in_padded] with the extra columns zero; returns dst.
+float* padded_input(const float* x, int64_t n, int64_t in, int64_t in_padded, float* dst) {
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(dst + i * in_padded, x + i * in, static_cast<size_t>(in) * sizeof(float));
+    std::fill(dst + i * in_padded + in, dst + (i + 1) * in_padded, 0.0f);
+  }
+  return dst;
+}
+
+/// y[n, out] += bias[out] per row (nothing when bias is empty).
+void add_bias(const Tensor& bias, int64_t n, int64_t out, float* y) {
+  if (bias.empty()) return;
+  const float* b = bias.data();
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t o = 0; o < out; ++o) y[i * out + o] += b[o];
+}
+
+#if SQ_W4_AVX512
+/// The FP32 GEMV's activation order: per 32-column chunk, even columns then odd columns (xp [in]);
+/// xsum [in/g][16]: lane-wise Σ of xp over each group.
+void permute_activation(const float* x, int64_t in, int64_t g, float* xp, float* xsum) {
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (int64_t j = 0; j < in / g; ++j) {
+    __m512 s = _mm512_setzero_ps();
+    for (int64_t col = j * g; col < (j + 1) * g; col += 32) {
+      const __m512 a = _mm512_loadu_ps(x + col), b = _mm512_loadu_ps(x + col + 16);
+      const __m512 lo = _mm512_permutex2var_ps(a, even, b), hi = _mm512_permutex2var_ps(a, odd, b);
+      _mm512_store_ps(xp + col, lo);
+      _mm512_store_ps(xp + col + 16, hi);
+      s = _mm512_add_ps(s, _mm512_add_ps(lo, hi));
+    }
+    _mm512_store_ps(xsum + j * 16, s);
+  }
+}
+#endif
+
+}  // namespace
+
 W4A16Linear::W4A16Linear(const Tensor& weight, int64_t group, bool asym) : W4A16Linear(quantize_tensor(weight, group, asym)) {}
 
 W4A16Linear::W4A16Linear(Int4Weights weights, Tensor bias) : w_(std::move(weights)), in_(w_.in), bias_(std::move(bias)) {
@@ -226,6 +395,23 @@ W4A16Linear::W4A16Linear(Int4Weights weights, Tensor bias) : w_(std::move(weight
   }
 }
 
+bool w4_int8_decode_supported() {
+#if SQ_W4_VNNI
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+                         __builtin_cpu_supports("avx512vbmi");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+void W4A16Linear::set_decode_activations(W4DecodeActivations a) {
+  if (a == W4DecodeActivations::Int8 && !w4_int8_decode_supported())
+    throw std::invalid_argument("W4A16 INT8 decode activations need AVX512-VNNI and AVX512-VBMI (not in this build or CPU)");
+  decode_act_ = (a == W4DecodeActivations::Int8 && w_.in % 64 != 0) ? W4DecodeActivations::Fp32 : a;
+}
+
 std::string W4A16Linear::format() const {
   return "w4a16-g" + std::to_string(w_.group) + (w_.asym ? "-asym" : "-sym");
 }
@@ -233,28 +419,107 @@ std::string W4A16Linear::format() const {
 void W4A16Linear::forward(const float* x, int64_t n, float* y) const {
   if (n < 0) throw std::invalid_argument("W4A16Linear::forward: negative row count " + std::to_string(n));
   if (n == 0) return;
-  if (in_ != w_.in) {  // ragged groups: zero-pad the activation to the kernels' whole groups
-    float* xp = scratch<float, 4>(n * w_.in);
-    for (int64_t i = 0; i < n; ++i) {
-      std::memcpy(xp + i * w_.in, x + i * in_, static_cast<size_t>(in_) * sizeof(float));
-      std::fill(xp + i * w_.in + in_, xp + (i + 1) * w_.in, 0.0f);
-    }
-    x = xp;
+  if (n == 1) {
+    forward_batch1({{this, y}}, x);
+    return;
   }
+  if (in_ != w_.in) x = padded_input(x, n, in_, w_.in, scratch<float, 4>(n * w_.in));
 #if SQ_W4_AVX512
-  if (n == 1)
-    gemv(x, y);
-  else
-    gemm(x, n, y);
+  gemm(x, n, y);
 #else
   forward_scalar(x, n, y);
 #endif
-  if (!bias_.empty()) {
-    const float* b = bias_.data();
-    const int64_t out = w_.out;
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t o = 0; o < out; ++o) y[i * out + o] += b[o];
+  add_bias(bias_, n, w_.out, y);
+}
+
+void W4A16Linear::forward_batch1(std::initializer_list<std::pair<const W4A16Linear*, float*>> linears, const float* x) {
+  constexpr size_t kMax = 4;
+  if (linears.size() == 0) return;
+  if (linears.size() > kMax) throw std::invalid_argument("W4A16Linear::forward_batch1: at most 4 linears, got " + std::to_string(linears.size()));
+  const int64_t in = linears.begin()->first->in_;
+  for (const auto& [lin, y] : linears)
+    if (lin->in_ != in)
+      throw std::invalid_argument("W4A16Linear::forward_batch1: input widths differ (" + std::to_string(in) + " vs " + std::to_string(lin->in_) + ")");
+#if SQ_W4_AVX512
+  // Each linear's activation in its kernel's layout, in per-slot buffers of the calling thread (the
+  // other threads of the region below read them).
+  struct Slot {
+    const W4A16Linear* lin;
+    float* y;
+    int64_t first_block;  // global index of this linear's first 4-row block
+    bool int8;
+    const float* xp;      // FP32 kernel: permuted activation and per-group lane sums
+    const float* xsum;
+#if SQ_W4_VNNI
+    Int8Activation a;
+#endif
+  };
+  static thread_local std::vector<float> fbuf[kMax][3];
+  static thread_local std::vector<int8_t> qbuf[kMax];
+  auto aligned = [](auto& v, int64_t count) {
+    using T = typename std::remove_reference_t<decltype(v)>::value_type;
+    if (static_cast<int64_t>(v.size()) < count + 64) v.resize(static_cast<size_t>(count + 64));
+    const auto addr = reinterpret_cast<uintptr_t>(v.data());
+    return v.data() + ((64 - addr % 64) % 64) / sizeof(T);
+  };
+  Slot slots[kMax];
+  int64_t blocks = 0, macs = 0;
+  size_t ns = 0;
+  for (const auto& [lin, y] : linears) {
+    const Int4Weights& w = lin->w_;
+    Slot& s = slots[ns];
+    s.lin = lin;
+    s.y = y;
+    s.first_block = blocks;
+    s.int8 = lin->decode_act_ == W4DecodeActivations::Int8;
+    const float* xk = lin->in_ != w.in ? padded_input(x, 1, lin->in_, w.in, aligned(fbuf[ns][0], w.in)) : x;
+    if (s.int8) {
+#if SQ_W4_VNNI
+      const int64_t chunks = w.in / 64;
+      s.a = Int8Activation{aligned(qbuf[ns], w.in), aligned(fbuf[ns][1], chunks * 16), aligned(fbuf[ns][2], chunks * 16)};
+      quantize_activation_int8(xk, w.in, !w.asym, s.a);
+#endif
+    } else {
+      float* xp = aligned(fbuf[ns][1], w.in);
+      float* xsum = aligned(fbuf[ns][2], w.in / w.group * 16);
+      permute_activation(xk, w.in, w.group, xp, xsum);
+      s.xp = xp;
+      s.xsum = xsum;
+    }
+    blocks += (w.out + 3) / 4;
+    macs += w.in * w.out;
+    ++ns;
   }
+#pragma omp parallel for schedule(static) if (macs >= kParallelMinMacs && blocks > 1)
+  for (int64_t b = 0; b < blocks; ++b) {
+    size_t i = 0;
+    while (i + 1 < ns && b >= slots[i + 1].first_block) ++i;
+    const Slot& s = slots[i];
+    const Int4Weights& w = s.lin->w_;
+    const int64_t r0 = (b - s.first_block) * 4;
+    const bool sym = !w.asym;
+#if SQ_W4_VNNI
+    if (s.int8) {
+      switch (w.group) {
+        case 32: sym ? gemv_block_int8<true, 32>(w, s.a, r0, s.y) : gemv_block_int8<false, 32>(w, s.a, r0, s.y); break;
+        case 64: sym ? gemv_block_int8<true, 64>(w, s.a, r0, s.y) : gemv_block_int8<false, 64>(w, s.a, r0, s.y); break;
+        default: sym ? gemv_block_int8<true, 128>(w, s.a, r0, s.y) : gemv_block_int8<false, 128>(w, s.a, r0, s.y); break;
+      }
+      continue;
+    }
+#endif
+    if (sym)
+      gemv_block<true>(w, s.xp, s.xsum, r0, s.y);
+    else
+      gemv_block<false>(w, s.xp, s.xsum, r0, s.y);
+  }
+#else
+  for (const auto& [lin, y] : linears) {
+    const float* xk = lin->in_ != lin->w_.in ? padded_input(x, 1, lin->in_, lin->w_.in, scratch<float, 4>(lin->w_.in)) : x;
+    lin->forward_scalar(xk, 1, y);
+  }
+#endif
+  for (const auto& [lin, y] : linears) add_bias(lin->bias_, 1, lin->w_.out, y);
 }
 
 void W4A16Linear::forward_scalar(const float* x, int64_t n, float* y) const {
@@ -277,35 +542,6 @@ void W4A16Linear::forward_scalar(const float* x, int64_t n, float* y) const {
 }
 
 #if SQ_W4_AVX512
-
-void W4A16Linear::gemv(const float* x, float* y) const {
-  const int64_t in = w_.in, out = w_.out, g = w_.group, ng = in / g;
-  // Activation in the kernel's order: per 32-column chunk, even columns then odd columns.
-  float* xp = scratch<float, 1>(in);
-  float* xsum = scratch<float, 2>(ng * 16);
-  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-  for (int64_t j = 0; j < ng; ++j) {
-    __m512 s = _mm512_setzero_ps();
-    for (int64_t col = j * g; col < (j + 1) * g; col += 32) {
-      const __m512 a = _mm512_loadu_ps(x + col), b = _mm512_loadu_ps(x + col + 16);
-      const __m512 lo = _mm512_permutex2var_ps(a, even, b), hi = _mm512_permutex2var_ps(a, odd, b);
-      _mm512_store_ps(xp + col, lo);
-      _mm512_store_ps(xp + col + 16, hi);
-      s = _mm512_add_ps(s, _mm512_add_ps(lo, hi));
-    }
-    _mm512_store_ps(xsum + j * 16, s);
-  }
-  const int64_t blocks = (out + 3) / 4;
-  const bool sym = !w_.asym;
-#pragma omp parallel for schedule(dynamic, 8) if (in * out >= kParallelMinMacs && blocks > 1)
-  for (int64_t b = 0; b < blocks; ++b) {
-    if (sym)
-      gemv_block<true>(w_, xp, xsum, b * 4, y);
-    else
-      gemv_block<false>(w_, xp, xsum, b * 4, y);
-  }
-}
 
 void W4A16Linear::gemm(const float* x, int64_t n, float* y) const {
   const int64_t in = w_.in, out = w_.out, g = w_.group;
@@ -337,7 +573,6 @@ void W4A16Linear::gemm(const float* x, int64_t n, float* y) const {
 
 #else
 
-void W4A16Linear::gemv(const float* x, float* y) const { forward_scalar(x, 1, y); }
 void W4A16Linear::gemm(const float* x, int64_t n, float* y) const { forward_scalar(x, n, y); }
 
 #endif

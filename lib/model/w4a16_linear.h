@@ -13,20 +13,30 @@
 //     in registers, and each group is closed with Δ · Σ x·q (symmetric) or Δ · (Σ x·u − z · Σ x)
 //     (asymmetric, u the unsigned code; Σ x per group precomputed per call). Four rows share each
 //     activation load.
+//   - n == 1 with W4DecodeActivations::Int8: the activation is rounded to INT8 per block of 32 columns
+//     and permuted per 64-column chunk into [32 even columns, 32 odd columns]; one 32-byte load of a
+//     packed row (64 weights) is broadcast to both halves of a zmm, its upper half shifted right by
+//     4 and masked, so the zmm holds the 64 unsigned codes in the activation's order, and one
+//     vpdpbusd forms 16 exact partial dot products (lanes 0–3 and 8–11 belong to the chunk's first
+//     32-column block, 4–7 and 12–15 to its second). Per chunk and row: int→float, ×s_b − the zero
+//     point's share (z · s_b · Σ x_q over the block, spread over its 8 lanes), × Δ of the lanes' group.
 //   - n > 1: tiled GEMM with AVX-512 FMAs (no sgemm): per block of 64 output rows and per chunk of
 //     ≤ 128 input columns (whole groups), the tile is dequantized (gathered from 16 rows at a time,
 //     exact: Δ·u − Δ·z in one FMA) into a per-thread transposed FP32 buffer Wt[128][64] (32 KiB,
 //     L1-resident), then a 6-token × 64-output register-blocked micro-kernel accumulates into y.
 //     Each weight is dequantized once per call, independent of n.
 //   - builds without AVX-512: scalar fallback (one dequantized row at a time in a per-thread buffer).
-// Threading: OpenMP over output rows (GEMV: 4-row blocks, 8 per dynamic chunk; GEMM: 64-row blocks,
-// dynamic — so a thread preempted on a shared machine does not stall the others) when the product
-// has at least 4M multiply-adds, otherwise the calling thread. Every output element is computed by the
+// Threading: OpenMP over output rows when the product has at least 2^16 multiply-adds, otherwise the
+// calling thread. GEMV: 4-row blocks, static (each thread streams one contiguous slice of the
+// weights, which the hardware prefetchers follow; software prefetch runs kPrefetchBytes ahead);
+// GEMM: 64-row blocks, dynamic (so a thread preempted on a shared machine does not stall the others). Every output element is computed by the
 // same sequence of operations whatever the partition, so results do not depend on the thread count.
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
+#include <utility>
 #include <string>
 
 #include "core/tensor.h"
@@ -34,6 +44,22 @@
 #include "quant/int4_quantize.h"
 
 namespace sq {
+
+/// The activations of W4A16Linear's batch-1 (decode) GEMV.
+enum class W4DecodeActivations {
+  Fp32,  ///< exact W4A16: FP32 activations times the dequantized weights (the default)
+  /// W4A8 decode, as llama.cpp's Q4_0 × Q8_0 dot product: the activation is rounded to INT8 per block
+  /// of 32 columns, x ≈ s_b · x_q with s_b = max_b |x| / 127 and x_q = round-to-nearest-even(x / s_b)
+  /// (|x_q| ≤ 127), and each weight group is closed as Δ · Σ_b s_b · Σ_{k∈b} (u_k − z) · x_q,k with
+  /// exact integer dot products (AVX512-VNNI vpdpbusd, u the unsigned 4-bit code, z = 8 symmetric).
+  /// Error per output: at most Σ_k |Ŵ[o, k]| · s_b(k) / 2 beyond FP32 rounding. Prefill (n > 1) keeps
+  /// FP32 activations.
+  Int8,
+};
+
+/// True when this build and CPU run W4DecodeActivations::Int8 (AVX-512 F/BW/VL, VNNI and VBMI,
+/// compiled in and reported by CPUID).
+bool w4_int8_decode_supported();
 
 class W4A16Linear final : public Linear {
  public:
@@ -57,10 +83,24 @@ class W4A16Linear final : public Linear {
   /// GEMV for n == 1, tiled GEMM for n > 1 (file comment). Safe to call concurrently.
   void forward(const float* x, int64_t n, float* y) const override;
 
+  /// One decode step of several linears that read the same x [in] (q/k/v, gate/up): y_i = x·Ŵ_iᵀ
+  /// (+ b_i) for each pair, in one OpenMP parallel region over all their rows instead of one per
+  /// linear. Each y_i equals linears[i].first->forward(x, 1, y_i) bit for bit. Every linear must have
+  /// the same in_features (std::invalid_argument otherwise); at most 4 linears.
+  static void forward_batch1(std::initializer_list<std::pair<const W4A16Linear*, float*>> linears, const float* x);
+
   /// "w4a16-g<group>-<sym|asym>", e.g. "w4a16-g128-sym".
   std::string format() const override;
   /// packed bytes + 2 · scales + zero-point bytes (int4_storage_bytes).
   int64_t weight_bytes() const override { return int4_storage_bytes(weights()); }
+
+  /// Chooses the decode GEMV's activations (W4DecodeActivations). Int8 applies when the kernels'
+  /// input width (in, padded to whole groups) is a multiple of 64; other layers keep FP32 (see
+  /// decode_activations()). Not thread-safe against concurrent forward(): set before running.
+  /// Throws std::invalid_argument for Int8 when !w4_int8_decode_supported().
+  void set_decode_activations(W4DecodeActivations a);
+  /// The activations the decode GEMV actually uses (Fp32 when Int8 was asked on a width it cannot run).
+  W4DecodeActivations decode_activations() const { return decode_act_; }
 
   /// The quantized weights as stored (layouts in quant/int4_quantize.h; ragged groups unpadded).
   const Int4Weights& weights() const { return stored_ ? *stored_ : w_; }
@@ -68,7 +108,6 @@ class W4A16Linear final : public Linear {
   const Tensor& bias() const { return bias_; }
 
  private:
-  void gemv(const float* x, float* y) const;
   void gemm(const float* x, int64_t n, float* y) const;
   void forward_scalar(const float* x, int64_t n, float* y) const;
 
@@ -76,6 +115,7 @@ class W4A16Linear final : public Linear {
   int64_t in_;     ///< logical input features
   std::unique_ptr<Int4Weights> stored_;  ///< the unpadded weights, only when padding was needed
   Tensor bias_;    ///< [out] or empty
+  W4DecodeActivations decode_act_ = W4DecodeActivations::Fp32;
 };
 
 }  // namespace sq

@@ -1,11 +1,11 @@
 #include "model/w4a4_linear.h"
 
-#include <cblas.h>
 
 #include <stdexcept>
 #include <utility>
 
 #include "formats/safetensors.h"
+#include "ops/sgemm.h"
 #include "quant/gemm_common.h"
 
 namespace sq {
@@ -128,8 +128,7 @@ void W4A4Linear::forward(const float* x, int64_t n, float* y) const {
     float* xo = gemm::thread_scratch<float>(n * no);
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < no; ++j) xo[i * no + j] = x[i * x_in_ + fp_outlier_src_[size_t(j)]];
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(out_), static_cast<int>(no), 1.0f, xo,
-                static_cast<int>(no), fp_outlier_w_.data(), static_cast<int>(no), 1.0f, y, static_cast<int>(out_));
+    ops::sgemm(false, true, n, out_, no, 1.0f, xo, no, fp_outlier_w_.data(), no, 1.0f, y, out_);
   }
 }
 

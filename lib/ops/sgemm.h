@@ -1,0 +1,31 @@
+// FP32 matrix multiply for the decoder's dense linears and attention (CPU).
+//
+// Two libraries, chosen by size, both Debian packages:
+//   - oneDNN's dnnl_sgemm for products of at least kOneDnnMinMacs multiply-adds. It picks its
+//     kernels from CPUID at run time (AVX-512 where the CPU has it), so its speed does not depend on
+//     how OpenBLAS was told to dispatch: an environment with OPENBLAS_CORETYPE=Haswell on an AVX-512
+//     CPU runs OpenBLAS's AVX2 kernels (measured on a 2-core AMD EPYC Zen 5 at SmolLM2-135M's
+//     prefill shapes, m = 512: OpenBLAS 214–256 GFLOP/s, oneDNN 396–493 GFLOP/s; docs/benchmarks.md).
+//   - OpenBLAS cblas_sgemm below that size, where oneDNN's per-call dispatch (≈ 1.8 µs) costs more
+//     than the product (decode-step attention: a 1 × 64 query against a few hundred keys).
+// Threading: both use OpenMP (omp_get_max_threads()); called inside a parallel region they run on
+// the calling thread. Results may differ in the last bits between the two libraries, thread counts
+// and sizes (summation order), never beyond FP32 rounding of the same sum.
+#pragma once
+
+#include <cstdint>
+
+namespace sq::ops {
+
+/// Products below this many multiply-adds (m·n·k) go to OpenBLAS, the rest to oneDNN (file comment).
+inline constexpr int64_t kOneDnnMinMacs = int64_t(1) << 16;
+
+/// C[m, n] = alpha · op(A)[m, k] · op(B)[k, n] + beta · C[m, n], all row-major FP32, where op(A) = A
+/// ([m, k], leading dimension lda ≥ k) or Aᵀ (A stored [k, m], lda ≥ m), likewise op(B) = B ([k, n],
+/// ldb ≥ n) or Bᵀ (B stored [n, k], ldb ≥ k); ldc ≥ n. beta = 0 ignores C's previous contents (NaN
+/// included). m, n or k = 0 is a no-op apart from C = beta·C when k = 0. Throws std::runtime_error
+/// naming the shape when the library reports a failure (bad leading dimension).
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* A, int64_t lda, const float* B,
+           int64_t ldb, float beta, float* C, int64_t ldc);
+
+}  // namespace sq::ops
