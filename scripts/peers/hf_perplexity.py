@@ -11,7 +11,7 @@ exp(mean NLL); tokens/s is chunks · CTX divided by the time of the forward pass
 (tokenization and loading excluded, as sq-eval and llama-perplexity report it).
 
 Run by hand (never by the build or the tests), in a venv with torch, transformers and gguf:
-    python3 -m venv /tmp/hfvenv && /tmp/hfvenv/bin/pip install torch transformers gguf numpy
+    python3 -m venv /tmp/hfvenv && /tmp/hfvenv/bin/pip install torch transformers gguf numpy accelerate
     /tmp/hfvenv/bin/python scripts/peers/hf_perplexity.py models/SmolLM2-135M-Instruct.Q4_1.gguf \\
         ../shared/data/wikitext2/wiki.test.raw --ctx 512 --chunks 20 --threads 2
 transformers dequantizes the GGUF to FP32 when it loads it (gguf_file=). Prints one JSON line.
