@@ -117,10 +117,11 @@ void map_inplace(float* x, const float* up, int64_t count, F f) {
 
 void apply(Activation act, float* x, const float* up, int64_t count) {
   switch (act) {
-    case Activation::GeluTanh: return map_inplace(x, up, count, gelu_tanh);
-    case Activation::Gelu: return map_inplace(x, up, count, gelu_erf);
-    case Activation::ReLU: return map_inplace(x, up, count, relu);
-    case Activation::SiLU: return map_inplace(x, up, count, silu);
+    // lambdas, not function pointers: each instantiation inlines its f
+    case Activation::GeluTanh: return map_inplace(x, up, count, [](float v) { return gelu_tanh(v); });
+    case Activation::Gelu: return map_inplace(x, up, count, [](float v) { return gelu_erf(v); });
+    case Activation::ReLU: return map_inplace(x, up, count, [](float v) { return relu(v); });
+    case Activation::SiLU: return map_inplace(x, up, count, [](float v) { return silu(v); });
   }
 }
 }  // namespace
