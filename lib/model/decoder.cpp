@@ -61,6 +61,25 @@ void run_sharing_input(std::initializer_list<std::pair<const Linear*, float*>> l
 }
 
 
+/// Σ_i a[i]·b[i] over n FP32 values (vectorized; FP32 accumulation in 16 lanes).
+float dot(const float* a, const float* b, int64_t n) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+/// out[d] = Σ_j p[j] · v[j·ld + d] for d < width (rows of v with leading dimension ld).
+void weighted_sum(const float* p, const float* v, int64_t ld, int64_t rows, int64_t width, float* out) {
+  std::fill(out, out + width, 0.0f);
+  for (int64_t j = 0; j < rows; ++j) {
+    const float pj = p[j];
+    const float* vj = v + j * ld;
+#pragma omp simd
+    for (int64_t d = 0; d < width; ++d) out[d] += pj * vj[d];
+  }
+}
+
 /// ALiBi slopes (Press et al. 2022 §3): for n a power of two, slope_h = 2^(−8(h+1)/n); otherwise
 /// the slopes of the closest power of two p below n followed by the odd-indexed slopes of 2p
 /// (BLOOM's build_alibi_tensor; MPT's gen_slopes with alibi_bias_max 8 gives the same values).
@@ -428,8 +447,12 @@ void Decoder::attention(const float* q, const float* keys, const float* values, 
     const float* Qh = q + r0 * qw + h * hd;
     const float* Kg = keys + (h / group) * hd;
     const float* Vg = values + (h / group) * hd;
-    // S[rows, n_keys] = scale · Q_h[rows, hd] · K_g[n_keys, hd]ᵀ
-    ops::sgemm(false, true, rows, n_keys, hd, scale, Qh, qw, Kg, kvw, 0.0f, S.data(), n_keys);
+    // S[rows, n_keys] = scale · Q_h[rows, hd] · K_g[n_keys, hd]ᵀ (a decode step's single row as
+    // plain dot products: a 1-row sgemm spends most of its time packing its operands)
+    if (rows == 1)
+      for (int64_t j = 0; j < n_keys; ++j) S[static_cast<size_t>(j)] = scale * dot(Qh, Kg + j * kvw, hd);
+    else
+      ops::sgemm(false, true, rows, n_keys, hd, scale, Qh, qw, Kg, kvw, 0.0f, S.data(), n_keys);
     for (int64_t i = 0; i < rows; ++i) {
       float* row = S.data() + i * n_keys;
       const int64_t pos = p0 + r0 + i;
@@ -446,7 +469,10 @@ void Decoder::attention(const float* q, const float* keys, const float* values, 
         for (int64_t j = lo; j < visible; ++j) (*mass)[static_cast<size_t>(j)] += row[j];
     }
     // out_h[rows, hd] = P[rows, n_keys] · V_g[n_keys, hd]
-    ops::sgemm(false, false, rows, hd, n_keys, 1.0f, S.data(), n_keys, Vg, kvw, 0.0f, out + r0 * qw + h * hd, qw);
+    if (rows == 1)
+      weighted_sum(S.data(), Vg, kvw, n_keys, hd, out + r0 * qw + h * hd);
+    else
+      ops::sgemm(false, false, rows, hd, n_keys, 1.0f, S.data(), n_keys, Vg, kvw, 0.0f, out + r0 * qw + h * hd, qw);
   }
 }
 

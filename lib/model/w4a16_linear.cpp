@@ -462,7 +462,7 @@ void W4A16Linear::forward_batch1(std::initializer_list<std::pair<const W4A16Line
     const auto addr = reinterpret_cast<uintptr_t>(v.data());
     return v.data() + ((64 - addr % 64) % 64) / sizeof(T);
   };
-  Slot slots[kMax];
+  Slot slots[kMax]{};
   int64_t blocks = 0, macs = 0;
   size_t ns = 0;
   for (const auto& [lin, y] : linears) {
@@ -472,8 +472,20 @@ void W4A16Linear::forward_batch1(std::initializer_list<std::pair<const W4A16Line
     s.y = y;
     s.first_block = blocks;
     s.int8 = lin->decode_act_ == W4DecodeActivations::Int8;
-    const float* xk = lin->in_ != w.in ? padded_input(x, 1, lin->in_, w.in, aligned(fbuf[ns][0], w.in)) : x;
-    if (s.int8) {
+    // Linears of the same layout (q/k/v, gate/up) share one prepared activation.
+    const Slot* same = nullptr;
+    for (size_t k = 0; k < ns && !same; ++k) {
+      const Int4Weights& wk = slots[k].lin->w_;
+      if (slots[k].int8 == s.int8 && wk.in == w.in && wk.asym == w.asym && (s.int8 || wk.group == w.group)) same = &slots[k];
+    }
+    const float* xk = same || lin->in_ == w.in ? x : padded_input(x, 1, lin->in_, w.in, aligned(fbuf[ns][0], w.in));
+    if (same) {
+#if SQ_W4_VNNI
+      s.a = same->a;
+#endif
+      s.xp = same->xp;
+      s.xsum = same->xsum;
+    } else if (s.int8) {
 #if SQ_W4_VNNI
       const int64_t chunks = w.in / 64;
       s.a = Int8Activation{aligned(qbuf[ns], w.in), aligned(fbuf[ns][1], chunks * 16), aligned(fbuf[ns][2], chunks * 16)};
