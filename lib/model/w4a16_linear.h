@@ -29,15 +29,16 @@
 // Threading: OpenMP over output rows when the product has at least 2^16 multiply-adds, otherwise the
 // calling thread. GEMV: 4-row blocks, static (each thread streams one contiguous slice of the
 // weights, which the hardware prefetchers follow; software prefetch runs kPrefetchBytes ahead);
-// GEMM: 64-row blocks, dynamic (so a thread preempted on a shared machine does not stall the others). Every output element is computed by the
-// same sequence of operations whatever the partition, so results do not depend on the thread count.
+// GEMM: 64-row blocks, dynamic (so a thread preempted on a shared machine does not stall the
+// others). Every output element is computed by the same sequence of operations whatever the
+// partition, so results do not depend on the thread count.
 #pragma once
 
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
-#include <utility>
 #include <string>
+#include <utility>
 
 #include "core/tensor.h"
 #include "model/linear.h"
