@@ -96,7 +96,7 @@ TEST_F(W4A16Cli, FileHessiansAndActOrderWork) {
   EXPECT_EQ(j.at("gptq").at("hessians"), "sequential");
 }
 
-TEST_F(W4A16Cli, SqRunDecodesWithInt8Activations) {
+TEST_F(W4A16Cli, SqRunAndSqEvalDecodeWithInt8Activations) {
   // sq-run --w4a16-act int8 on a W4A16 file: greedy decode runs and emits the asked tokens (the
   // kernel's accuracy is bounded in w4a16_linear_test.cpp); refused with exit 2 on a model without
   // W4A16 linears, or where the CPU lacks the instructions.
@@ -118,6 +118,23 @@ TEST_F(W4A16Cli, SqRunDecodesWithInt8Activations) {
                                "--w4a16-act", "int8"});
   EXPECT_EQ(fp.exit_status, 2);
   EXPECT_NE(fp.err.find("no W4A16 linear"), std::string::npos) << fp.err;
+
+  // sq-eval --protocol streaming --w4a16-act int8 against the same file with FP32 activations: the
+  // INT8 rounding must show (KLD > 0, else the INT8 path did not run) and stay small (measured on
+  // SmolLM2: mean KLD 0.0027, docs/benchmarks.md); any other protocol refuses the option.
+  const std::string json = dir_->file("int8.json");
+  const auto e = run_process({tool("sq-eval"), "-m", w4, "--tokenizer", stories_tokenizer(), "-f", tinystories_valid(), "--protocol",
+                              "streaming", "--max-tokens", "200", "--w4a16-act", "int8", "--reference-model", w4, "-t", "2", "-q",
+                              "--json", json});
+  ASSERT_EQ(e.exit_status, 0) << e.err;
+  const auto j = nlohmann::json::parse(read_file(json));
+  const double kld = j["kl_divergence"]["mean"].get<double>();
+  EXPECT_GT(kld, 0.0);
+  EXPECT_LT(kld, 0.05);
+  EXPECT_GT(j["top1_agreement"].get<double>(), 0.8);
+  const auto bad = run_process({tool("sq-eval"), "-m", w4, "--tokenizer", stories_tokenizer(), "-f", tinystories_valid(), "--w4a16-act", "int8"});
+  EXPECT_EQ(bad.exit_status, 2);
+  EXPECT_NE(bad.err.find("--protocol streaming"), std::string::npos) << bad.err;
 }
 
 TEST_F(W4A16Cli, BadInputsAreOneLineExitTwo) {
