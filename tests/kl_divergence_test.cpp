@@ -210,7 +210,11 @@ TEST_F(KlDivergenceModels, AnyBackendRunnerGivesTheSameComparison) {
 
 TEST_F(KlDivergenceModels, StreamingMatchesADirectComputation) {
   // Dense streaming over streams of 64 tokens scores the same predictions as windows at -c 64, from
-  // token-by-token logits (equal to the prefill's up to FP32 rounding).
+  // token-by-token logits. These equal the prefill's up to FP32 rounding in the FP32 reference, but
+  // the model under test is W8A8 with per-token activation rounding: a rounding-level difference
+  // between the decode and prefill paths (other summation orders in attention) can flip an INT8
+  // rounding, which moves logits by up to one activation step. Measured: 6e-4 relative on the mean
+  // KLD (1.5e-4); the tolerance 5e-3 still catches a wrong formula or misaligned predictions (O(1)).
   StreamingOptions so;
   so.ctx = 64;
   so.reference = ref_.model.get();
@@ -219,8 +223,8 @@ TEST_F(KlDivergenceModels, StreamingMatchesADirectComputation) {
   const Direct d = direct_windows(*test_.model, *ref_.model, tokens_, 64, PplProtocol::Windows);
   ASSERT_EQ(s.comparison->tokens, d.n);
   EXPECT_NEAR(s.comparison->kld_mean, std::accumulate(d.kld.begin(), d.kld.end(), 0.0) / double(d.n),
-              1e-4 * s.comparison->kld_mean);
-  EXPECT_NEAR(s.comparison->kld_max, d.pct(1.0), 1e-3 * s.comparison->kld_max);
+              5e-3 * s.comparison->kld_mean);
+  EXPECT_NEAR(s.comparison->kld_max, d.pct(1.0), 5e-3 * s.comparison->kld_max);
   EXPECT_NEAR(s.comparison->top1_agreement, double(d.same) / double(d.n), 2.0 / double(d.n));
   // An evicting policy applies to the model under test only: the reference stays dense, so the
   // reference PPL is unchanged and the KLD grows.
