@@ -71,12 +71,8 @@ int main(int argc, char** argv) {
   app.add_option("--kv-sink-fp16", kv_sink, "Uniform formats: keep the first N tokens in FP16 (KVQuant 3.6; default 0)");
   app.add_option("--kv-keys", kv_keys, "fp32/uniform formats: store keys pre-rope (RoPE applied after reading) | post-rope (default); RoPE models only");
   app.add_flag("--allow-long-context", allow_long, "Allow -c larger than the model's trained context");
-  std::string w4_act = "fp32";
-  app.add_option("--w4a16-act", w4_act,
-                 "Streaming protocol: activations of the model's W4A16 linears in its decode steps: fp32 | int8 (as sq-run "
-                 "--w4a16-act; the reference model keeps FP32)")
-      ->check(CLI::IsMember({"fp32", "int8"}))
-      ->capture_default_str();
+  std::string w4_act;
+  sq::add_w4a16_act_option(app, w4_act, "--protocol streaming only (its forward passes are decode steps); the reference model keeps FP32");
   app.add_flag("-q,--quiet", quiet, "No progress (a bar on a terminal, else a line with rate and ETA every 30 s)");
   std::string device = "cpu";
   app.add_option("--device", device, "cpu | cuda (CUDA: needs a build with SQ_WITH_CUDA and a device; docs/cuda.md)")
@@ -184,16 +180,11 @@ int main(int argc, char** argv) {
                            " with --protocol llamacpp scores no token (it scores positions c/2 .. c-2 of each chunk); use -c 3 or more");
     // Pre-tokenized input is read (and its syntax checked) before the model is loaded.
     std::vector<int32_t> tokens = from_ids ? sq::read_token_ids_file(ids_path) : std::vector<int32_t>{};
-    if (w4_act == "int8") {
-      if (!streaming) throw sq::UsageError("--w4a16-act int8 changes decode steps only: use it with --protocol streaming");
-      if (on_cuda) throw sq::UsageError("--w4a16-act int8 runs on the CPU only; drop --device cuda");
-      if (!sq::w4_int8_decode_supported())
-        throw sq::UsageError("--w4a16-act int8 needs AVX512-VNNI and AVX512-VBMI, which this CPU or build lacks");
-    }
+    if (w4_act == "int8" && !streaming) throw sq::UsageError("--w4a16-act int8 changes decode steps only: use it with --protocol streaming");
+    if (w4_act == "int8" && on_cuda) throw sq::UsageError("--w4a16-act int8 runs on the CPU only; drop --device cuda");
     sq::LoadedModel loaded = sq::load_model(model_path);
     const sq::ModelConfig& cfg = loaded.model->config();
-    if (w4_act == "int8" && sq::set_w4a16_decode_activations(*loaded.model, sq::W4DecodeActivations::Int8) == 0)
-      throw sq::UsageError("--w4a16-act int8: " + model_path + " has no W4A16 linear the INT8 kernel can run");
+    sq::apply_w4a16_act_option(*loaded.model, w4_act, model_path);
     // Token ids need no tokenizer; llamacpp asks the model's tokenizer, when it has one, whether it adds BOS.
     const bool need_tokenizer = !from_ids || (!streaming && opt.protocol == sq::PplProtocol::LlamaCpp);
     std::unique_ptr<sq::Tokenizer> tokenizer;

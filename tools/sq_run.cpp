@@ -66,12 +66,8 @@ int main(int argc, char** argv) {
   app.add_option("--kv-sink-fp16", kv_sink, "Keep the first N tokens' K/V in FP16");
   app.add_option("--kv-keys", kv_keys, "Store keys pre-rope | post-rope (RoPE models only)");
   app.add_flag("--ignore-eos", go.ignore_eos, "Do not stop at end-of-text tokens");
-  std::string w4_act = "fp32";
-  app.add_option("--w4a16-act", w4_act,
-                 "Activations of W4A16 linears in decode steps: fp32 (exact W4A16) | int8 (rounded per block of 32 to INT8, "
-                 "integer dot products, as llama.cpp's Q4_0 x Q8_0; needs AVX512-VNNI; the prompt's prefill stays FP32)")
-      ->check(CLI::IsMember({"fp32", "int8"}))
-      ->capture_default_str();
+  std::string w4_act;
+  sq::add_w4a16_act_option(app, w4_act, "the prompt's prefill stays FP32");
   std::string device = "cpu";
   app.add_option("--device", device, "cpu | cuda (CUDA: needs a build with SQ_WITH_CUDA and a device; docs/cuda.md)")
       ->capture_default_str();
@@ -101,14 +97,9 @@ int main(int argc, char** argv) {
       if (const std::string w = sq::text_encoding_warning(prompt, app.count("--file") ? prompt_file : "the prompt"); !w.empty())
         std::fprintf(stderr, "sq-run: warning: %s\n", w.c_str());
     sq::Sampler sampler(so);
-    if (w4_act == "int8" && !sq::w4_int8_decode_supported())
-      throw sq::UsageError("--w4a16-act int8 needs AVX512-VNNI and AVX512-VBMI, which this CPU or build lacks");
     if (w4_act == "int8" && on_cuda) throw sq::UsageError("--w4a16-act int8 runs on the CPU runner only; drop --device cuda");
     sq::LoadedModel loaded = sq::load_model(model_path);
-    if (w4_act == "int8") {
-      const int count = sq::set_w4a16_decode_activations(*loaded.model, sq::W4DecodeActivations::Int8);
-      if (count == 0) throw sq::UsageError("--w4a16-act int8: the model has no W4A16 linear the INT8 kernel can run");
-    }
+    sq::apply_w4a16_act_option(*loaded.model, w4_act, model_path);
     // Token ids need no tokenizer; the model's (or --tokenizer) is used, when there is one, to print the text too.
     std::unique_ptr<sq::Tokenizer> tokenizer =
         from_ids ? sq::open_tokenizer_if_any(loaded, tokenizer_path) : sq::open_tokenizer_for(loaded, tokenizer_path);

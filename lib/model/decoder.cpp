@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -31,17 +32,13 @@ void ensure(std::vector<float>& v, int64_t n) {
 /// kernel's layout) and shared; a decode step (n == 1) of W4A16 linears runs them in one parallel
 /// region (W4A16Linear::forward_batch1); otherwise each linear runs on its own.
 void run_sharing_input(std::initializer_list<std::pair<const Linear*, float*>> linears, const float* x, int64_t n) {
-  if (n == 1 && (linears.size() == 2 || linears.size() == 3)) {
-    const auto* it = linears.begin();
-    const W4A16Linear* w4[3] = {};
-    bool all = true;
-    for (size_t i = 0; i < linears.size(); ++i) all = all && (w4[i] = dynamic_cast<const W4A16Linear*>(it[i].first)) != nullptr;
-    if (all && linears.size() == 3) {
-      W4A16Linear::forward_batch1({{w4[0], it[0].second}, {w4[1], it[1].second}, {w4[2], it[2].second}}, x);
-      return;
-    }
-    if (all) {
-      W4A16Linear::forward_batch1({{w4[0], it[0].second}, {w4[1], it[1].second}}, x);
+  if (n == 1 && linears.size() <= 4) {
+    std::array<std::pair<const W4A16Linear*, float*>, 4> w4;
+    size_t k = 0;
+    for (const auto& [lin, y] : linears)
+      if (const auto* q = dynamic_cast<const W4A16Linear*>(lin)) w4[k++] = {q, y};
+    if (k == linears.size()) {
+      W4A16Linear::forward_batch1(std::span(w4.data(), k), x);
       return;
     }
   }

@@ -1,6 +1,8 @@
 // Replace a loaded FP32 model's linears by W8A8 or W4A16 linears in memory (benchmarks, experiments).
 #pragma once
 
+#include <string>
+
 #include "model/decoder.h"
 #include "model/w4a16_linear.h"
 #include "quant/int8_quantize.h"
@@ -24,5 +26,11 @@ void quantize_linears_w4a16(Decoder& model, int64_t group, bool asym, bool inclu
 /// `a` (layers whose width the INT8 kernel cannot take keep FP32). Throws std::invalid_argument for
 /// W4DecodeActivations::Int8 when !w4_int8_decode_supported().
 int set_w4a16_decode_activations(Decoder& model, W4DecodeActivations a);
+
+/// The tools' `--w4a16-act fp32|int8` applied to a loaded model: "fp32" leaves it as it is, "int8"
+/// sets W4DecodeActivations::Int8 on every W4A16 linear. Throws UsageError when `act` is neither,
+/// when this CPU or build cannot run the INT8 kernel, or when no linear of the model (`model_path`,
+/// named in the message) can use it.
+void apply_w4a16_act_option(Decoder& model, const std::string& act, const std::string& model_path);
 
 }  // namespace sq

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -30,13 +29,19 @@ namespace {
 /// Products below this many multiply-adds run on the calling thread (an OpenMP fork costs more).
 constexpr int64_t kParallelMinMacs = int64_t(1) << 16;
 
+/// `count` elements of `buf` starting at a 64-byte boundary (buf grown on demand, reused).
+template <typename T>
+T* aligned_buffer(std::vector<T>& buf, int64_t count) {
+  if (static_cast<int64_t>(buf.size()) < count + 64) buf.resize(static_cast<size_t>(count + 64));
+  const auto addr = reinterpret_cast<uintptr_t>(buf.data());
+  return buf.data() + ((64 - addr % 64) % 64) / sizeof(T);
+}
+
 /// Per-thread scratch buffer (grown on demand, reused across calls), 64-byte aligned.
 template <typename T, int Tag>
 T* scratch(int64_t count) {
   static thread_local std::vector<T> buf;
-  if (static_cast<int64_t>(buf.size()) < count + 64) buf.resize(static_cast<size_t>(count + 64));
-  const auto addr = reinterpret_cast<uintptr_t>(buf.data());
-  return buf.data() + ((64 - addr % 64) % 64) / sizeof(T);
+  return aligned_buffer(buf, count);
 }
 
 Int4Weights quantize_tensor(const Tensor& weight, int64_t group, bool asym) {
@@ -60,6 +65,16 @@ inline int zero_at(const Int4Weights& w, int64_t f) {
 /// (before: 8 rows ahead, ~2.5 KiB at this width, with dynamic scheduling: 236).
 constexpr int64_t kPrefetchBytes = 8192;
 
+/// Software prefetch of the cache line kPrefetchBytes ahead of byte `at` of each of the R rows (rows
+/// are contiguous, so this reaches rows further down the matrix; short per-row streams ramp the
+/// hardware prefetchers up too slowly when the weights come from DRAM). The GEMVs call it once per
+/// 128 columns (one 64-byte line of packed weights). Never past `end`, the end of the weights.
+template <int R>
+inline void prefetch_ahead(const uint8_t* const (&rows)[R], int64_t at, const uint8_t* end) {
+  for (int r = 0; r < R; ++r)
+    if (rows[r] + at + kPrefetchBytes < end) _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at + kPrefetchBytes), _MM_HINT_T0);
+}
+
 /// GEMV over R consecutive rows starting at r0. xp: the activation permuted per 32-column chunk
 /// into [even columns (16), odd columns (16)]; xsum: [in/g][16] lane-wise Σ of xp over each group.
 template <int R, bool Sym>
@@ -81,13 +96,7 @@ void gemv_rows(const Int4Weights& w, const float* xp, const float* xsum, int64_t
     __m512 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
     for (int64_t col = j * g; col < (j + 1) * g; col += 32) {
-      // Software prefetch kPrefetchBytes ahead of each row's loads, one cache line per 128 columns
-      // (rows are contiguous, so this reaches rows further down the matrix; short per-row streams
-      // ramp the hardware prefetchers up too slowly when the weights come from DRAM). Never past
-      // the end of the weights.
-      if ((col & 127) == 0)
-        for (int r = 0; r < R; ++r)
-          if (rows[r] + col / 2 + kPrefetchBytes < end) _mm_prefetch(reinterpret_cast<const char*>(rows[r] + col / 2 + kPrefetchBytes), _MM_HINT_T0);
+      if ((col & 127) == 0) prefetch_ahead<R>(rows, col / 2, end);
       const __m512 xl = _mm512_load_ps(xp + col);
       const __m512 xh = _mm512_load_ps(xp + col + 16);
       for (int r = 0; r < R; ++r) {
@@ -207,9 +216,7 @@ void gemv_rows_int8(const Int4Weights& w, const Int8Activation& a, int64_t r0, f
         sw[r] = group_lanes<G>(c, [&](int64_t j) { return scale_at(w, f0 + j); });
         if constexpr (!Sym) zw[r] = group_lanes<G>(c, [&](int64_t j) { return static_cast<float>(zero_at(w, f0 + j)); });
       }
-    if ((col & 127) == 0)
-      for (int r = 0; r < R; ++r)
-        if (rows[r] + col / 2 + kPrefetchBytes < end) _mm_prefetch(reinterpret_cast<const char*>(rows[r] + col / 2 + kPrefetchBytes), _MM_HINT_T0);
+    if ((col & 127) == 0) prefetch_ahead<R>(rows, col / 2, end);
     const __m512i xv = _mm512_load_si512(a.q + col);
     const __m512 sx = _mm512_load_ps(a.scale + c * 16);
     const __m512 cz = _mm512_load_ps(a.corr + c * 16);
@@ -432,7 +439,7 @@ void W4A16Linear::forward(const float* x, int64_t n, float* y) const {
   add_bias(bias_, n, w_.out, y);
 }
 
-void W4A16Linear::forward_batch1(std::initializer_list<std::pair<const W4A16Linear*, float*>> linears, const float* x) {
+void W4A16Linear::forward_batch1(std::span<const std::pair<const W4A16Linear*, float*>> linears, const float* x) {
   constexpr size_t kMax = 4;
   if (linears.size() == 0) return;
   if (linears.size() > kMax) throw std::invalid_argument("W4A16Linear::forward_batch1: at most 4 linears, got " + std::to_string(linears.size()));
@@ -456,12 +463,6 @@ void W4A16Linear::forward_batch1(std::initializer_list<std::pair<const W4A16Line
   };
   static thread_local std::vector<float> fbuf[kMax][3];
   static thread_local std::vector<int8_t> qbuf[kMax];
-  auto aligned = [](auto& v, int64_t count) {
-    using T = typename std::remove_reference_t<decltype(v)>::value_type;
-    if (static_cast<int64_t>(v.size()) < count + 64) v.resize(static_cast<size_t>(count + 64));
-    const auto addr = reinterpret_cast<uintptr_t>(v.data());
-    return v.data() + ((64 - addr % 64) % 64) / sizeof(T);
-  };
   Slot slots[kMax]{};
   int64_t blocks = 0, macs = 0;
   size_t ns = 0;
@@ -478,7 +479,7 @@ void W4A16Linear::forward_batch1(std::initializer_list<std::pair<const W4A16Line
       const Int4Weights& wk = slots[k].lin->w_;
       if (slots[k].int8 == s.int8 && wk.in == w.in && wk.asym == w.asym && (s.int8 || wk.group == w.group)) same = &slots[k];
     }
-    const float* xk = same || lin->in_ == w.in ? x : padded_input(x, 1, lin->in_, w.in, aligned(fbuf[ns][0], w.in));
+    const float* xk = same || lin->in_ == w.in ? x : padded_input(x, 1, lin->in_, w.in, aligned_buffer(fbuf[ns][0], w.in));
     if (same) {
 #if SQ_W4_VNNI
       s.a = same->a;
@@ -488,12 +489,12 @@ void W4A16Linear::forward_batch1(std::initializer_list<std::pair<const W4A16Line
     } else if (s.int8) {
 #if SQ_W4_VNNI
       const int64_t chunks = w.in / 64;
-      s.a = Int8Activation{aligned(qbuf[ns], w.in), aligned(fbuf[ns][1], chunks * 16), aligned(fbuf[ns][2], chunks * 16)};
+      s.a = Int8Activation{aligned_buffer(qbuf[ns], w.in), aligned_buffer(fbuf[ns][1], chunks * 16), aligned_buffer(fbuf[ns][2], chunks * 16)};
       quantize_activation_int8(xk, w.in, !w.asym, s.a);
 #endif
     } else {
-      float* xp = aligned(fbuf[ns][1], w.in);
-      float* xsum = aligned(fbuf[ns][2], w.in / w.group * 16);
+      float* xp = aligned_buffer(fbuf[ns][1], w.in);
+      float* xsum = aligned_buffer(fbuf[ns][2], w.in / w.group * 16);
       permute_activation(xk, w.in, w.group, xp, xsum);
       s.xp = xp;
       s.xsum = xsum;

@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -88,7 +89,10 @@ class W4A16Linear final : public Linear {
   /// (+ b_i) for each pair, in one OpenMP parallel region over all their rows instead of one per
   /// linear. Each y_i equals linears[i].first->forward(x, 1, y_i) bit for bit. Every linear must have
   /// the same in_features (std::invalid_argument otherwise); at most 4 linears.
-  static void forward_batch1(std::initializer_list<std::pair<const W4A16Linear*, float*>> linears, const float* x);
+  static void forward_batch1(std::span<const std::pair<const W4A16Linear*, float*>> linears, const float* x);
+  static void forward_batch1(std::initializer_list<std::pair<const W4A16Linear*, float*>> linears, const float* x) {
+    forward_batch1(std::span(linears.begin(), linears.size()), x);
+  }
 
   /// "w4a16-g<group>-<sym|asym>", e.g. "w4a16-g128-sym".
   std::string format() const override;

@@ -24,6 +24,15 @@ CLI::Option* add_json_option(CLI::App& app, std::string& target, const std::stri
                                "file (never an input; an existing file only with --force)");
 }
 
+CLI::Option* add_w4a16_act_option(CLI::App& app, std::string& target, const std::string& where) {
+  target = "fp32";
+  return app.add_option("--w4a16-act", target,
+                        "Activations of W4A16 linears in decode steps: fp32 (exact W4A16) | int8 (rounded per block of 32 to "
+                        "INT8, integer dot products, as llama.cpp's Q4_0 x Q8_0; needs AVX512-VNNI); " + where)
+      ->check(CLI::IsMember({"fp32", "int8"}))
+      ->capture_default_str();
+}
+
 namespace {
 bool ends_with_json(const std::string& s) {
   if (s.size() < 5) return false;

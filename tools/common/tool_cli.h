@@ -19,6 +19,11 @@ void add_version_flag(CLI::App& app, const char* tool);
 /// for how the optional FILE is recognized.
 CLI::Option* add_json_option(CLI::App& app, std::string& target, const std::string& what);
 
+/// Adds `--w4a16-act fp32|int8` (default fp32) bound to `target`: the activations of W4A16 linears in
+/// decode steps (model/w4a16_linear.h W4DecodeActivations); `where` completes the help text with
+/// where the option applies. Apply it with apply_w4a16_act_option (model/quantize_in_memory.h).
+CLI::Option* add_w4a16_act_option(CLI::App& app, std::string& target, const std::string& where);
+
 /// Rewrites `args` (argv[1..], in order) so that the optional value of `--json` is explicit:
 /// `--json=ANY` is kept; `--json` followed by `-` or by a word ending in ".json" (any case) that does
 /// not start with '-' becomes `--json=WORD`; any other `--json` becomes `--json=-` (stdout) and the
