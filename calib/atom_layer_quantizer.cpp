@@ -94,7 +94,9 @@ std::vector<float> reference_output(const Tensor& Wr, const SiteRows& X, const s
     for (int64_t i = 0; i < m; ++i)
       for (int64_t p = 0; p < in; ++p) xr[size_t(i * in + p)] = X.data[size_t(i * in + order[size_t(p)])];
   std::vector<float> ref(static_cast<size_t>(m * Wr.dim(0)));
-  DenseLinear(Wr).forward(xr.data(), m, ref.data());
+  DenseLinear dense(Wr);
+  dense.set_prepack(false);  // one product: a packed copy of Wr would cost more than it saves
+  dense.forward(xr.data(), m, ref.data());
   return ref;
 }
 

@@ -163,7 +163,8 @@ std::unique_ptr<LinearQuantizer> make_linear_quantizer(ConvertScheme scheme);
 void write_float(SqmWriter& w, const std::string& name, const Tensor& t, ConvertScheme encoding);
 /// Writes linear `s` unquantized (weight and bias) in `encoding`.
 void write_float_linear(SqmWriter& w, const Checkpoint& ck, const LinearSlot& s, ConvertScheme encoding);
-/// FP32 DenseLinear of `s` from `ck` (weight + bias): unquantized linears of a converted layer.
+/// FP32 DenseLinear of `s` from `ck` (weight + bias): unquantized linears of a converted layer
+/// (no packed copy: the layer runs once, model/linear.h).
 std::unique_ptr<Linear> dense_linear(const Checkpoint& ck, const LinearSlot& s);
 
 }  // namespace sq

@@ -55,7 +55,9 @@ double group_mse(const Checkpoint& original, const std::vector<LinearSlot>& line
     const Tensor& w_orig = original.tensors.at(name + ".weight");
     const int64_t out = w_orig.dim(0), n = X.count();
     std::vector<float> ref(size_t(n * out)), got(size_t(n * out));
-    DenseLinear(w_orig).forward(X.data.data(), n, ref.data());
+    DenseLinear dense(w_orig);
+    dense.set_prepack(false);  // one product: a packed copy of the weight would cost more than it saves
+    dense.forward(X.data.data(), n, ref.data());
     W8A8Linear(ck.tensors.at(name + ".weight"), o.weight, o.act, step).forward(xs.data(), n, got.data());
     for (size_t i = 0; i < ref.size(); ++i) mse += double(ref[i] - got[i]) * (ref[i] - got[i]);
   }

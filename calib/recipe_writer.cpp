@@ -25,7 +25,9 @@ void write_float_linear(SqmWriter& w, const Checkpoint& ck, const LinearSlot& s,
 }
 
 std::unique_ptr<Linear> dense_linear(const Checkpoint& ck, const LinearSlot& s) {
-  return std::make_unique<DenseLinear>(ck.get(s.name + ".weight", {s.out, s.in}), s.bias ? ck.get(s.name + ".bias", {s.out}) : Tensor());
+  auto d = std::make_unique<DenseLinear>(ck.get(s.name + ".weight", {s.out, s.in}), s.bias ? ck.get(s.name + ".bias", {s.out}) : Tensor());
+  d->set_prepack(false);  // a converted layer runs once (the next layer's inputs): no packed copy of it
+  return d;
 }
 
 void LinearQuantizer::write_embedding(const ConvertInputs& in, SqmWriter& out) {

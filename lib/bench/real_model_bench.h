@@ -44,9 +44,14 @@ struct RealModelBenchOptions {
 /// and, when `text` is set, sq-eval's throughput (evaluate_perplexity, llamacpp protocol, tokens
 /// processed per second, as sq-eval reports it) over the first `eval_chunks` chunks.
 /// The sgemm bound: the prefill's FLOPs (2·pp·in·out per linear, causal QKᵀ and PV, the LM head
-/// for the last row) at the rate ops::sgemm (oneDNN at these sizes) reaches on the model's own linear shapes
-/// (C[pp, out] = A[pp, in]·Wᵀ, each distinct shape timed, weighted by its count); pp of the FP32
-/// model is reported as a fraction of it.
+/// for the last row) at the rate ops::sgemm (oneDNN's dnnl_sgemm at these sizes) reaches on the
+/// model's own linear shapes (C[pp, out] = A[pp, in]·Wᵀ, each distinct shape timed with hot
+/// operands, weighted by the shape's count); pp of the FP32 model is reported as a fraction of it.
+/// Also a strict bound, the same FLOPs at the faster of ops::sgemm and oneDNN's matmul primitive
+/// on the plain matrices per shape, and, for reference, the rate of the matmul on packed weights
+/// (what DenseLinear runs since it outpaced sgemm; not a bound).
+/// And the FP32 model's linears alone, in layer order on random inputs of pp rows (weights read
+/// from memory as in the prefill): the part of the pp time that is GEMM.
 /// Prints a table (tokens/s and ratios to FP32) and returns everything as JSON. Throws InputError
 /// from the loader, UsageError for prompt_tokens or gen_tokens < 1, eval_ctx < 2 or a name in
 /// `variants` that is not one of the above (the message lists them).

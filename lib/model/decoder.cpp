@@ -168,6 +168,7 @@ void Decoder::prepare(Workspace& ws, int64_t n, int64_t p0) const {
   ensure(ws.up, n * hid);
   ws.positions.resize(static_cast<size_t>(n));
   for (int64_t t = 0; t < n; ++t) ws.positions[static_cast<size_t>(t)] = static_cast<int32_t>(p0 + t);
+  ws.rope_freq.clear();
 }
 
 void Decoder::embed(const int32_t* tokens, int64_t n, float* x, int64_t first_position) const {
@@ -286,9 +287,15 @@ void Decoder::run_layer(int l, const DecoderLayer& L, float* x, int64_t n, KVCac
   const std::vector<float>& inv_freq = rope_inv_freq_[static_cast<size_t>(l)];
   if (sp.position == PositionKind::Rope) {
     const int rd = c.rope_dim();
-    ops::rope(ws.q.data(), ws.positions.data(), n, c.n_heads, static_cast<int>(hd), rd, inv_freq.data(), c.rope_layout);
+    if (ws.rope_freq != inv_freq) {  // angles of these positions at this layer's frequencies, once
+      ensure(ws.rope_cos, n * (rd / 2));
+      ensure(ws.rope_sin, n * (rd / 2));
+      ops::rope_table(ws.positions.data(), n, rd / 2, inv_freq.data(), ws.rope_cos.data(), ws.rope_sin.data());
+      ws.rope_freq = inv_freq;
+    }
+    ops::rope_apply(ws.q.data(), n, c.n_heads, static_cast<int>(hd), rd, ws.rope_cos.data(), ws.rope_sin.data(), c.rope_layout);
     if (!cache.keys_pre_rope())
-      ops::rope(ws.k.data(), ws.positions.data(), n, c.n_kv_heads, static_cast<int>(hd), rd, inv_freq.data(), c.rope_layout);
+      ops::rope_apply(ws.k.data(), n, c.n_kv_heads, static_cast<int>(hd), rd, ws.rope_cos.data(), ws.rope_sin.data(), c.rope_layout);
   }
   cache.write(l, ws.k.data(), ws.v.data(), n);
   // Decode steps over a nuq cache attend over the packed rows directly (runtime/kv_decode_attention.h)
@@ -319,9 +326,8 @@ void Decoder::run_layer(int l, const DecoderLayer& L, float* x, int64_t n, KVCac
     ops::add_inplace(x, ws.proj2.data(), n * d);
     return;
   }
-  ops::add_inplace(x, ws.proj.data(), n * d);
-  // --- FFN block: x += [post-norm] mlp(norm(x)) ---
-  ops::norm(sp.norm, x, L.ffn_norm.data(), L.ffn_norm_bias.data(), xn, n, dd, c.norm_eps);
+  // --- FFN block: x += [post-norm] mlp(norm(x)), after the attention residual x += proj ---
+  ops::add_norm(sp.norm, x, ws.proj.data(), L.ffn_norm.data(), L.ffn_norm_bias.data(), xn, n, dd, c.norm_eps);
   run_mlp(l, L, xn, ws.proj.data(), n, ws, obs);
   if (sp.post_ffn_norm)
     ops::norm(sp.norm, ws.proj.data(), L.ffn_post_norm.data(), L.ffn_post_norm_bias.data(), ws.proj.data(), n, dd, c.norm_eps);
@@ -435,12 +441,15 @@ void Decoder::attention(const float* q, const float* keys, const float* values, 
 
 #pragma omp parallel for schedule(dynamic) num_threads(threads) if (threads > 1 && tasks > 1)
   for (int64_t task = 0; task < tasks; ++task) {
-    const int h = static_cast<int>(task / n_blocks);
-    const int64_t r0 = (task % n_blocks) * kQueryBlock;
+    // Last query block first: its rows see the most keys, so the threads start on the largest
+    // tasks and the small ones fill in at the end (dynamic schedule, less waiting at the barrier).
+    const int h = static_cast<int>(task % c.n_heads);
+    const int64_t r0 = (n_blocks - 1 - task / c.n_heads) * kQueryBlock;
     const int64_t rows = std::min(kQueryBlock, n - r0);
     const int64_t n_keys = p0 + r0 + rows;  // keys visible to the last row of this block
     std::vector<float>& S = ws.scores[static_cast<size_t>(omp_get_thread_num())];
     ensure(S, rows * n_keys);
+    float inv_sum[kQueryBlock];  // 1 / Σ_j e^(S[i, j] − max_j S[i, j]) per row
     const float* Qh = q + r0 * qw + h * hd;
     const float* Kg = keys + (h / group) * hd;
     const float* Vg = values + (h / group) * hd;
@@ -459,17 +468,23 @@ void Decoder::attention(const float* q, const float* keys, const float* values, 
         const float m = slopes[h];
         for (int64_t j = lo; j < visible; ++j) row[j] -= m * static_cast<float>(pos - j);
       }
-      ops::softmax_row(row + lo, static_cast<int>(visible - lo));
+      // Unnormalized e^(S − max) here; out_h's row is divided by the sum after P·V (hd divisions
+      // instead of n_keys). The attention mass needs the probabilities themselves.
+      const float sum = ops::exp_shifted_row(row + lo, static_cast<int>(visible - lo));
+      inv_sum[static_cast<size_t>(i)] = 1.0f / sum;
       std::fill(row, row + lo, 0.0f);
       std::fill(row + visible, row + n_keys, 0.0f);
       if (mass)
-        for (int64_t j = lo; j < visible; ++j) (*mass)[static_cast<size_t>(j)] += row[j];
+        for (int64_t j = lo; j < visible; ++j) (*mass)[static_cast<size_t>(j)] += row[j] * inv_sum[static_cast<size_t>(i)];
     }
-    // out_h[rows, hd] = P[rows, n_keys] · V_g[n_keys, hd]
+    // out_h[rows, hd] = P[rows, n_keys] · V_g[n_keys, hd], P = e^(S − max) / sum
+    float* O = out + r0 * qw + h * hd;
     if (rows == 1)
-      weighted_sum(S.data(), Vg, kvw, n_keys, hd, out + r0 * qw + h * hd);
+      weighted_sum(S.data(), Vg, kvw, n_keys, hd, O);
     else
-      ops::sgemm(false, false, rows, hd, n_keys, 1.0f, S.data(), n_keys, Vg, kvw, 0.0f, out + r0 * qw + h * hd, qw);
+      ops::sgemm(false, false, rows, hd, n_keys, 1.0f, S.data(), n_keys, Vg, kvw, 0.0f, O, qw);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t e = 0; e < hd; ++e) O[i * qw + e] *= inv_sum[static_cast<size_t>(i)];
   }
 }
 

@@ -73,6 +73,10 @@ struct Workspace {
   /// (reads the packed rows); false forces KVCache::read + sgemm attention (tests, benchmarks).
   bool fused_decode_attention = true;
   KVDecodeScratch kv_decode;  ///< buffers of the fused kernel
+  /// RoPE angles of the current forward's positions (ops::rope_table, [n, rot_dim/2] each) for the
+  /// frequencies in rope_freq; layers with the same frequencies reuse them. prepare() empties
+  /// rope_freq (new positions).
+  std::vector<float> rope_cos, rope_sin, rope_freq;
 };
 
 /// Tensors outside the layers besides the token embedding and final norm weight; which are set

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/rope_frequencies.h"
+#include "ops/ops.h"
 #include "ops/sgemm.h"
 
 // Notation: n tokens, d = dim, hd = head_dim, qw = n_heads·hd, kvw = n_kv_heads·hd, hid = hidden_dim,
@@ -71,6 +72,7 @@ template <typename T>
 struct Proj {
   Vec<T> w, b;
   int64_t out = 0, in = 0;
+  const DenseLinear* lin = nullptr;  ///< the model's linear: the FP32 forward runs it (the decoder's own product)
 };
 
 /// A norm's weight and bias [d] (LayerNorm with spec.norm_bias; the bias is absent otherwise).
@@ -124,6 +126,7 @@ void bind(Proj<T>& p, const Linear& lin, const std::string& name) {
   p.in = d.in_features();
   p.w.bind(d.weight().data(), p.out * p.in);
   p.b.bind(d.bias());
+  p.lin = &d;
 }
 
 // ---- forward ops ---------------------------------------------------------------------------------
@@ -131,6 +134,12 @@ void bind(Proj<T>& p, const Linear& lin, const std::string& name) {
 /// y[n, out] = x[n, in] · Wᵀ + b   (W [out, in] row-major, b [out] or absent)
 template <typename T>
 void linear_forward(const Proj<T>& p, const T* x, int64_t n, T* y) {
+  if constexpr (std::is_same_v<T, float>) {
+    // The decoder's own product (DenseLinear: packed oneDNN matmul), so the forward activations
+    // equal Decoder::forward's wherever the inputs do.
+    p.lin->forward(x, n, y);
+    return;
+  }
   gemm(false, true, n, p.out, p.in, T(1), x, p.in, p.w.data, p.in, T(0), y, p.out);
   if (p.b.data)
     for (int64_t t = 0; t < n; ++t)
@@ -155,9 +164,14 @@ void norm_forward(NormKind kind, const T* x, const T* w, const T* b, T* y, NormS
     const T* xr = x + t * d;
     T* yr = y + t * d;
     if (kind == NormKind::RMSNorm) {
-      T ss = 0;
-      for (int64_t j = 0; j < d; ++j) ss += xr[j] * xr[j];
-      const T inv = T(1) / std::sqrt(ss / static_cast<T>(d) + eps);
+      T inv;
+      if constexpr (std::is_same_v<T, float>) {
+        inv = ops::rms_inv(xr, d, eps);  // the decoder's own sum order: the same normalized rows
+      } else {
+        T ss = 0;
+        for (int64_t j = 0; j < d; ++j) ss += xr[j] * xr[j];
+        inv = T(1) / std::sqrt(ss / static_cast<T>(d) + eps);
+      }
       s.inv[static_cast<size_t>(t)] = inv;
       for (int64_t j = 0; j < d; ++j) yr[j] = xr[j] * inv * w[j];
       continue;

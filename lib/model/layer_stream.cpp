@@ -53,7 +53,18 @@ LayerStream::LayerWeights LayerStream::layer_weights(int l, TensorShapes* shapes
   } else {
     w.tensors = reader_->load(HfTensorSelection::only_layer(l));
     check_checkpoint_finite(w.tensors);
-    w.layer = std::make_shared<const DecoderLayer>(Decoder::layer_from_checkpoint(w.tensors, l));
+    auto layer = std::make_shared<DecoderLayer>(Decoder::layer_from_checkpoint(w.tensors, l));
+    // No packed copies of a streamed layer's weights (model/linear.h): the copy would add the
+    // layer's FP32 size to the peak memory that streaming bounds.
+    auto no_prepack = [](const std::unique_ptr<Linear>& lin) {
+      if (auto* d = dynamic_cast<DenseLinear*>(lin.get())) d->set_prepack(false);
+    };
+    for (auto* lin : {&layer->q_proj, &layer->k_proj, &layer->v_proj, &layer->o_proj, &layer->gate_proj, &layer->up_proj,
+                      &layer->down_proj, &layer->router})
+      no_prepack(*lin);
+    for (Expert& e : layer->experts)
+      for (auto* lin : {&e.gate_proj, &e.up_proj, &e.down_proj}) no_prepack(*lin);
+    w.layer = std::move(layer);
   }
   if (shapes)
     for (const auto& [name, t] : w.tensors.tensors) (*shapes)[name] = t.shape();

@@ -4,16 +4,24 @@
 
 #include <cblas.h>
 
+#include <mutex>
 #include <stdexcept>
 
 namespace sq {
+
+struct DenseLinear::Packed {
+  std::mutex mu;
+  bool tried = false;
+  std::unique_ptr<ops::WeightMatmul> mm;
+};
 
 namespace {
 /// Weight matrices below this many elements use the serial GEMV for single-token steps.
 constexpr int64_t kSmallGemv = int64_t(1) << 18;
 }  // namespace
 
-DenseLinear::DenseLinear(Tensor weight, Tensor bias) : weight_(std::move(weight)), bias_(std::move(bias)) {
+DenseLinear::DenseLinear(Tensor weight, Tensor bias)
+    : weight_(std::move(weight)), bias_(std::move(bias)), packed_(std::make_shared<Packed>()) {
   if (weight_.rank() != 2) throw std::invalid_argument("DenseLinear: weight must be rank 2, got " + weight_.shape_string());
   if (!bias_.empty() && bias_.numel() != weight_.dim(0))
     throw std::invalid_argument("DenseLinear: bias " + bias_.shape_string() + " does not match weight " + weight_.shape_string());
@@ -38,13 +46,33 @@ void DenseLinear::forward(const float* x, int64_t n, float* y) const {
                 static_cast<blasint>(in), x, 1, 0.0f, y, 1);
   } else {
     // y[n, out] = x[n, in] · W[out, in]ᵀ
-    ops::sgemm(false, true, n, out, in, 1.0f, x, in, weight_.data(), in, 0.0f, y, out);
+    const ops::WeightMatmul* mm = n * out * in >= ops::kOneDnnMinMacs ? matmul(n) : nullptr;
+    if (!mm || !mm->forward(x, n, y)) ops::sgemm(false, true, n, out, in, 1.0f, x, in, weight_.data(), in, 0.0f, y, out);
   }
   if (!bias_.empty()) {
     const float* b = bias_.data();
     for (int64_t t = 0; t < n; ++t)
       for (int64_t j = 0; j < out; ++j) y[t * out + j] += b[j];
   }
+}
+
+const ops::WeightMatmul* DenseLinear::matmul(int64_t rows) const {
+  std::lock_guard<std::mutex> lock(packed_->mu);
+  if (!packed_->tried) {
+    packed_->tried = true;
+    try {
+      packed_->mm = std::make_unique<ops::WeightMatmul>(weight_.data(), out_features(), in_features(),
+                                                         prepack_ ? ops::WeightLayout::Packed : ops::WeightLayout::Plain, rows);
+    } catch (const std::runtime_error&) {
+      // oneDNN has no matmul for this shape: ops::sgemm on W serves every call
+    }
+  }
+  return packed_->mm.get();
+}
+
+int64_t DenseLinear::packed_bytes() const {
+  std::lock_guard<std::mutex> lock(packed_->mu);
+  return packed_->mm ? packed_->mm->packed_bytes() : 0;
 }
 
 }  // namespace sq

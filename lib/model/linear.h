@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "ops/weight_matmul.h"
 
 namespace sq {
 
@@ -28,23 +29,48 @@ class Linear {
   virtual int64_t weight_bytes() const = 0;
 };
 
-/// FP32 linear through OpenBLAS: sgemm for n > 1, sgemv for n == 1.
-/// W: [out, in] row-major (PyTorch nn.Linear layout); optional bias b: [out].
+/// FP32 linear. W: [out, in] row-major (PyTorch nn.Linear layout); optional bias b: [out].
+///
+/// Single rows (decode steps) run a GEMV on W (serial dot products for small W, OpenBLAS sgemv
+/// otherwise). Several rows run oneDNN's matmul primitive (ops/weight_matmul.h), by default on a
+/// copy of W reordered once, at the first multi-row call, into the primitive's blocked layout
+/// (faster than sgemm on plain W, above all when W streams from DRAM, as a model's weights do); the
+/// copy holds out·in more floats. set_prepack(false) runs the primitive on W itself (no copy; the
+/// same kernels, bit-identical results). Products below ops::kOneDnnMinMacs and row counts without
+/// a primitive (WeightMatmul::kMaxShapes) use ops::sgemm on W.
+/// W's values must not change after the first multi-row forward (the packed copy would not see it).
 class DenseLinear final : public Linear {
  public:
   /// Throws std::invalid_argument when W is not rank 2 or b's length differs from W's rows.
   explicit DenseLinear(Tensor weight, Tensor bias = {});
+
   int64_t in_features() const override { return weight_.dim(1); }
   int64_t out_features() const override { return weight_.dim(0); }
   void forward(const float* x, int64_t n, float* y) const override;
   std::string format() const override { return "f32"; }
   int64_t weight_bytes() const override { return (weight_.numel() + bias_.numel()) * 4; }
+
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }
 
+  /// Whether multi-row products keep the packed copy of W (default true). Layer-by-layer work on
+  /// models larger than memory turns it off (model/layer_stream.h): a copy of each streamed layer
+  /// would add its size to the peak. Call before the first multi-row forward.
+  void set_prepack(bool on) { prepack_ = on; }
+  bool prepack() const { return prepack_; }
+  /// Bytes of the packed copy made so far (0 before the first multi-row forward or when off).
+  int64_t packed_bytes() const;
+
  private:
+  struct Packed;  ///< the matmul (and packed copy), made on first use (mutex-guarded)
+  /// The matmul on W (packed or plain per prepack_), made on the first call; nullptr when oneDNN has
+  /// none for this shape.
+  const ops::WeightMatmul* matmul(int64_t rows) const;
+
   Tensor weight_;
   Tensor bias_;
+  bool prepack_ = true;
+  std::shared_ptr<Packed> packed_;
 };
 
 }  // namespace sq

@@ -5,20 +5,46 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace sq::ops {
 
+float rms_inv(const float* x, int64_t d, float eps) {
+  float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+  for (int64_t j = 0; j < d; ++j) ss += x[j] * x[j];
+  return 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
+}
+
+namespace {
+/// One row of rms_norm: y = x · rms_inv(x) · w.
+inline void rms_norm_row(const float* xr, const float* w, float* yr, int d, float eps) {
+  const float inv = rms_inv(xr, d, eps);
+  for (int j = 0; j < d; ++j) yr[j] = xr[j] * inv * w[j];
+}
+
+/// One row of layer_norm. Two passes (mean, then the mean squared deviation) in double: exact
+/// enough that the result is the FP32 rounding of the true normalization, whatever the row's offset.
+inline void layer_norm_row(const float* xr, const float* w, const float* b, float* yr, int d, float eps) {
+  double mean = 0.0;
+  for (int j = 0; j < d; ++j) mean += xr[j];
+  mean /= d;
+  double var = 0.0;
+  for (int j = 0; j < d; ++j) {
+    const double c = xr[j] - mean;
+    var += c * c;
+  }
+  var /= d;
+  const float m = static_cast<float>(mean);
+  const float inv = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(eps)));
+  for (int j = 0; j < d; ++j) yr[j] = (xr[j] - m) * inv * w[j] + (b ? b[j] : 0.0f);
+}
+}  // namespace
+
 void rms_norm(const float* x, const float* w, float* y, int64_t n, int d, float eps) {
 #pragma omp parallel for schedule(static) if (n * d >= (1 << 16))
-  for (int64_t t = 0; t < n; ++t) {
-    const float* xr = x + t * d;
-    float* yr = y + t * d;
-    float ss = 0.0f;
-    for (int j = 0; j < d; ++j) ss += xr[j] * xr[j];
-    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
-    for (int j = 0; j < d; ++j) yr[j] = xr[j] * inv * w[j];
-  }
+  for (int64_t t = 0; t < n; ++t) rms_norm_row(x + t * d, w, y + t * d, d, eps);
 }
 
 void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim, float theta, RopeLayout layout) {
@@ -28,24 +54,7 @@ void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_d
 
 void layer_norm(const float* x, const float* w, const float* b, float* y, int64_t n, int d, float eps) {
 #pragma omp parallel for schedule(static) if (n * d >= (1 << 16))
-  for (int64_t t = 0; t < n; ++t) {
-    const float* xr = x + t * d;
-    float* yr = y + t * d;
-    // Two passes (mean, then the mean squared deviation) in double: exact enough that the result
-    // is the FP32 rounding of the true normalization, whatever the row's offset.
-    double mean = 0.0;
-    for (int j = 0; j < d; ++j) mean += xr[j];
-    mean /= d;
-    double var = 0.0;
-    for (int j = 0; j < d; ++j) {
-      const double c = xr[j] - mean;
-      var += c * c;
-    }
-    var /= d;
-    const float m = static_cast<float>(mean);
-    const float inv = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(eps)));
-    for (int j = 0; j < d; ++j) yr[j] = (xr[j] - m) * inv * w[j] + (b ? b[j] : 0.0f);
-  }
+  for (int64_t t = 0; t < n; ++t) layer_norm_row(x + t * d, w, b, y + t * d, d, eps);
 }
 
 void norm(NormKind kind, const float* x, const float* w, const float* b, float* y, int64_t n, int d, float eps) {
@@ -55,8 +64,68 @@ void norm(NormKind kind, const float* x, const float* w, const float* b, float* 
     rms_norm(x, w, y, n, d, eps);
 }
 
+void add_norm(NormKind kind, float* x, const float* r, const float* w, const float* b, float* y, int64_t n, int d, float eps) {
+  const bool layer = kind == NormKind::LayerNorm;
+#pragma omp parallel for schedule(static) if (n * d >= (1 << 16))
+  for (int64_t t = 0; t < n; ++t) {
+    float* xr = x + t * d;
+    const float* rr = r + t * d;
+#pragma omp simd
+    for (int j = 0; j < d; ++j) xr[j] += rr[j];
+    if (layer)
+      layer_norm_row(xr, w, b, y + t * d, d, eps);
+    else
+      rms_norm_row(xr, w, y + t * d, d, eps);
+  }
+}
+
 void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim, const float* inv_freq, RopeLayout layout) {
   rope(x, positions, n, n_heads, head_dim, head_dim, inv_freq, layout);
+}
+
+void rope_table(const int32_t* positions, int64_t n, int half, const float* inv_freq, float* cos_out, float* sin_out) {
+#pragma omp parallel for schedule(static) if (n * half >= (1 << 14))
+  for (int64_t t = 0; t < n; ++t) {
+    const float pos = static_cast<float>(positions[t]);
+    for (int i = 0; i < half; ++i) {
+      const float angle = pos * inv_freq[i];
+      cos_out[t * half + i] = std::cos(angle);
+      sin_out[t * half + i] = std::sin(angle);
+    }
+  }
+}
+
+namespace {
+/// Rotates one row [n_heads · head_dim] by the angles c[i], s[i] of pairs i < half (see rope()).
+inline void rope_row(float* row, int n_heads, int head_dim, int half, const float* c, const float* s, RopeLayout layout) {
+  for (int h = 0; h < n_heads; ++h) {
+    float* v = row + int64_t(h) * head_dim;
+    if (layout == RopeLayout::Interleaved) {
+#pragma omp simd
+      for (int i = 0; i < half; ++i) {
+        const float x0 = v[2 * i], x1 = v[2 * i + 1];
+        v[2 * i] = x0 * c[i] - x1 * s[i];
+        v[2 * i + 1] = x0 * s[i] + x1 * c[i];
+      }
+    } else {
+      float* u = v + half;
+#pragma omp simd
+      for (int i = 0; i < half; ++i) {
+        const float x0 = v[i], x1 = u[i];
+        v[i] = x0 * c[i] - x1 * s[i];
+        u[i] = x0 * s[i] + x1 * c[i];
+      }
+    }
+  }
+}
+}  // namespace
+
+void rope_apply(float* x, int64_t n, int n_heads, int head_dim, int rot_dim, const float* cos_t, const float* sin_t,
+                RopeLayout layout) {
+  const int half = rot_dim / 2;
+  const int64_t width = int64_t(n_heads) * head_dim;
+#pragma omp parallel for schedule(static) if (n * width >= (1 << 16))
+  for (int64_t t = 0; t < n; ++t) rope_row(x + t * width, n_heads, head_dim, half, cos_t + t * half, sin_t + t * half, layout);
 }
 
 void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim, int rot_dim, const float* inv_freq,
@@ -65,20 +134,10 @@ void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_d
   const int64_t width = int64_t(n_heads) * head_dim;
 #pragma omp parallel for schedule(static) if (n * width >= (1 << 16))
   for (int64_t t = 0; t < n; ++t) {
-    const float pos = static_cast<float>(positions[t]);
-    float* row = x + t * width;
-    for (int i = 0; i < half; ++i) {
-      const float angle = pos * inv_freq[i];
-      const float c = std::cos(angle), s = std::sin(angle);
-      const int a = layout == RopeLayout::Interleaved ? 2 * i : i;
-      const int b = layout == RopeLayout::Interleaved ? 2 * i + 1 : i + half;
-      for (int h = 0; h < n_heads; ++h) {
-        float* v = row + int64_t(h) * head_dim;
-        const float x0 = v[a], x1 = v[b];
-        v[a] = x0 * c - x1 * s;
-        v[b] = x0 * s + x1 * c;
-      }
-    }
+    thread_local std::vector<float> cs;  // this row's cos | sin (no allocation per call once grown)
+    if (static_cast<int>(cs.size()) < 2 * half) cs.resize(static_cast<size_t>(2 * half));
+    rope_table(positions + t, 1, half, inv_freq, cs.data(), cs.data() + half);
+    rope_row(x + t * width, n_heads, head_dim, half, cs.data(), cs.data() + half, layout);
   }
 }
 
@@ -138,25 +197,50 @@ void add_inplace(float* out, const float* x, int64_t count) {
   for (int64_t i = 0; i < count; ++i) out[i] += x[i];
 }
 
-void softmax_row(float* x, int count) {
+namespace {
+/// Largest element of x[0..count), count >= 1; a NaN element is skipped (as std::max(m, x) skips
+/// it). Sixteen running maxima in one GCC vector (vmaxps on AVX-512; split into narrower vectors
+/// elsewhere): a single running maximum, even under `omp simd reduction(max)`, compiled to a chain
+/// of scalar vmaxss, half of softmax_row's time in a SmolLM2 prefill profile.
+float max_element(const float* x, int count) {
+  using V = float __attribute__((vector_size(64)));
+  constexpr int L = 16;
   float m = x[0];
-#pragma omp simd reduction(max : m)
-  for (int i = 1; i < count; ++i) m = std::max(m, x[i]);
+  int i = 1;
+  if (count >= 2 * L) {
+    V acc;
+    std::memcpy(&acc, x, sizeof(V));
+    for (i = L; i + L <= count; i += L) {
+      V v;
+      std::memcpy(&v, x + i, sizeof(V));
+      acc = v > acc ? v : acc;
+    }
+    for (int l = 0; l < L; ++l) m = acc[l] > m ? acc[l] : m;
+  }
+  for (; i < count; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+}  // namespace
+
+float exp_shifted_row(float* x, int count) {
+  const float m = max_element(x, count);
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int i = 0; i < count; ++i) {
     x[i] = fast_exp(x[i] - m);
     sum += x[i];
   }
-  const float inv = 1.0f / sum;
+  return sum;
+}
+
+void softmax_row(float* x, int count) {
+  const float inv = 1.0f / exp_shifted_row(x, count);
 #pragma omp simd
   for (int i = 0; i < count; ++i) x[i] *= inv;
 }
 
 double log_sum_exp(const float* x, int count) {
-  float m = x[0];
-#pragma omp simd reduction(max : m)
-  for (int i = 1; i < count; ++i) m = std::max(m, x[i]);
+  const float m = max_element(x, count);
   // Terms are in (0, 1]; blocks of 64 are summed in FP32 (relative error ~1e-7·sqrt(64)) and the
   // block sums in double, so a 32,000-entry vocabulary keeps ~1e-7 relative accuracy.
   double sum = 0.0;

@@ -13,6 +13,10 @@ namespace sq::ops {
 /// x, y: [n, d] (may alias); w: [d].
 void rms_norm(const float* x, const float* w, float* y, int64_t n, int d, float eps);
 
+/// The factor rms_norm scales a row by: 1 / sqrt(mean(x[0..d)²) + eps), summed in the order
+/// rms_norm sums (so code that needs the factor itself, the backward pass, gets the same bits).
+float rms_inv(const float* x, int64_t d, float eps);
+
 /// LayerNorm (Ba et al. 2016) over each row: y[t, j] = (x[t, j] − μ_t) / sqrt(σ²_t + eps) · w[j] + b[j]
 /// with μ_t, σ²_t the mean and (biased) variance of row t. x, y: [n, d] (may alias); w: [d];
 /// b: [d] or nullptr (no bias, as MPT's `no_bias`).
@@ -21,6 +25,11 @@ void layer_norm(const float* x, const float* w, const float* b, float* y, int64_
 /// The decoder's normalization (core/model_config.h NormKind): rms_norm (b ignored, must be null or
 /// unused) or layer_norm. Shapes as above.
 void norm(NormKind kind, const float* x, const float* w, const float* b, float* y, int64_t n, int d, float eps);
+
+/// Residual add and the following norm in one pass over the rows: x += r, then y = norm(x) as
+/// norm() computes it (same values as add_inplace followed by norm). x, r, y: [n, d]; y must not
+/// alias x or r.
+void add_norm(NormKind kind, float* x, const float* r, const float* w, const float* b, float* y, int64_t n, int d, float eps);
 
 /// Partial rotary embedding: the overload below applied to the first `rot_dim` channels of every
 /// head (GPT-NeoX `rotary_pct`, Phi `partial_rotary_factor`); inv_freq [rot_dim/2] (rope_inv_freq
@@ -35,6 +44,17 @@ void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_d
 /// which applies the model's θ and RoPE scaling); the channels forming pair i are (2i, 2i+1) for
 /// Interleaved and (i, i + head_dim/2) for HalfSplit.
 void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim, const float* inv_freq, RopeLayout layout);
+
+/// The angles of the rope() overloads as a table: cos_out[t·half + i] = cos(float(positions[t]) ·
+/// inv_freq[i]), sin_out likewise, for t < n, i < half (both [n, half]). Rows that share positions
+/// and frequencies (a layer's queries and keys; every layer with the same frequencies) rotate with
+/// one table through rope_apply.
+void rope_table(const int32_t* positions, int64_t n, int half, const float* inv_freq, float* cos_out, float* sin_out);
+
+/// rope() with precomputed angles: rotates x [n, n_heads * head_dim] in place by the table of
+/// rope_table (half = rot_dim / 2); identical results to rope() with the table's positions and
+/// frequencies (the rotation is computed the same way, vectorized over the pairs of a head).
+void rope_apply(float* x, int64_t n, int n_heads, int head_dim, int rot_dim, const float* cos_t, const float* sin_t, RopeLayout layout);
 
 /// Plain RoPE with base `theta` (no scaling): the overload above with
 /// inv_freq = rope_inv_freq<float>(theta, head_dim, RopeScaling{}). Model code passes the config's
@@ -57,8 +77,12 @@ void gated_activation(Activation act, float* gate, const float* up, int64_t coun
 /// out[i] += x[i] for i < count (residual connection).
 void add_inplace(float* out, const float* x, int64_t count);
 
-/// Numerically stable in-place softmax of one row of `count` scores.
+/// Numerically stable in-place softmax of one row of `count` scores (count ≥ 1).
 void softmax_row(float* x, int count);
+
+/// softmax_row without the division: x[i] = exp(x[i] − max x) in place, returns Σ x[i] (≥ 1).
+/// Attention divides its P·V output rows by the sum instead of every probability.
+float exp_shifted_row(float* x, int count);
 
 /// log-sum-exp of one row (double accumulation), i.e. log sum_i exp(x[i]).
 double log_sum_exp(const float* x, int count);

@@ -1,4 +1,6 @@
-// FP32 matrix multiply for the decoder's dense linears and attention (CPU).
+// FP32 matrix multiply for attention, the backward pass, GPTQ and the dense linears' fallback (CPU).
+// The dense linears' multi-row products run oneDNN's matmul primitive on a fixed weight matrix
+// instead (ops/weight_matmul.h, through DenseLinear), which outpaces dnnl_sgemm at their shapes.
 //
 // Two libraries, chosen by size, both Debian packages:
 //   - oneDNN's dnnl_sgemm for products of at least kOneDnnMinMacs multiply-adds. It picks its

@@ -1,0 +1,140 @@
+#include "ops/weight_matmul.h"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstdlib>
+#include <map>
+#include <new>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+namespace sq::ops {
+
+namespace {
+using dnnl::memory;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+std::string shape_text(int64_t n, int64_t out, int64_t in) {
+  return "x[" + std::to_string(n) + ", " + std::to_string(in) + "] · W[" + std::to_string(out) + ", " + std::to_string(in) + "]ᵀ";
+}
+
+// oneDNN's matmul computes dst[M, N] = src[M, K] · weights[K, N]; W[out, in] row-major is weights
+// [K = in, N = out] in the "ba" tag (the K index moves fastest).
+memory::desc rows_desc(int64_t n, int64_t width) { return {{n, width}, memory::data_type::f32, memory::format_tag::ab}; }
+memory::desc plain_weights(int64_t out, int64_t in) { return {{in, out}, memory::data_type::f32, memory::format_tag::ba}; }
+
+// Scratchpad supplied per call (from a buffer of the calling thread): the library-managed one is
+// shared, and primitives run concurrently from the threads of an OpenMP region (sq-eval's chunks)
+// corrupted each other's results through it.
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr a;
+  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return a;
+}
+
+/// The calling thread's scratchpad of at least `bytes` bytes (64-byte aligned).
+void* thread_scratchpad(size_t bytes) {
+  struct Buffer {
+    void* p = nullptr;
+    size_t size = 0;
+    ~Buffer() { std::free(p); }
+  };
+  thread_local Buffer b;
+  if (b.size < bytes) {
+    std::free(b.p);
+    b.size = (bytes + 63) / 64 * 64;
+    b.p = std::aligned_alloc(64, b.size);
+    if (!b.p) {
+      b.size = 0;
+      throw std::bad_alloc();
+    }
+  }
+  return b.p;
+}
+}  // namespace
+
+struct WeightMatmul::State {
+  int64_t out = 0, in = 0;
+  memory::desc wdesc;  ///< the layout every primitive of this matrix reads W in
+  memory weights;      ///< W in that layout (Plain: the caller's storage)
+  int64_t packed_bytes = 0;
+  std::mutex mu;
+  struct Primitive {
+    dnnl::matmul matmul;
+    memory::desc scratchpad;  ///< what it needs per call (user scratchpad mode)
+  };
+  std::map<int64_t, Primitive> prims;  ///< row count -> compiled primitive
+  std::set<int64_t> refused;              ///< row counts oneDNN has no primitive for with wdesc
+
+  /// The primitive for n rows reading W as wdesc; nullptr when none (see forward).
+  const Primitive* primitive(int64_t n) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = prims.find(n); it != prims.end()) return &it->second;
+    if (refused.count(n) || static_cast<int>(prims.size()) >= kMaxShapes) return nullptr;
+    try {
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(rows_desc(n, in), wdesc, rows_desc(n, out)), user_scratchpad(), cpu_engine());
+      return &prims.emplace(n, Primitive{dnnl::matmul(pd), pd.scratchpad_desc()}).first->second;
+    } catch (const dnnl::error&) {
+      refused.insert(n);  // no implementation reads this layout at this row count
+      return nullptr;
+    }
+  }
+};
+
+WeightMatmul::WeightMatmul(const float* w, int64_t out, int64_t in, WeightLayout layout, int64_t rows_hint)
+    : s_(std::make_unique<State>()) {
+  if (out <= 0 || in <= 0 || rows_hint <= 0)
+    throw std::runtime_error("WeightMatmul: shape " + shape_text(rows_hint, out, in) + " must be positive");
+  s_->out = out;
+  s_->in = in;
+  const memory::desc plain = plain_weights(out, in);
+  try {
+    memory user(plain, cpu_engine(), const_cast<float*>(w));  // read only: a reorder source or a primitive's weights
+    if (layout == WeightLayout::Plain) {
+      s_->wdesc = plain;
+      s_->weights = user;
+      return;
+    }
+    const memory::desc any{{in, out}, memory::data_type::f32, memory::format_tag::any};
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(rows_desc(rows_hint, in), any, rows_desc(rows_hint, out)), user_scratchpad(),
+                                    cpu_engine());
+    s_->wdesc = pd.weights_desc();
+    s_->weights = memory(s_->wdesc, cpu_engine());
+    dnnl::stream st(cpu_engine());
+    dnnl::reorder(user, s_->weights).execute(st, user, s_->weights);
+    st.wait();
+    s_->packed_bytes = static_cast<int64_t>(s_->wdesc.get_size());
+    s_->prims.emplace(rows_hint, State::Primitive{dnnl::matmul(pd), pd.scratchpad_desc()});
+  } catch (const dnnl::error& e) {
+    throw std::runtime_error("WeightMatmul: oneDNN has no FP32 matmul for " + shape_text(rows_hint, out, in) + ": " + e.what());
+  }
+}
+
+WeightMatmul::~WeightMatmul() = default;
+
+bool WeightMatmul::forward(const float* x, int64_t n, float* y) const {
+  if (n <= 0) return true;
+  const State::Primitive* prim = s_->primitive(n);
+  if (!prim) return false;
+  try {
+    memory src(rows_desc(n, s_->in), cpu_engine(), const_cast<float*>(x));
+    memory dst(rows_desc(n, s_->out), cpu_engine(), y);
+    memory scratch(prim->scratchpad, cpu_engine(), thread_scratchpad(prim->scratchpad.get_size()));
+    dnnl::stream st(cpu_engine());
+    prim->matmul.execute(st, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, s_->weights}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratch}});
+    st.wait();
+  } catch (const dnnl::error& e) {
+    throw std::runtime_error("WeightMatmul: oneDNN failed on " + shape_text(n, s_->out, s_->in) + ": " + e.what());
+  }
+  return true;
+}
+
+int64_t WeightMatmul::packed_bytes() const { return s_->packed_bytes; }
+
+}  // namespace sq::ops

@@ -1,0 +1,58 @@
+// FP32 products with a fixed weight matrix, y[n, out] = x[n, in] · W[out, in]ᵀ, through oneDNN's
+// matmul primitive (its brgemm kernels), for the dense linears' prefill (model/linear.h).
+//
+// Why not ops::sgemm (dnnl_sgemm) for these: at SmolLM2-135M's prefill shapes (n = 512, 2 threads,
+// AMD EPYC Zen 5) the matmul primitive runs 505–515 GFLOP/s where dnnl_sgemm runs 398–498, and with
+// W reordered once into the primitive's blocked layout it keeps 506–523 GFLOP/s when W comes from
+// DRAM (a model's weights, layer after layer), where dnnl_sgemm, which packs W on every call, falls
+// to 393–456 (a scratch program cycling 30 matrices of each shape; docs/benchmarks.md, run D).
+//
+// A primitive is compiled for one shape (oneDNN's runtime-dimension variant falls back to the
+// dnnl_sgemm kernels), so each distinct row count n costs one primitive creation (≈ 0.2–0.5 ms)
+// the first time; up to kMaxShapes are kept, further row counts are refused (forward returns false,
+// the caller uses ops::sgemm). Prefill, evaluation and calibration use a handful of row counts.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+namespace sq::ops {
+
+/// How the weight matrix is held.
+enum class WeightLayout {
+  Plain,   ///< the caller's W[out, in] row-major, not copied (must outlive the WeightMatmul)
+  Packed,  ///< a copy reordered into the primitive's preferred blocked layout (out·in floats)
+};
+
+/// y[n, out] = x[n, in] · W[out, in]ᵀ with one weight matrix, all FP32 row-major.
+/// Thread-safe: forward may run concurrently from several threads (the primitive cache is locked;
+/// oneDNN primitives execute concurrently). Uses omp_get_max_threads() threads, one inside a
+/// parallel region.
+class WeightMatmul {
+ public:
+  /// Row counts with a compiled primitive kept per matrix.
+  static constexpr int kMaxShapes = 16;
+
+  /// w: [out, in] row-major. Packed copies W now (the layout is the one oneDNN picks for
+  /// `rows_hint` rows; every row count seen so far got the same layout). Throws std::runtime_error
+  /// naming the shape when oneDNN has no matmul for it or out/in are not positive.
+  WeightMatmul(const float* w, int64_t out, int64_t in, WeightLayout layout, int64_t rows_hint = 512);
+  ~WeightMatmul();
+  WeightMatmul(const WeightMatmul&) = delete;
+  WeightMatmul& operator=(const WeightMatmul&) = delete;
+
+  /// y[n, out] = x[n, in] · Wᵀ (y overwritten). Returns false, computing nothing, when no primitive
+  /// is available for n (kMaxShapes row counts already compiled, or oneDNN offers none with the
+  /// packed layout for this n); the caller then uses another GEMM. Throws std::runtime_error when
+  /// oneDNN fails while executing.
+  bool forward(const float* x, int64_t n, float* y) const;
+
+  /// Bytes held by the packed copy (0 for Plain).
+  int64_t packed_bytes() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace sq::ops

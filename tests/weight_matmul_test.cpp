@@ -1,0 +1,152 @@
+// ops::WeightMatmul (oneDNN matmul on plain and packed weights) and DenseLinear's multi-row path
+// against an FP64 product computed here.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "model/linear.h"
+#include "ops/sgemm.h"
+#include "ops/weight_matmul.h"
+
+namespace sq {
+namespace {
+
+std::vector<float> normal(int64_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+/// y[n, out] = x[n, in] · W[out, in]ᵀ in double; also Σ|x·w| per output for the tolerance.
+void reference(const std::vector<float>& x, const std::vector<float>& w, int64_t n, int64_t out, int64_t in, std::vector<double>& y,
+               std::vector<double>& mag) {
+  y.assign(static_cast<size_t>(n * out), 0.0);
+  mag.assign(static_cast<size_t>(n * out), 0.0);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = 0; j < out; ++j) {
+      double s = 0, m = 0;
+      for (int64_t i = 0; i < in; ++i) {
+        const double p = double(x[size_t(t * in + i)]) * double(w[size_t(j * in + i)]);
+        s += p;
+        m += std::fabs(p);
+      }
+      y[size_t(t * out + j)] = s;
+      mag[size_t(t * out + j)] = m;
+    }
+}
+
+/// Max over outputs of |y − ref| / Σ|x·w|. An FP32 sum of `in` products in any order is within
+/// in·2^-24 of this magnitude (Higham, §3.1), so 1e-5 covers in ≤ 160 and the blocked kernels'
+/// shorter partial sums for larger in (their error grows with the block depth, not with in).
+double rel_error(const std::vector<float>& y, const std::vector<double>& ref, const std::vector<double>& mag) {
+  double e = 0;
+  for (size_t i = 0; i < y.size(); ++i) e = std::max(e, std::fabs(double(y[i]) - ref[i]) / std::max(mag[i], 1e-30));
+  return e;
+}
+
+struct Shape {
+  int64_t out, in;
+};
+
+TEST(WeightMatmul, PlainAndPackedEqualAnFp64ProductAtManyRowCounts) {
+  for (const Shape s : {Shape{64, 64}, Shape{37, 19}, Shape{192, 576}, Shape{576, 1536}, Shape{1, 300}}) {
+    const auto w = normal(s.out * s.in, 1);
+    for (const ops::WeightLayout layout : {ops::WeightLayout::Plain, ops::WeightLayout::Packed}) {
+      const ops::WeightMatmul mm(w.data(), s.out, s.in, layout, 256);
+      EXPECT_EQ(mm.packed_bytes() > 0, layout == ops::WeightLayout::Packed);
+      for (const int64_t n : {256, 1, 2, 3, 17, 64, 255, 513}) {  // the hint first, then others
+        const auto x = normal(n * s.in, uint32_t(n));
+        std::vector<float> y(static_cast<size_t>(n * s.out), std::nanf(""));
+        ASSERT_TRUE(mm.forward(x.data(), n, y.data())) << s.out << "x" << s.in << " n=" << n;
+        std::vector<double> ref, mag;
+        reference(x, w, n, s.out, s.in, ref, mag);
+        EXPECT_LT(rel_error(y, ref, mag), 1e-5) << s.out << "x" << s.in << " n=" << n << " packed=" << int(layout);
+      }
+    }
+  }
+}
+
+TEST(WeightMatmul, RefusesRowCountsBeyondTheCacheAndStaysCorrectForTheCachedOnes) {
+  const int64_t out = 48, in = 40;
+  const auto w = normal(out * in, 2);
+  const ops::WeightMatmul mm(w.data(), out, in, ops::WeightLayout::Packed, 8);  // the hint is the first cached count
+  std::vector<float> y(static_cast<size_t>(64 * out));
+  const auto x = normal(64 * in, 3);
+  for (int64_t n = 8; n < 8 + ops::WeightMatmul::kMaxShapes; ++n) ASSERT_TRUE(mm.forward(x.data(), n, y.data())) << n;
+  EXPECT_FALSE(mm.forward(x.data(), 8 + ops::WeightMatmul::kMaxShapes, y.data()));
+  ASSERT_TRUE(mm.forward(x.data(), 9, y.data()));
+  std::vector<double> ref, mag;
+  reference(std::vector<float>(x.begin(), x.begin() + 9 * in), w, 9, out, in, ref, mag);
+  y.resize(static_cast<size_t>(9 * out));
+  EXPECT_LT(rel_error(y, ref, mag), 1e-5);
+}
+
+TEST(WeightMatmul, RejectsAnEmptyShape) {
+  const std::vector<float> w(4, 1.0f);
+  EXPECT_THROW(ops::WeightMatmul(w.data(), 0, 4, ops::WeightLayout::Packed), std::runtime_error);
+  EXPECT_THROW(ops::WeightMatmul(w.data(), 4, 1, ops::WeightLayout::Packed, 0), std::runtime_error);
+}
+
+// DenseLinear: the packed path (default), the sgemm path (set_prepack(false)) and single rows all
+// equal the FP64 product, with the bias added; the packed copy appears at the first multi-row call.
+TEST(DenseLinearPacked, MultiRowProductsMatchFp64WithAndWithoutThePackedCopy) {
+  const int64_t out = 96, in = 160;
+  const auto w = normal(out * in, 4), b = normal(out, 5);
+  for (const bool prepack : {true, false}) {
+    DenseLinear lin(Tensor::from_vector({out, in}, w), Tensor::from_vector({out}, b));
+    lin.set_prepack(prepack);
+    EXPECT_EQ(lin.packed_bytes(), 0);
+    for (const int64_t n : {512, 1, 7, 100, 512}) {
+      const auto x = normal(n * in, uint32_t(10 + n));
+      std::vector<float> y(static_cast<size_t>(n * out));
+      lin.forward(x.data(), n, y.data());
+      std::vector<double> ref, mag;
+      reference(x, w, n, out, in, ref, mag);
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t j = 0; j < out; ++j) ref[size_t(t * out + j)] += b[size_t(j)], mag[size_t(t * out + j)] += std::fabs(b[size_t(j)]);
+      EXPECT_LT(rel_error(y, ref, mag), 1e-5) << "prepack=" << prepack << " n=" << n;
+    }
+    EXPECT_EQ(lin.packed_bytes() >= out * in * 4, prepack);
+  }
+}
+
+// forward is documented as safe to call concurrently. The threads of an OpenMP region (as sq-eval
+// runs its chunks) each call the same DenseLinear; every result equals the serial one. (With
+// oneDNN's library-managed scratchpad the concurrent calls corrupted each other's results, up to
+// PPL 4502 instead of 55.7 on stories260K; weight_matmul.cpp gives each thread its own.)
+
+/// Calls one DenseLinear [out, in] on n-row inputs from the two threads of an OpenMP region, 16
+/// calls per round, 20 rounds; every result must equal the serial one.
+void concurrent_calls(int64_t out, int64_t in, int64_t n) {
+  constexpr int kCalls = 16;
+  const auto w = normal(out * in, 6);
+  DenseLinear shared(Tensor::from_vector({out, in}, w));
+  DenseLinear serial(Tensor::from_vector({out, in}, w));
+  std::vector<std::vector<float>> x(kCalls), got(kCalls), want(kCalls);
+  for (int k = 0; k < kCalls; ++k) {
+    x[size_t(k)] = normal(n * in, uint32_t(20 + k));
+    want[size_t(k)].resize(static_cast<size_t>(n * out));
+    serial.forward(x[size_t(k)].data(), n, want[size_t(k)].data());
+  }
+  for (int round = 0; round < 20; ++round) {
+    for (auto& g : got) g.assign(static_cast<size_t>(n * out), 0.0f);
+#pragma omp parallel for schedule(static, 1) num_threads(2)
+    for (int k = 0; k < kCalls; ++k) shared.forward(x[size_t(k)].data(), n, got[size_t(k)].data());
+    for (int k = 0; k < kCalls; ++k) ASSERT_EQ(got[size_t(k)], want[size_t(k)]) << "round " << round << " call " << k;
+  }
+}
+
+TEST(DenseLinearPacked, ConcurrentCallsGiveTheSerialResult) {
+  for (const Shape s : {Shape{64, 64}, Shape{512, 64}, Shape{172, 64}, Shape{64, 172}, Shape{192, 256}})
+    for (const int64_t n : {int64_t(128), int64_t(96)}) {
+      SCOPED_TRACE(std::to_string(s.out) + "x" + std::to_string(s.in) + " n=" + std::to_string(n));
+      concurrent_calls(s.out, s.in, n);
+    }
+}
+
+}  // namespace
+}  // namespace sq
