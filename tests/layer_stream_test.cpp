@@ -128,6 +128,37 @@ TEST(LayerStream, StreamedLayersAreTheWholeModelsLayersAndNothingElseIsHeld) {
   EXPECT_THROW(streamed.layer(-1), std::out_of_range);
 }
 
+// A streamed layer's linears keep no packed copy of their weights (model/linear.h): the copy would
+// add the layer's FP32 size to the peak that streaming bounds (a 7B layer: 0.8 GB). Running the
+// layer leaves packed_bytes() at 0 there, while the whole model's linears pack at their first
+// multi-row product.
+TEST(LayerStream, StreamedLayersKeepNoPackedWeightCopies) {
+  const std::string path = sq::test::hf_tiny("llama-gqa");
+  const sq::LayerStream streamed(path);
+  const sq::LayerStream whole(path, false);
+  const sq::ModelConfig& c = streamed.config();
+  const int64_t n = 64;
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) tokens[size_t(t)] = int32_t((t * 7 + 1) % c.vocab_size);
+  auto dense = [](const std::unique_ptr<sq::Linear>& lin) { return dynamic_cast<const sq::DenseLinear*>(lin.get()); };
+  for (const sq::LayerStream* s : {&streamed, &whole}) {
+    const bool is_streamed = s == &streamed;
+    sq::KVCache cache(c, n);
+    sq::Workspace ws;
+    std::vector<float> x(static_cast<size_t>(n * c.dim));
+    s->model().model->embed(tokens.data(), n, x.data(), 0);
+    const auto L = s->layer(0);
+    s->model().model->forward_layer(0, *L, x.data(), n, cache, ws);
+    for (const auto* lin : {&L->q_proj, &L->k_proj, &L->v_proj, &L->o_proj, &L->gate_proj, &L->up_proj, &L->down_proj}) {
+      const sq::DenseLinear* d = dense(*lin);
+      ASSERT_NE(d, nullptr);
+      EXPECT_EQ(d->prepack(), !is_streamed);
+      if (is_streamed) EXPECT_EQ(d->packed_bytes(), 0);
+      else EXPECT_GE(d->packed_bytes(), d->weight().numel() * 4);
+    }
+  }
+}
+
 TEST(LayerStream, TheStreamedModelsGlobalsRefuseAWholeForward) {
   const sq::LayerStream streamed(sq::test::hf_tiny("llama-gqa"));
   const sq::Decoder& d = *streamed.model().model;
