@@ -91,8 +91,9 @@ TEST(WeightMatmul, RejectsAnEmptyShape) {
   EXPECT_THROW(ops::WeightMatmul(w.data(), 4, 1, ops::WeightLayout::Packed, 0), std::runtime_error);
 }
 
-// DenseLinear: the packed path (default), the sgemm path (set_prepack(false)) and single rows all
-// equal the FP64 product, with the bias added; the packed copy appears at the first multi-row call.
+// DenseLinear: the packed path (default), the plain path (set_prepack(false)), products of few rows
+// (ops::sgemm) and single rows all equal the FP64 product, with the bias added; the packed copy
+// appears at the first product of 32 rows or more.
 TEST(DenseLinearPacked, MultiRowProductsMatchFp64WithAndWithoutThePackedCopy) {
   const int64_t out = 96, in = 160;
   const auto w = normal(out * in, 4), b = normal(out, 5);
@@ -100,7 +101,7 @@ TEST(DenseLinearPacked, MultiRowProductsMatchFp64WithAndWithoutThePackedCopy) {
     DenseLinear lin(Tensor::from_vector({out, in}, w), Tensor::from_vector({out}, b));
     lin.set_prepack(prepack);
     EXPECT_EQ(lin.packed_bytes(), 0);
-    for (const int64_t n : {512, 1, 7, 100, 512}) {
+    for (const int64_t n : {7, 1, 512, 100, 512}) {
       const auto x = normal(n * in, uint32_t(10 + n));
       std::vector<float> y(static_cast<size_t>(n * out));
       lin.forward(x.data(), n, y.data());
@@ -109,6 +110,7 @@ TEST(DenseLinearPacked, MultiRowProductsMatchFp64WithAndWithoutThePackedCopy) {
       for (int64_t t = 0; t < n; ++t)
         for (int64_t j = 0; j < out; ++j) ref[size_t(t * out + j)] += b[size_t(j)], mag[size_t(t * out + j)] += std::fabs(b[size_t(j)]);
       EXPECT_LT(rel_error(y, ref, mag), 1e-5) << "prepack=" << prepack << " n=" << n;
+      if (n < 32) EXPECT_EQ(lin.packed_bytes(), 0) << "fewer than 32 rows do not pack (a short prompt)";
     }
     EXPECT_EQ(lin.packed_bytes() >= out * in * 4, prepack);
   }

@@ -36,8 +36,9 @@ class Linear {
 /// copy of W reordered once, at the first multi-row call, into the primitive's blocked layout
 /// (faster than sgemm on plain W, above all when W streams from DRAM, as a model's weights do); the
 /// copy holds out·in more floats. set_prepack(false) runs the primitive on W itself (no copy; the
-/// same kernels, bit-identical results). Products below ops::kOneDnnMinMacs and row counts without
-/// a primitive (WeightMatmul::kMaxShapes) use ops::sgemm on W.
+/// same kernels, bit-identical results). Products of fewer than 32 rows or below
+/// ops::kOneDnnMinMacs, and row counts without a primitive (WeightMatmul::kMaxShapes), use
+/// ops::sgemm on W (a short prompt does not pay for packing the model).
 /// W's values must not change after the first multi-row forward (the packed copy would not see it).
 class DenseLinear final : public Linear {
  public:
