@@ -2,7 +2,7 @@
 // matmul primitive (its brgemm kernels), for the dense linears' prefill (model/linear.h).
 //
 // Why not ops::sgemm (dnnl_sgemm) for these: at SmolLM2-135M's prefill shapes (n = 512, 2 threads,
-// AMD EPYC Zen 5) the matmul primitive runs 505–515 GFLOP/s where dnnl_sgemm runs 398–498, and with
+// AMD EPYC Zen 5) the matmul primitive runs 506–515 GFLOP/s where dnnl_sgemm runs 398–492, and with
 // W reordered once into the primitive's blocked layout it keeps 506–523 GFLOP/s when W comes from
 // DRAM (a model's weights, layer after layer), where dnnl_sgemm, which packs W on every call, falls
 // to 393–456 (a scratch program cycling 30 matrices of each shape; docs/benchmarks.md, run D).
