@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "ops/aligned_buffer.h"
 #include "formats/safetensors.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__F16C__)
@@ -29,13 +30,7 @@ namespace {
 /// Products below this many multiply-adds run on the calling thread (an OpenMP fork costs more).
 constexpr int64_t kParallelMinMacs = int64_t(1) << 16;
 
-/// `count` elements of `buf` starting at a 64-byte boundary (buf grown on demand, reused).
-template <typename T>
-T* aligned_buffer(std::vector<T>& buf, int64_t count) {
-  if (static_cast<int64_t>(buf.size()) < count + 64) buf.resize(static_cast<size_t>(count + 64));
-  const auto addr = reinterpret_cast<uintptr_t>(buf.data());
-  return buf.data() + ((64 - addr % 64) % 64) / sizeof(T);
-}
+using ops::aligned_buffer;
 
 /// Per-thread scratch buffer (grown on demand, reused across calls), 64-byte aligned.
 template <typename T, int Tag>

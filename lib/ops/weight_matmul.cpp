@@ -1,14 +1,15 @@
 #include "ops/weight_matmul.h"
 
+#include "ops/aligned_buffer.h"
+
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include <cstdlib>
 #include <map>
-#include <new>
 #include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace sq::ops {
 
@@ -40,22 +41,8 @@ dnnl::primitive_attr user_scratchpad() {
 
 /// The calling thread's scratchpad of at least `bytes` bytes (64-byte aligned).
 void* thread_scratchpad(size_t bytes) {
-  struct Buffer {
-    void* p = nullptr;
-    size_t size = 0;
-    ~Buffer() { std::free(p); }
-  };
-  thread_local Buffer b;
-  if (b.size < bytes) {
-    std::free(b.p);
-    b.size = (bytes + 63) / 64 * 64;
-    b.p = std::aligned_alloc(64, b.size);
-    if (!b.p) {
-      b.size = 0;
-      throw std::bad_alloc();
-    }
-  }
-  return b.p;
+  thread_local std::vector<uint8_t> buf;
+  return aligned_buffer(buf, static_cast<int64_t>(bytes));
 }
 }  // namespace
 
