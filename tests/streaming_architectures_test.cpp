@@ -122,6 +122,80 @@ TEST_P(StreamingArchitecture, StreamsPastTheCacheAndEqualsWindowsWithAFullCache)
               std::fabs(full[0] - win.nll_mean));
 }
 
+// Block streaming (StreamingOptions::batch, `sq-eval -b N`): every query of a block sees the rows
+// and positions it would see one token at a time (model/decoder.h, BlockEviction). Blocks of 32
+// and of 7 tokens (they straddle the 48-row cache's fill point and the segment boundaries at
+// multiples of 50) against token-by-token decoding, per prediction:
+// - FP32 cache: the same NLL up to FP32 rounding (a prefill's sgemm against a decode step's dot
+//   products, through 2–6 layers). Measured at most 2.1e-6, 4.2e-5 on Gemma 3 (6 layers, with
+//   QK-norm and post-norms); 2e-4 keeps a margin of ~5. Scoring the sinks from the query's own
+//   position instead of the cache's last one (checked by breaking it) moves predictions past the
+//   fill point by 0.10–0.35.
+// - int4 with keys stored before RoPE: a key or value one ulp apart in FP32 can round to another
+//   4-bit code, so single predictions move by up to 9.9e-2 (Gemma 3; ≤ 7.7e-3 elsewhere) and the
+//   mean NLL by at most 5.2e-4; bounds 0.3 and 2e-3. (Post-RoPE int4 keys are refused: a key's
+//   rounding depends on the angle it was rotated at, which differs in a block.)
+// Sinks 1 and 2 with a window of 10 make the sinks matter more and hide them from a
+// sliding-window layer. KV bytes at segment ends and the peak rows are the same numbers. Learned
+// positions refuse blocks under eviction (one line) and run dense blocks.
+constexpr double kBlockVsTokenTol = 2e-4;
+constexpr double kBlockVsTokenQuantizedTol = 0.3, kBlockVsTokenQuantizedMeanTol = 2e-3;
+
+TEST_P(StreamingArchitecture, BlocksOfTokensGiveTheTokenByTokenPredictions) {
+  const std::string name = GetParam();
+  const LoadedModel lm = load_model(hf_tiny(name));
+  const Decoder& m = *lm.model;
+  const bool learned = m.config().spec.position == PositionKind::Learned;
+  const std::vector<int32_t> ids = random_ids(learned ? 200 : 300, m.config().vocab_size, 7);
+  const std::vector<std::pair<std::string, std::string>> runs = {
+      {"dense", "fp32"}, {"window:48", "fp32"}, {"sink:4,window:44", "fp32"}, {"sink:1,window:10", "fp32"},
+      {"sink:2,window:10", "int4-pre"}, {"sink:4,window:44", "int4-pre"}};
+  double worst = 0, worst_q = 0, worst_q_mean = 0;
+  for (const auto& [policy, kv] : runs) {
+    auto run = [&](int64_t batch) {
+      StreamingOptions o;
+      o.policy = parse_kv_policy(policy);
+      o.kv = parse_kv_spec(kv.substr(0, 4));
+      if (kv == "int4-pre") o.kv.keys = KVKeyRope::PreRope;
+      o.segment = 50;
+      o.batch = batch;
+      return evaluate_streaming(m, ids, o);
+    };
+    if (learned && policy != "dense") {
+      expect_error<UsageError>([&] { run(32); }, {"-b 32", "learned absolute positions", "use -b 1"});
+      continue;
+    }
+    if (kv == "int4-pre" && m.config().spec.position == PositionKind::Rope) {  // post-RoPE int4 keys: refused
+      StreamingOptions o;
+      o.policy = parse_kv_policy(policy);
+      o.kv = parse_kv_spec("int4");
+      o.batch = 7;
+      expect_error<UsageError>([&] { evaluate_streaming(m, ids, o); }, {"-b 7", "after RoPE", "--kv-keys pre-rope or -b 1"});
+    }
+    const StreamingResult one = run(1);
+    ASSERT_EQ(one.token_nll.size(), ids.size() - 1);
+    for (int64_t batch : {32, 7}) {
+      const StreamingResult blk = run(batch);
+      ASSERT_EQ(blk.token_nll.size(), one.token_nll.size());
+      double d = 0;
+      for (size_t t = 0; t < one.token_nll.size(); ++t) d = std::max(d, std::fabs(blk.token_nll[t] - one.token_nll[t]));
+      if (kv == "fp32") {
+        EXPECT_LT(d, kBlockVsTokenTol) << name << " " << policy << " -b " << batch;
+        worst = std::max(worst, d);
+      } else {
+        EXPECT_LT(std::fabs(blk.nll_mean - one.nll_mean), kBlockVsTokenQuantizedMeanTol) << name << " " << policy << " " << kv << " -b " << batch;
+        EXPECT_LT(d, kBlockVsTokenQuantizedTol) << name << " " << policy << " " << kv << " -b " << batch;
+        worst_q = std::max(worst_q, d);
+        worst_q_mean = std::max(worst_q_mean, std::fabs(blk.nll_mean - one.nll_mean));
+      }
+      EXPECT_EQ(blk.segment_kv_bytes, one.segment_kv_bytes) << name << " " << policy << " " << kv;
+      EXPECT_EQ(blk.peak_kv_rows, one.peak_kv_rows) << name << " " << policy << " " << kv;
+    }
+  }
+  std::printf("[ %-22s ] BLOCK_MEASURED max |NLL(block) - NLL(token by token)| = %.2e FP32, %.2e int4 (mean %.2e)\n",
+              name.c_str(), worst, worst_q, worst_q_mean);
+}
+
 TEST(StreamingArchitectures, SqEvalStreamingRunsOnEveryArchitecture) {
   // The tool itself on each checkpoint: one `sq-eval --protocol streaming` run over the 300 ids per
   // architecture, the three evicting policies in turn (each on 4 or 5 architectures; every policy

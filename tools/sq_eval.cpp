@@ -59,6 +59,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--segment", segment, "Streaming: tokens per reported PPL segment")->capture_default_str();
   app.add_option("--max-tokens", max_tokens, "Streaming: use only the first N tokens of the text (default: all)");
+  int64_t batch = 1;
+  app.add_option("-b,--batch-size", batch,
+                 "Streaming: tokens per forward pass. 1 = token by token (decode speed). N > 1 (dense, window, sink policies): "
+                 "blocks of N tokens in which every query sees exactly the cache rows and positions it would see token by "
+                 "token, so the same PPL up to FP32 rounding, many times faster; tokens/s is then not decode speed")
+      ->capture_default_str();
   app.add_option("--chunks", chunks, "Evaluate only the first N chunks (default: all)");
   sq::add_json_option(app, json_path, "The results");
   bool force = false;
@@ -165,8 +171,10 @@ int main(int argc, char** argv) {
     const bool on_cuda = sq::select_device(device) == sq::Device::Cuda;  // throws first when CUDA is missing
     if (threads > 0) omp_set_num_threads(threads);
     const bool streaming = protocol == "streaming";
-    if (!streaming && (app.count("--kv-policy") || app.count("--segment") || app.count("--max-tokens")))
-      throw sq::UsageError("--kv-policy, --segment and --max-tokens need --protocol streaming");
+    if (!streaming && (app.count("--kv-policy") || app.count("--segment") || app.count("--max-tokens") || app.count("--batch-size")))
+      throw sq::UsageError("--kv-policy, --segment, --max-tokens and -b/--batch-size need --protocol streaming");
+    if (batch > 1 && w4_act == "int8")
+      throw sq::UsageError("-b " + std::to_string(batch) + " runs blocks of tokens as prefill, where --w4a16-act int8 does not apply; use -b 1");
     if (streaming && chunks != 0) throw sq::UsageError("--chunks does not apply to --protocol streaming (use --max-tokens)");
     const sq::KVPolicy policy = sq::parse_kv_policy(policy_text);
     sq::PerplexityOptions opt;
@@ -293,6 +301,7 @@ int main(int argc, char** argv) {
       so.ctx = ctx;
       so.max_tokens = max_tokens;
       so.segment = segment;
+      so.batch = batch;
       so.kv = opt.kv;
       so.kv_params = opt.kv_params;
       so.reference = opt.reference;
@@ -331,7 +340,8 @@ int main(int argc, char** argv) {
                          {"kv_policy", sq::kv_policy_name(sq::resolve_kv_policy(policy, r.stream_length))},
                          {"streams", r.streams},
                          {"stream_length", r.stream_length},
-                         {"segment", segment}};
+                         {"segment", segment},
+                         {"batch_size", batch}};
         j["kv_cache"] = {{"format", sq::kv_spec_name(opt.kv)}, {"spec", sq::kv_spec_to_json(opt.kv)},
                          {"peak_bytes", r.peak_kv_bytes}, {"peak_tokens", r.peak_kv_rows}};
         nlohmann::json segs = nlohmann::json::array();

@@ -52,6 +52,24 @@ struct ReferenceStream {
     out.cmp[size_t(t)] = compare_token_logits(logits.data(), test_logits, vocab, toks[t + 1]);
     return true;
   }
+  /// step() for tokens toks[t0 … t0+n−1] in one forward pass (dense: the same predictions up to
+  /// FP32 rounding); test_logits [n, vocab].
+  bool block(const int32_t* toks, int64_t t0, int64_t n, const float* test_logits, StreamOut& out) {
+    const int64_t vocab = model.config().vocab_size;
+    block_logits.resize(static_cast<size_t>(n * vocab));
+    model.forward(toks + t0, n, cache, ws, block_logits.data(), LogitsFor::AllTokens);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = block_logits.data() + i * vocab;
+      if (first_nonfinite_f32(row, vocab) >= 0) {
+        out.nonfinite = out.nonfinite_in_reference = true;
+        out.nonfinite_pos = t0 + i;
+        return false;
+      }
+      out.cmp[size_t(t0 + i)] = compare_token_logits(row, test_logits + i * vocab, static_cast<int>(vocab), toks[t0 + i + 1]);
+    }
+    return true;
+  }
+  std::vector<float> block_logits;
 };
 
 /// Token-by-token decoding of tokens[0, len) under a cache policy.
@@ -84,6 +102,62 @@ StreamOut decode_stream(const Decoder& model, const int32_t* toks, int64_t len, 
     out.peak_rows = std::max(out.peak_rows, cache.length());
     if ((t + 1) % o.segment == 0 || t + 2 == len) out.segment_bytes.push_back(bytes);
     if (tick) tick();
+  }
+  return out;
+}
+
+/// decode_stream in blocks of up to o.batch tokens (StreamingOptions::batch; dense, window and sink
+/// policies). Before each block the cache is cut to what the token-by-token cache holds before the
+/// block's first token (the S sinks and the latest C − S − 1 rows), and attention follows
+/// BlockEviction; after it, to what that cache holds after the block's last token, where the
+/// segment's KV bytes are read (blocks end at segment boundaries).
+StreamOut block_stream(const Decoder& model, const int32_t* toks, int64_t len, const KVPolicy& policy,
+                       const StreamingOptions& o, const std::function<void()>& tick) {
+  const int64_t vocab = model.config().vocab_size, B = o.batch;
+  const bool dense = policy.kind == KVPolicyKind::Dense;
+  const int64_t cap = policy.capacity(len), sinks = policy.kind == KVPolicyKind::Sink ? policy.sinks : 0;
+  StreamOut out;
+  out.nll.resize(static_cast<size_t>(len - 1));
+  std::unique_ptr<ReferenceStream> ref = o.reference ? std::make_unique<ReferenceStream>(*o.reference, len) : nullptr;
+  if (ref) out.cmp.resize(static_cast<size_t>(len - 1));
+  KVCache cache(model.config(), dense ? len : std::min(len, cap - 1 + B), o.kv, o.kv_params);
+  Workspace ws;
+  if (!dense) ws.eviction = {cap, sinks};
+  std::vector<float> logits;
+  // keep(rows): keeps the sinks and the latest rows − S rows when the cache holds more than `rows`.
+  auto keep = [&](int64_t rows) {
+    const int64_t have = cache.length();
+    if (dense || have <= rows) return;
+    std::vector<int64_t> kept;
+    for (int64_t r = 0; r < sinks; ++r) kept.push_back(r);
+    for (int64_t r = have - (rows - sinks); r < have; ++r) kept.push_back(r);
+    cache.keep_rows(kept);
+  };
+  for (int64_t t0 = 0; t0 + 1 < len;) {
+    const int64_t seg_end = (t0 / o.segment + 1) * o.segment;  // first position of the next segment
+    const int64_t n = std::min({B, len - 1 - t0, seg_end - t0});
+    keep(cap - 1);
+    logits.resize(static_cast<size_t>(n * vocab));
+    model.forward(toks + t0, n, cache, ws, logits.data(), LogitsFor::AllTokens);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = logits.data() + i * vocab;
+      if (first_nonfinite_f32(row, vocab) >= 0) {
+        out.nonfinite = true;
+        out.nonfinite_pos = t0 + i;
+        out.nonfinite_location = locate_nonfinite_last_block(model, toks + t0, n, cache, ws);
+        return out;
+      }
+      out.nll[size_t(t0 + i)] = ops::log_sum_exp(row, static_cast<int>(vocab)) - row[size_t(toks[t0 + i + 1])];
+    }
+    if (ref && !ref->block(toks, t0, n, logits.data(), out)) return out;
+    keep(cap);
+    const int64_t bytes = cache.bytes().total();
+    out.peak_bytes = std::max(out.peak_bytes, bytes);
+    out.peak_rows = std::max(out.peak_rows, cache.length());
+    t0 += n;
+    if (t0 % o.segment == 0 || t0 + 1 == len) out.segment_bytes.push_back(bytes);
+    if (tick)
+      for (int64_t i = 0; i < n; ++i) tick();
   }
   return out;
 }
@@ -195,6 +269,19 @@ StreamingResult evaluate_streaming(const Decoder& model, const std::vector<int32
   if (len < 2 || streams == 0)
     throw UsageError("the text has " + std::to_string(n) + " tokens, fewer than one stream of " + std::to_string(std::max<int64_t>(len, 2)));
   const KVPolicy policy = resolve_kv_policy(o.policy, len);
+  if (o.batch < 1) throw UsageError("the streaming batch size -b must be at least 1, got " + std::to_string(o.batch));
+  const bool blocks = o.batch > 1;
+  if (blocks && policy.kind != KVPolicyKind::Dense && policy.kind != KVPolicyKind::Window && policy.kind != KVPolicyKind::Sink)
+    throw UsageError("-b " + std::to_string(o.batch) + ": blocks of tokens follow the dense, window and sink policies only (--kv-policy " +
+                     kv_policy_name(policy) + (policy.kind == KVPolicyKind::Recompute ? " has its own stride" : " evicts by attention") +
+                     "); use -b 1");
+  if (blocks && policy.kind != KVPolicyKind::Dense && o.kv.quantized() && o.kv.keys == KVKeyRope::PostRope &&
+      model.config().spec.position == PositionKind::Rope)
+    throw UsageError("-b " + std::to_string(o.batch) + ": a quantized cache that stores keys after RoPE rounds each key at the "
+                     "position it is rotated at, which blocks cannot reproduce after eviction; use --kv-keys pre-rope or -b 1");
+  if (blocks && model.config().spec.position == PositionKind::Learned && policy.kind != KVPolicyKind::Dense)
+    throw UsageError("-b " + std::to_string(o.batch) + ": a model with learned absolute positions embeds every token at its cache row, "
+                     "which blocks cannot reproduce after eviction; use -b 1");
   if (o.reference && o.reference->config().vocab_size != model.config().vocab_size)
     throw UsageError("the reference model has a vocabulary of " + std::to_string(o.reference->config().vocab_size) +
                      " tokens, the model under test " + std::to_string(model.config().vocab_size) + ": they must be equal");
@@ -219,7 +306,8 @@ StreamingResult evaluate_streaming(const Decoder& model, const std::vector<int32
     int64_t shared_done = 0;
 #pragma omp parallel for schedule(dynamic)
     for (int64_t s = 0; s < streams; ++s) {
-      outs[size_t(s)] = decode_stream(model, all.data() + s * len, len, policy, o, nullptr);
+      outs[size_t(s)] = blocks ? block_stream(model, all.data() + s * len, len, policy, o, nullptr)
+                               : decode_stream(model, all.data() + s * len, len, policy, o, nullptr);
       int64_t now;
 #pragma omp atomic capture
       now = shared_done += len - 1;
@@ -228,7 +316,8 @@ StreamingResult evaluate_streaming(const Decoder& model, const std::vector<int32
   } else {
     for (int64_t s = 0; s < streams; ++s) {
       outs[size_t(s)] = recompute ? recompute_stream(model, all.data() + s * len, len, policy, o, tick)
-                                  : decode_stream(model, all.data() + s * len, len, policy, o, tick);
+                        : blocks    ? block_stream(model, all.data() + s * len, len, policy, o, tick)
+                                    : decode_stream(model, all.data() + s * len, len, policy, o, tick);
       if (outs[size_t(s)].nonfinite) break;
     }
   }
@@ -249,6 +338,7 @@ StreamingResult evaluate_streaming(const Decoder& model, const std::vector<int32
   r.segment_tokens.assign(static_cast<size_t>(n_seg), 0);
   double nll = 0;
   for (const StreamOut& s : outs) {
+    r.token_nll.insert(r.token_nll.end(), s.nll.begin(), s.nll.end());
     for (int64_t t = 0; t + 1 < len; ++t) {
       nll += s.nll[size_t(t)];
       seg_nll[size_t(t / o.segment)] += s.nll[size_t(t)];

@@ -287,6 +287,19 @@ void Decoder::run_layer(int l, const DecoderLayer& L, float* x, int64_t n, KVCac
   const std::vector<float>& inv_freq = rope_inv_freq_[static_cast<size_t>(l)];
   if (sp.position == PositionKind::Rope) {
     const int rd = c.rope_dim();
+    const int64_t cap = ws.eviction.capacity, first_evicting = std::max<int64_t>(0, cap - p0);
+    if (cap > 0 && ws.eviction.sinks > 0 && first_evicting < n) {
+      // Block streaming (BlockEviction): rows at positions ≥ C score the sinks from position C − 1.
+      ensure(ws.q_sink, n * qw);
+      const int32_t at = static_cast<int32_t>(cap - 1);
+      std::vector<float> cs(static_cast<size_t>(rd / 2)), sn(static_cast<size_t>(rd / 2));
+      ops::rope_table(&at, 1, rd / 2, inv_freq.data(), cs.data(), sn.data());
+      for (int64_t t = first_evicting; t < n; ++t) {
+        float* qs = ws.q_sink.data() + t * qw;
+        std::copy(ws.q.data() + t * qw, ws.q.data() + (t + 1) * qw, qs);
+        ops::rope_apply(qs, 1, c.n_heads, static_cast<int>(hd), rd, cs.data(), sn.data(), c.rope_layout);
+      }
+    }
     if (ws.rope_freq != inv_freq) {  // angles of these positions at this layer's frequencies, once
       ensure(ws.rope_cos, n * (rd / 2));
       ensure(ws.rope_sin, n * (rd / 2));
@@ -423,7 +436,9 @@ void Decoder::attention(const float* q, const float* keys, const float* values, 
   // 0..p0+n-1. Query head h reads KV head h / (n_heads / n_kv_heads).
   //   S[i, j] = s · q_h[i] · k_g[j] − slope_h · (i − j)   (lo(i) ≤ j ≤ i; the ALiBi term only for ALiBi models)
   //   out_h[i] = softmax(S[i]) · V_g
-  // with lo(i) = max(0, i − window + 1) on sliding-window layers, 0 otherwise.
+  // with lo(i) = max(0, i − window + 1) on sliding-window layers, 0 otherwise. Under block
+  // streaming (ws.eviction, BlockEviction) a row i ≥ C also has lo(i) ≥ i − W + 1 (W = C − S) and
+  // sees the sinks j < S with S[i, j] = s · q_sink_h[i] · k_g[j] − slope_h · (C − 1 − j).
   const ModelConfig& c = config_;
   const int64_t hd = c.head_dim, qw = int64_t(c.n_heads) * hd, kvw = int64_t(c.n_kv_heads) * hd;
   const int group = c.n_heads / c.n_kv_heads;
@@ -438,6 +453,16 @@ void Decoder::attention(const float* q, const float* keys, const float* values, 
   if (mass && static_cast<int64_t>(mass->size()) < p0 + n) mass->resize(static_cast<size_t>(p0 + n), 0.0);
   if (static_cast<int>(ws.scores.size()) < threads) ws.scores.resize(static_cast<size_t>(threads));
   const float* slopes = alibi_slopes_.empty() ? nullptr : alibi_slopes_.data();
+  const int64_t cap = ws.eviction.capacity, n_sinks = cap > 0 ? ws.eviction.sinks : 0, span = cap - n_sinks;
+  const float* q_sink = c.spec.position == PositionKind::Rope ? ws.q_sink.data() : q;
+  // First key row query position pos sees outside the sinks (nondecreasing in pos).
+  auto first_key = [&](int64_t pos) {
+    int64_t lo = cap > 0 && pos >= cap ? pos - span + 1 : 0;
+    if (window > 0) lo = std::max<int64_t>(lo, pos - window + 1);
+    return lo;
+  };
+  // Sinks a query at position ≥ C sees (from position C − 1): s ∈ [sink_lo, S).
+  const int64_t sink_lo = window > 0 ? std::max<int64_t>(0, cap - window) : 0;
 
 #pragma omp parallel for schedule(dynamic) num_threads(threads) if (threads > 1 && tasks > 1)
   for (int64_t task = 0; task < tasks; ++task) {
@@ -446,43 +471,71 @@ void Decoder::attention(const float* q, const float* keys, const float* values, 
     const int h = static_cast<int>(task % c.n_heads);
     const int64_t r0 = (n_blocks - 1 - task / c.n_heads) * kQueryBlock;
     const int64_t rows = std::min(kQueryBlock, n - r0);
-    const int64_t n_keys = p0 + r0 + rows;  // keys visible to the last row of this block
+    const int64_t n_keys = p0 + r0 + rows;    // keys visible to the last row of this block
+    const int64_t klo = first_key(p0 + r0);   // first key any row of this block sees (sinks aside)
+    const int64_t cols = n_keys - klo;        // score columns: keys klo … n_keys−1
+    // Rows i ≥ i_sink of the block score the sinks separately (block streaming past C).
+    const int64_t i_sink = n_sinks > 0 ? std::clamp<int64_t>(cap - (p0 + r0), 0, rows) : rows;
     std::vector<float>& S = ws.scores[static_cast<size_t>(omp_get_thread_num())];
-    ensure(S, rows * n_keys);
+    ensure(S, rows * cols + rows * n_sinks);
+    float* SS = S.data() + rows * cols;  // [rows, n_sinks] sink scores
     float inv_sum[kQueryBlock];  // 1 / Σ_j e^(S[i, j] − max_j S[i, j]) per row
     const float* Qh = q + r0 * qw + h * hd;
     const float* Kg = keys + (h / group) * hd;
     const float* Vg = values + (h / group) * hd;
-    // S[rows, n_keys] = scale · Q_h[rows, hd] · K_g[n_keys, hd]ᵀ (a decode step's single row as
-    // plain dot products: a 1-row sgemm spends most of its time packing its operands)
+    // S[rows, cols] = scale · Q_h[rows, hd] · K_g[klo … n_keys−1, hd]ᵀ (a decode step's single row
+    // as plain dot products: a 1-row sgemm spends most of its time packing its operands)
     if (rows == 1)
-      for (int64_t j = 0; j < n_keys; ++j) S[static_cast<size_t>(j)] = scale * dot(Qh, Kg + j * kvw, hd);
+      for (int64_t j = 0; j < cols; ++j) S[static_cast<size_t>(j)] = scale * dot(Qh, Kg + (klo + j) * kvw, hd);
     else
-      ops::sgemm(false, true, rows, n_keys, hd, scale, Qh, qw, Kg, kvw, 0.0f, S.data(), n_keys);
+      ops::sgemm(false, true, rows, cols, hd, scale, Qh, qw, Kg + klo * kvw, kvw, 0.0f, S.data(), cols);
+    for (int64_t i = i_sink; i < rows; ++i)
+      for (int64_t j = sink_lo; j < n_sinks; ++j) {
+        float& v = SS[i * n_sinks + j];
+        v = scale * dot(q_sink + (r0 + i) * qw + h * hd, Kg + j * kvw, hd);
+        if (slopes) v -= slopes[h] * static_cast<float>(cap - 1 - j);
+      }
     for (int64_t i = 0; i < rows; ++i) {
-      float* row = S.data() + i * n_keys;
+      float* row = S.data() + i * cols;  // column j − klo is key j
       const int64_t pos = p0 + r0 + i;
       const int64_t visible = pos + 1;  // causal mask
-      const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+      const int64_t lo = first_key(pos);
       if (slopes) {
         const float m = slopes[h];
-        for (int64_t j = lo; j < visible; ++j) row[j] -= m * static_cast<float>(pos - j);
+        for (int64_t j = lo; j < visible; ++j) row[j - klo] -= m * static_cast<float>(pos - j);
       }
       // Unnormalized e^(S − max) here; out_h's row is divided by the sum after P·V (hd divisions
       // instead of n_keys). The attention mass needs the probabilities themselves.
-      const float sum = ops::exp_shifted_row(row + lo, static_cast<int>(visible - lo));
+      float sum;
+      if (i >= i_sink && sink_lo < n_sinks) {
+        float* srow = SS + i * n_sinks;
+        float m = ops::max_element(row + (lo - klo), static_cast<int>(visible - lo));
+        for (int64_t j = sink_lo; j < n_sinks; ++j) m = std::max(m, srow[j]);
+        sum = ops::exp_shifted_row(row + (lo - klo), static_cast<int>(visible - lo), m);
+        sum += ops::exp_shifted_row(srow + sink_lo, static_cast<int>(n_sinks - sink_lo), m);
+      } else {
+        sum = ops::exp_shifted_row(row + (lo - klo), static_cast<int>(visible - lo));
+      }
       inv_sum[static_cast<size_t>(i)] = 1.0f / sum;
-      std::fill(row, row + lo, 0.0f);
-      std::fill(row + visible, row + n_keys, 0.0f);
+      std::fill(row, row + (lo - klo), 0.0f);
+      std::fill(row + (visible - klo), row + cols, 0.0f);
       if (mass)
-        for (int64_t j = lo; j < visible; ++j) (*mass)[static_cast<size_t>(j)] += row[j] * inv_sum[static_cast<size_t>(i)];
+        for (int64_t j = lo; j < visible; ++j) (*mass)[static_cast<size_t>(j)] += row[j - klo] * inv_sum[static_cast<size_t>(i)];
     }
-    // out_h[rows, hd] = P[rows, n_keys] · V_g[n_keys, hd], P = e^(S − max) / sum
+    // out_h[rows, hd] = P[rows, cols] · V_g[klo … n_keys−1, hd] (+ the sinks' P · V), P = e^(S − max) / sum
     float* O = out + r0 * qw + h * hd;
     if (rows == 1)
-      weighted_sum(S.data(), Vg, kvw, n_keys, hd, O);
+      weighted_sum(S.data(), Vg + klo * kvw, kvw, cols, hd, O);
     else
-      ops::sgemm(false, false, rows, hd, n_keys, 1.0f, S.data(), n_keys, Vg, kvw, 0.0f, O, qw);
+      ops::sgemm(false, false, rows, hd, cols, 1.0f, S.data(), cols, Vg + klo * kvw, kvw, 0.0f, O, qw);
+    for (int64_t i = i_sink; i < rows; ++i)
+      for (int64_t j = sink_lo; j < n_sinks; ++j) {
+        const float p = SS[i * n_sinks + j];
+        const float* vj = Vg + j * kvw;
+        float* o = O + i * qw;
+#pragma omp simd
+        for (int64_t e = 0; e < hd; ++e) o[e] += p * vj[e];
+      }
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t e = 0; e < hd; ++e) O[i * qw + e] *= inv_sum[static_cast<size_t>(i)];
   }

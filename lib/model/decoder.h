@@ -56,6 +56,26 @@ enum class LogitsFor {
   None,       ///< no LM head (prefill only)
 };
 
+/// Block streaming under a sink/window eviction policy (eval/streaming.cpp, `sq-eval --protocol
+/// streaming -b N`): the n queries of one forward() are answered exactly as if they had been decoded
+/// one token at a time under a cache of `capacity` rows (runtime/kv_policy.h: sink:S,window:W has
+/// capacity S + W, window:W capacity W, S = 0), whose first `sinks` rows are never evicted and whose
+/// positions are cache positions (StreamingLLM §3.2). A query at cache position pos < capacity has
+/// evicted nothing and sees rows 0 … pos. A query at pos ≥ capacity stands, in the token-by-token
+/// cache, at position capacity − 1 with the sinks at 0 … S−1 and its W − 1 predecessors right
+/// before it; here it sees
+///   - rows pos − W + 1 … pos (the same keys at the same distances: RoPE and ALiBi are relative),
+///   - the sink rows 0 … S−1 scored as from position capacity − 1: its query rotated there
+///     (Workspace::q_sink) and an ALiBi distance of capacity − 1 − s,
+/// and a sliding-window layer of w tokens hides sink s unless capacity − 1 − s < w, as it would.
+/// The caller keeps the sinks and the latest capacity − S − 1 rows before each forward() (the state
+/// the token-by-token cache holds before the block's first token). capacity 0 = off (ordinary
+/// causal attention).
+struct BlockEviction {
+  int64_t capacity = 0;  ///< C: rows the token-by-token cache holds at most (0 = off)
+  int64_t sinks = 0;     ///< S: first rows never evicted (0 for window:W)
+};
+
 /// Scratch buffers of one forward pass; reuse one per thread across calls to avoid allocation.
 struct Workspace {
   std::vector<float> x, xn, q, k, v, att, proj, gate, up;
@@ -77,6 +97,11 @@ struct Workspace {
   /// frequencies in rope_freq; layers with the same frequencies reuse them. prepare() empties
   /// rope_freq (new positions).
   std::vector<float> rope_cos, rope_sin, rope_freq;
+  /// Block streaming (see BlockEviction); off by default.
+  BlockEviction eviction;
+  /// [n, n_heads·head_dim] queries rotated at min(position, eviction.capacity − 1): what the block's
+  /// queries score the sink rows with (RoPE models under `eviction`; unused otherwise).
+  std::vector<float> q_sink;
 };
 
 /// Tensors outside the layers besides the token embedding and final norm weight; which are set
@@ -161,8 +186,10 @@ class Decoder {
   /// softmax(s·q·Kᵀ + B)·V per head with sgemm (Vaswani et al. 2017, Eq. 1), s = the spec's
   /// attention scale (1/√d by default), B the ALiBi bias −slope_h·(i − j) of cache positions (ALiBi
   /// models), and query i seeing keys j ∈ (i − window, i] where `window` > 0 (sliding-window
-  /// layers), every j ≤ i otherwise. Public so that benchmarks can time it against the fused nuq
-  /// decode kernel.
+  /// layers), every j ≤ i otherwise; under ws.eviction (block streaming) the visible rows and the
+  /// sinks' scores follow BlockEviction (the sinks are scored with ws.q_sink, [n, n_heads·head_dim],
+  /// for RoPE models, with q otherwise). Only the keys some query of a block sees are multiplied.
+  /// Public so that benchmarks can time it against the fused nuq decode kernel.
   void attention(const float* q, const float* keys, const float* values, int64_t n, int64_t p0, float* out,
                  Workspace& ws, int window = 0) const;
   /// Mutable access for converters that rebuild layers (e.g. replacing DenseLinear by a quantized Linear).

@@ -197,7 +197,6 @@ void add_inplace(float* out, const float* x, int64_t count) {
   for (int64_t i = 0; i < count; ++i) out[i] += x[i];
 }
 
-namespace {
 /// Largest element of x[0..count), count >= 1; a NaN element is skipped (as std::max(m, x) skips
 /// it). Sixteen running maxima in one GCC vector (vmaxps on AVX-512; split into narrower vectors
 /// elsewhere): a single running maximum, even under `omp simd reduction(max)`, compiled to a chain
@@ -220,10 +219,10 @@ float max_element(const float* x, int count) {
   for (; i < count; ++i) m = x[i] > m ? x[i] : m;
   return m;
 }
-}  // namespace
 
-float exp_shifted_row(float* x, int count) {
-  const float m = max_element(x, count);
+float exp_shifted_row(float* x, int count) { return exp_shifted_row(x, count, max_element(x, count)); }
+
+float exp_shifted_row(float* x, int count, float m) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int i = 0; i < count; ++i) {

@@ -84,6 +84,14 @@ void softmax_row(float* x, int count);
 /// Attention divides its P·V output rows by the sum instead of every probability.
 float exp_shifted_row(float* x, int count);
 
+/// exp_shifted_row with the shift given: x[i] = exp(x[i] − m) in place, returns Σ x[i]. For a
+/// softmax over several pieces (block streaming's sinks and window rows), m = their common maximum
+/// (every x[i] ≤ m, or the terms may overflow).
+float exp_shifted_row(float* x, int count, float m);
+
+/// The largest of x[0 … count−1] (count ≥ 1), over 16 lanes.
+float max_element(const float* x, int count);
+
 /// log-sum-exp of one row (double accumulation), i.e. log sum_i exp(x[i]).
 double log_sum_exp(const float* x, int count);
 

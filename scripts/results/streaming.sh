@@ -1,26 +1,30 @@
 #!/usr/bin/env bash
 # Table 5 of docs/results.md (issue #17; StreamingLLM on a real model): one stream of $TOKENS tokens
 # (default 20,000, more than twice SmolLM2's 8,192-token training context) of each text in $TEXTS,
-# decoded token by token (sq-eval --protocol streaming, every prediction scored, FP32 model and KV)
-# under dense, window:W, sink:S,window:W−S for S = 1, 2, 4, 8 (W = $WINDOW, default 1,024 tokens
+# streamed (sq-eval --protocol streaming, every prediction scored, FP32 model and KV) in blocks of
+# $BATCH tokens (default 256; sq-eval -b: each query sees exactly the rows and positions of
+# token-by-token decoding, the same PPL up to FP32 rounding, docs/protocols.md; BATCH=1 decodes
+# token by token, 20–30× slower) under dense, window:W, sink:S,window:W−S for S = 1, 2, 4, 8 (W = $WINDOW, default 1,024 tokens
 # attended), and the sliding window with re-computation as the quality baseline:
 # recompute:W,stride:W/8 and recompute:256,stride:32 (docs/protocols.md: each prediction sees
 # W − K + 1 … W tokens; per-token recompute decoding is derived as tokens/s ÷ K).
 # Texts: wap = War and Peace, wiki = WikiText-2 test (the concatenated articles).
-# Decode speed, side by side (run them alone on the machine): sink:4,window:W−4 vs recompute:W,stride:W/8
-# over the first $SPEED_TOKENS tokens (default 4,096) of the first text, each run twice, the faster
-# kept (per-token recompute = its tokens/s ÷ W/8).
+# Decode speed, side by side (run them alone on the machine): sink:4,window:W−4 token by token (-b 1)
+# vs recompute:W,stride:W/8 over the first $SPEED_TOKENS tokens (default 4,096) of the first text,
+# each run twice, the faster kept (per-token recompute = its tokens/s ÷ W/8).
 # Prints the table (PPL overall and per position band, vs recompute) and the speed line, and draws the PPL by
 # stream position (1,024-token bins) into $PNG (default OUT_DIR/streaming_ppl.png) when gnuplot is
 # installed. The --chunks, --windows-chunks and --samples options do not apply.
 # Usage: scripts/results/streaming.sh [--model smollm2|gemma3|PATH] [OUT_DIR]
-#   env: TOKENS (20000), SPEED_TOKENS (4096), WINDOW (1024), SEGMENT (256), TEXTS ("wap wiki"), PNG,
+#   env: TOKENS (20000; Gemma 3 needs 65536, twice its training context), SPEED_TOKENS (4096),
+#        WINDOW (1024), SEGMENT (256), BATCH (256), TEXTS ("wap wiki"), PNG,
 #        POLICIES (the subset of the list above to run and tabulate; it must hold dense and
 #        recompute:W,stride:W/8)
 source "$(dirname "$0")/common.sh"
 TOKENS=${TOKENS:-20000}
 WINDOW=${WINDOW:-1024}
 SEGMENT=${SEGMENT:-256}
+BATCH=${BATCH:-256}
 TEXTS=${TEXTS:-"wap wiki"}
 SPEED_TOKENS=${SPEED_TOKENS:-4096}
 PNG=${PNG:-$OUT/streaming_ppl.png}
@@ -48,8 +52,9 @@ for text in $TEXTS; do
     j=$OUT/stream_$text-${TOKENS}_$(echo "$p" | tr ':,%' '___').json
     fresh "$j" "$OUT/f32.sqm" && continue
     echo "== sq-eval streaming $text $p ($(date +%T)) ==" >&2
+    b=$BATCH; [[ $p == recompute* ]] && b=1  # recompute runs its own prefills
     $B/sq-eval -m "$OUT/f32.sqm" -f "$f" --protocol streaming --max-tokens "$TOKENS" --segment "$SEGMENT" \
-      --kv-policy "$p" -q --json "$j" --force >/dev/null
+      --kv-policy "$p" -b "$b" -q --json "$j" --force >/dev/null
   done
 done
 set -- $TEXTS
