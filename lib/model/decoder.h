@@ -88,7 +88,8 @@ struct Workspace {
   /// H2O / Q-Hitter accumulate it over decode steps. Attention then runs on one thread.
   std::vector<double>* attention_mass = nullptr;
   std::vector<int32_t> positions;
-  std::vector<std::vector<float>> scores;  ///< per worker thread: [query block, keys]
+  /// Per worker thread: attention scores [query block × group, keys] and its stacked queries/outputs.
+  std::vector<std::vector<float>> scores;
   /// Decode steps (n == 1) over a nuq cache use the fused kernel of runtime/kv_decode_attention.h
   /// (reads the packed rows); false forces KVCache::read + sgemm attention (tests, benchmarks).
   bool fused_decode_attention = true;

@@ -16,7 +16,8 @@
 # stream position (1,024-token bins) into $PNG (default OUT_DIR/streaming_ppl.png) when gnuplot is
 # installed. The --chunks, --windows-chunks and --samples options do not apply.
 # Usage: scripts/results/streaming.sh [--model smollm2|gemma3|PATH] [OUT_DIR]
-#   env: TOKENS (20000; Gemma 3 needs 65536, twice its training context), SPEED_TOKENS (4096),
+#   env: TOKENS (20000; Gemma 3 needs 65536, twice its training context), SPEED_TOKENS (4096; 0 = no
+#        speed runs),
 #        WINDOW (1024), SEGMENT (256), BATCH (256), TEXTS ("wap wiki"), PNG,
 #        POLICIES (the subset of the list above to run and tabulate; it must hold dense and
 #        recompute:W,stride:W/8)
@@ -59,6 +60,7 @@ for text in $TEXTS; do
 done
 set -- $TEXTS
 SPEED=(sink:4,window:$((WINDOW - 4)) recompute:$WINDOW,stride:$((WINDOW / 8)))
+[[ $SPEED_TOKENS == 0 ]] && SPEED=()  # SPEED_TOKENS=0: no speed runs (e.g. while sharing the machine)
 for p in "${SPEED[@]}"; do
   for r in 1 2; do
     j=$OUT/stream_speed_$1-${SPEED_TOKENS}_$(echo "$p" | tr ':,%' '___').$r.json
@@ -89,7 +91,7 @@ rec = f"recompute:{W},stride:{W // 8}"
 for text in texts:
     J = {p: load(text, p) for p in order}
     n = J["dense"]["tokens_scored"] + 1
-    edges = [e for e in (0, W, 4096, 8192, 12288, 16384) if e < n] + [n]
+    edges = [e for e in (0, W, 4096, 8192, 12288, 16384, 32768, 49152) if e < n] + [n]
     print(f"\n**{names[text]}**, the first {n:,} tokens as one stream ({n - 1:,} predictions), FP32 weights and KV; "
           f"training context {train:,} tokens:\n")
     print("| policy | tokens attended | PPL (all) | " + " | ".join(f"[{a:,}, {b:,})" for a, b in zip(edges, edges[1:])) +
@@ -112,6 +114,9 @@ for text in texts:
                 f.write(f"{lo + 512} {band(j, lo, lo + 1024)}\n")
 # decode speed, side by side
 sink, re_ = f"sink:4,window:{W - 4}", f"recompute:{W},stride:{W // 8}"
+if speed_tokens == 0:
+    print("\nDecode speed: not measured (SPEED_TOKENS=0).")
+    sys.exit(0)
 def speed_runs(p):
     return [json.load(open(f"{out}/stream_speed_{texts[0]}-{speed_tokens}_{p.replace(':', '_').replace(',', '_')}.{r}.json")) for r in (1, 2)]
 s_tps, r_tps = (max(j["tokens_per_second"] for j in speed_runs(p)) for p in (sink, re_))
