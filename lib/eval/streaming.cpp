@@ -30,36 +30,24 @@ struct StreamOut {
   bool nonfinite_in_reference = false;  ///< the reference model's logits were not finite
 };
 
-/// The reference model's dense FP32 decoding of one stream, one step at a time.
+/// The reference model's dense FP32 decoding of one stream, one step or one block at a time.
 struct ReferenceStream {
-  ReferenceStream(const Decoder& m, int64_t len) : model(m), cache(m.config(), len), logits(size_t(m.config().vocab_size)) {}
+  ReferenceStream(const Decoder& m, int64_t len) : model(m), cache(m.config(), len) {}
   const Decoder& model;
   KVCache cache;
   Workspace ws;
   std::vector<float> logits;
-  /// Decodes token toks[t] (the cache holds toks[0, t)) and compares the next-token distribution with
-  /// the test's `test_logits` for target toks[t + 1] into out.cmp[t]; false (out.nonfinite and
-  /// out.nonfinite_in_reference set) when the reference's logits are not finite. Never throws (it
-  /// runs inside OpenMP regions).
-  bool step(const int32_t* toks, int64_t t, const float* test_logits, StreamOut& out) {
-    const int vocab = model.config().vocab_size;
-    model.forward(toks + t, 1, cache, ws, logits.data(), LogitsFor::LastToken);
-    if (first_nonfinite_f32(logits.data(), vocab) >= 0) {
-      out.nonfinite = out.nonfinite_in_reference = true;
-      out.nonfinite_pos = t;
-      return false;
-    }
-    out.cmp[size_t(t)] = compare_token_logits(logits.data(), test_logits, vocab, toks[t + 1]);
-    return true;
-  }
-  /// step() for tokens toks[t0 … t0+n−1] in one forward pass (dense: the same predictions up to
-  /// FP32 rounding); test_logits [n, vocab].
+  /// Decodes tokens toks[t0 … t0+n−1] in one forward pass (the cache holds toks[0, t0)) and compares
+  /// each next-token distribution with the test's `test_logits` [n, vocab] for target toks[t + 1]
+  /// into out.cmp[t] (n = 1: token-by-token decoding; n > 1: the same predictions up to FP32
+  /// rounding); false (out.nonfinite and out.nonfinite_in_reference set) when the reference's
+  /// logits are not finite. Never throws (it runs inside OpenMP regions).
   bool block(const int32_t* toks, int64_t t0, int64_t n, const float* test_logits, StreamOut& out) {
     const int64_t vocab = model.config().vocab_size;
-    block_logits.resize(static_cast<size_t>(n * vocab));
-    model.forward(toks + t0, n, cache, ws, block_logits.data(), LogitsFor::AllTokens);
+    logits.resize(static_cast<size_t>(n * vocab));
+    model.forward(toks + t0, n, cache, ws, logits.data(), LogitsFor::AllTokens);
     for (int64_t i = 0; i < n; ++i) {
-      const float* row = block_logits.data() + i * vocab;
+      const float* row = logits.data() + i * vocab;
       if (first_nonfinite_f32(row, vocab) >= 0) {
         out.nonfinite = out.nonfinite_in_reference = true;
         out.nonfinite_pos = t0 + i;
@@ -69,7 +57,7 @@ struct ReferenceStream {
     }
     return true;
   }
-  std::vector<float> block_logits;
+  bool step(const int32_t* toks, int64_t t, const float* test_logits, StreamOut& out) { return block(toks, t, 1, test_logits, out); }
 };
 
 /// Token-by-token decoding of tokens[0, len) under a cache policy.

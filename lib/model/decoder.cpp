@@ -521,14 +521,13 @@ void Decoder::attention(const float* q, const float* keys, const float* values, 
     // Rows i ≥ i_sink of the block score the sinks separately (block streaming past C).
     const int64_t i_sink = n_sinks > 0 ? std::clamp<int64_t>(cap - (p0 + r0), 0, rows) : rows;
     std::vector<float>& S = ws.scores[static_cast<size_t>(omp_get_thread_num())];
-    // [R, cols] scores, [R, n_sinks] sink scores, [R, hd] stacked queries, then [R, hd] outputs
-    ensure(S, R * cols + R * n_sinks + 2 * R * hd);
+    // [R, cols] scores, [R, n_sinks] sink scores, [R, hd] stacked queries, [R, hd] outputs, and
+    // [R] 1 / Σ_j e^(S[r, j] − max_j S[r, j]) per stacked row
+    ensure(S, R * cols + R * n_sinks + 2 * R * hd + R);
     float* SS = S.data() + R * cols;
     float* Qs = SS + R * n_sinks;
     float* Os = Qs + R * hd;
-    float inv_sum[kQueryBlock * 8];  // 1 / Σ_j e^(S[r, j] − max_j S[r, j]) per stacked row (on the heap when group > 8)
-    std::vector<float> inv_heap;
-    float* inv = R <= kQueryBlock * 8 ? inv_sum : (inv_heap.resize(static_cast<size_t>(R)), inv_heap.data());
+    float* inv = Os + R * hd;
     const float* Kg = keys + g * hd;
     const float* Vg = values + g * hd;
     // The block's query rows of heads g·group … g·group + group − 1 are one contiguous span of each
