@@ -70,6 +70,15 @@ inline void prefetch_ahead(const uint8_t* const (&rows)[R], int64_t at, const ui
     if (rows[r] + at + kPrefetchBytes < end) _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at + kPrefetchBytes), _MM_HINT_T0);
 }
 
+/// Prefetches the packed weights [row r0, row r0 + kPrefetchBytes) of w (clipped to its end): the
+/// part a GEMV starting at r0 reads before its own prefetch_ahead stream covers it. One burst of
+/// independent prefetches instead of a sequence of demand misses at the start of each range.
+inline void prime_rows(const Int4Weights& w, int64_t r0) {
+  const uint8_t* p = w.packed.data() + r0 * (w.in / 2);
+  const uint8_t* const end = std::min(p + kPrefetchBytes, w.packed.data() + w.packed.size());
+  for (; p < end; p += 64) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+}
+
 /// GEMV over R consecutive rows starting at r0. xp: the activation permuted per 32-column chunk
 /// into [even columns (16), odd columns (16)]; xsum: [in/g][16] lane-wise Σ of xp over each group.
 template <int R, bool Sym>
@@ -498,13 +507,8 @@ void W4A16Linear::forward_batch1(std::span<const std::pair<const W4A16Linear*, f
     macs += w.in * w.out;
     ++ns;
   }
-#pragma omp parallel for schedule(static) if (macs >= kParallelMinMacs && blocks > 1)
-  for (int64_t b = 0; b < blocks; ++b) {
-    size_t i = 0;
-    while (i + 1 < ns && b >= slots[i + 1].first_block) ++i;
-    const Slot& s = slots[i];
-    const Int4Weights& w = s.lin->w_;
-    const int64_t r0 = (b - s.first_block) * 4;
+  // One 4-row block of slot s's linear, from row r0.
+  const auto run_block = [](const Slot& s, const Int4Weights& w, int64_t r0) {
     const bool sym = !w.asym;
 #if SQ_W4_VNNI
     if (s.int8) {
@@ -513,13 +517,31 @@ void W4A16Linear::forward_batch1(std::span<const std::pair<const W4A16Linear*, f
         case 64: sym ? gemv_block_int8<true, 64>(w, s.a, r0, s.y) : gemv_block_int8<false, 64>(w, s.a, r0, s.y); break;
         default: sym ? gemv_block_int8<true, 128>(w, s.a, r0, s.y) : gemv_block_int8<false, 128>(w, s.a, r0, s.y); break;
       }
-      continue;
+      return;
     }
 #endif
     if (sym)
       gemv_block<true>(w, s.xp, s.xsum, r0, s.y);
     else
       gemv_block<false>(w, s.xp, s.xsum, r0, s.y);
+  };
+  // Each thread takes one contiguous range of blocks (as schedule(static) would) and first primes
+  // the start of every linear's rows it reads (prime_rows): the GEMVs prefetch kPrefetchBytes
+  // ahead of the rows they read, so without it the first kPrefetchBytes of each range would arrive
+  // by demand misses, once per linear, thread and token.
+#pragma omp parallel if (macs >= kParallelMinMacs && blocks > 1)
+  {
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t b_begin = blocks * t / nt, b_end = blocks * (t + 1) / nt;
+    size_t i = 0;
+    for (int64_t b = b_begin; b < b_end; ++b) {
+      while (i + 1 < ns && b >= slots[i + 1].first_block) ++i;
+      const Slot& s = slots[i];
+      const Int4Weights& w = s.lin->w_;
+      const int64_t r0 = (b - s.first_block) * 4;
+      if (b == b_begin || b == s.first_block) prime_rows(w, r0);
+      run_block(s, w, r0);
+    }
   }
 #else
   for (const auto& [lin, y] : linears) {

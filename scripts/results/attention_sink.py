@@ -3,14 +3,15 @@
 
 The check behind table 5 of docs/results.md (issue #17): window attention degrades by as much as the
 attention the evicted first tokens were receiving. Runs Hugging Face transformers (the independent
-implementation; eager attention, FP32) on the first N tokens of TEXT (the model's own tokenizer, no
-special tokens) and prints, per layer, the mean over heads and over query positions [N/2, N) of the
-attention probability on token 0 and on tokens 0-3, then their means over all layers; then, over
-the layers where token 0 receives at least 20% ("sink layers"), the five other key positions that
-receive the most attention from those queries (mean over sink layers, heads and queries): the
-secondary sinks that window attention keeps when token 0 is evicted.
+implementation; eager attention, FP32) on the first N tokens of TEXT (the model's own tokenizer,
+with BOS where it adds one, as sq-eval does: Gemma 3 yes, SmolLM2 no; --no-bos: without it) and
+prints, per layer, the mean over heads and over query positions [N/2, N) of the attention
+probability on token 0 and on tokens 0-3, then their means over all layers; then, over the layers
+where token 0 receives at least 20% ("sink layers"), the five other key positions that receive the
+most attention from those queries (mean over sink layers, heads and queries): the secondary sinks
+that window attention keeps when token 0 is evicted.
 Needs torch, transformers and gguf in the Python running it (not installed by CI).
-Usage: attention_sink.py MODEL.gguf TEXT [N=1024]
+Usage: attention_sink.py [--no-bos] MODEL.gguf TEXT [N=1024]
 """
 import os
 import sys
@@ -18,14 +19,16 @@ import sys
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-if len(sys.argv) < 3:
+args = [a for a in sys.argv[1:] if a != "--no-bos"]
+bos = len(args) == len(sys.argv) - 1
+if len(args) < 2:
     sys.exit(__doc__)
-path, text = sys.argv[1], sys.argv[2]
-n = int(sys.argv[3]) if len(sys.argv) > 3 else 1024
+path, text = args[0], args[1]
+n = int(args[2]) if len(args) > 2 else 1024
 d, f = os.path.dirname(os.path.abspath(path)), os.path.basename(path)
 tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
 model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32, attn_implementation="eager")
-ids = tok(open(text, encoding="utf-8").read()[: 20 * n], add_special_tokens=False).input_ids[:n]
+ids = tok(open(text, encoding="utf-8").read()[: 20 * n], add_special_tokens=bos).input_ids[:n]
 if len(ids) < n:
     sys.exit(f"{text}: only {len(ids)} tokens, {n} needed")
 with torch.no_grad():
@@ -38,8 +41,8 @@ for layer, a in enumerate(att):
     q = a[0, :, n // 2:, :]
     first.append(q[:, :, 0].mean().item())
     first4.append(q[:, :, :4].sum(-1).mean().item())
-    print(f"{layer:5d}  {first[-1]:.3f}  {first4[-1]:.3f}")
-print(f"mean   {sum(first) / len(first):.3f}  {sum(first4) / len(first4):.3f}")
+    print(f"{layer:5d}  {first[-1]:.4f}  {first4[-1]:.4f}")
+print(f"mean   {sum(first) / len(first):.4f}  {sum(first4) / len(first4):.4f}")
 sink_layers = [i for i, m in enumerate(first) if m >= 0.2]
 if sink_layers:
     # [n] mean attention each key receives from queries [n/2, n), over sink layers and heads
