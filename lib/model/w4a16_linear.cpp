@@ -74,9 +74,8 @@ inline void prefetch_ahead(const uint8_t* const (&rows)[R], int64_t at, const ui
 /// part a GEMV starting at r0 reads before its own prefetch_ahead stream covers it. One burst of
 /// independent prefetches instead of a sequence of demand misses at the start of each range.
 inline void prime_rows(const Int4Weights& w, int64_t r0) {
-  const uint8_t* p = w.packed.data() + r0 * (w.in / 2);
-  const uint8_t* const end = std::min(p + kPrefetchBytes, w.packed.data() + w.packed.size());
-  for (; p < end; p += 64) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+  const int64_t begin = r0 * (w.in / 2), end = std::min<int64_t>(begin + kPrefetchBytes, static_cast<int64_t>(w.packed.size()));
+  for (int64_t at = begin; at < end; at += 64) _mm_prefetch(reinterpret_cast<const char*>(w.packed.data() + at), _MM_HINT_T0);
 }
 
 /// GEMV over R consecutive rows starting at r0. xp: the activation permuted per 32-column chunk
