@@ -82,13 +82,12 @@ measure() {
   fresh "$s" "$file" && return 0
   # SPEED_RUNS (default 1) runs, the fastest kept: 4 chunks take 2-3 s, so one run is easily
   # disturbed (another process, the kernel writing back a large file).
-  local r best=-1 tps run=${s%.json}.run.json
+  local r run=${s%.json}.run.json
   for ((r = 0; r < ${SPEED_RUNS:-1}; r++)); do
     $B/sq-eval -m "$file" -f $WIKI --protocol llamacpp -c 512 --chunks 4 -q --json "$run" --force "$@" >/dev/null
-    tps=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["tokens_per_second"])' "$run")
-    if python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > float(sys.argv[2]) else 1)' "$tps" "$best"; then
-      best=$tps; mv "$run" "$s"
-    fi
+    # the first run replaces any stale $s; a later one only when faster than the kept run
+    ((r == 0)) || python3 -c 'import json, sys; t = lambda p: json.load(open(p))["tokens_per_second"]
+sys.exit(t(sys.argv[1]) <= t(sys.argv[2]))' "$run" "$s" && mv "$run" "$s"
   done
   rm -f "$run"
 }
