@@ -339,9 +339,10 @@ TEST(W4A16Linear, Int8DecodeIsTheExactDotOfTheRoundedActivation) {
   if (!w4_int8_decode_supported()) GTEST_SKIP() << "no AVX512-VNNI/VBMI";
   for (bool asym : {false, true})
     for (int64_t g : {32, 64, 128})
-      for (int64_t in : {64, 576, 1536}) {
-        if (in % g != 0) continue;
-        const int64_t out = 37, ng = in / g;
+      for (int64_t in : {64, 192, 576, 1536}) {
+        // 192 and 576 end in a 64-column chunk after whole 128-column ones (g ≤ 64), or are ragged
+        // for g = 128 (the kernels' copy is zero-padded to whole groups)
+        const int64_t out = 37, ng = (in + g - 1) / g;
         const auto wf = normal_vector(out * in, uint32_t(in + g), 0.02f);
         W4A16Linear lin(Tensor::from_vector({out, in}, wf), g, asym);
         lin.set_decode_activations(W4DecodeActivations::Int8);
@@ -368,6 +369,34 @@ TEST(W4A16Linear, Int8DecodeIsTheExactDotOfTheRoundedActivation) {
         }
         (void)ng;
       }
+}
+
+TEST(W4A16Linear, Int8DecodeBackToFp32IsBitIdentical) {
+  // in = 576 (mod 128 = 64): Int8 builds the interleaved decode copy; going back to Fp32 must leave
+  // the FP32 GEMV exactly as on a layer that never had INT8 activations.
+  if (!w4_int8_decode_supported()) GTEST_SKIP() << "no AVX512-VNNI/VBMI";
+  const int64_t out = 45, in = 576;
+  const auto wf = normal_vector(out * in, 41, 0.02f);
+  W4A16Linear a(Tensor::from_vector({out, in}, wf), 64), b(Tensor::from_vector({out, in}, wf), 64);
+  const auto x = normal_vector(in, 42);
+  std::vector<float> ya(out), yb(out), y8(out);
+  b.set_decode_activations(W4DecodeActivations::Int8);
+  b.forward(x.data(), 1, y8.data());
+  b.set_decode_activations(W4DecodeActivations::Fp32);
+  a.forward(x.data(), 1, ya.data());
+  b.forward(x.data(), 1, yb.data());
+  EXPECT_EQ(ya, yb);
+  EXPECT_NE(ya, y8) << "the INT8 path must have run (its rounding differs from FP32)";
+}
+
+TEST(W4A16Linear, PackedWeightsAre64ByteAligned) {
+  // The GEMVs read whole 64-byte lines of packed codes; Int4Weights::packed must start on a line
+  // (ops::AlignedAllocator), also for the zero-padded copy of a ragged layer.
+  for (int64_t in : {576, 1536}) {
+    const auto wf = normal_vector(3 * in, 3, 0.02f);
+    const W4A16Linear lin(Tensor::from_vector({3, in}, wf), 128);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(lin.weights().packed.data()) % 64, 0u) << "in " << in;
+  }
 }
 
 TEST(W4A16Linear, Int8DecodeStaysWithinTheActivationRoundingOfFp32) {

@@ -1,6 +1,7 @@
 // Atom W4A4 (issue #5): the weight container and RTN (layout, clipping), the dynamic activation
 // quantizer, and the W4A4 GEMM — VNNI kernel == scalar reference bit for bit, and the scalar
 // reference == the formula evaluated in double from the dequantized codes.
+#include <algorithm>
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -84,7 +85,7 @@ TEST(W4A4Quantize, ClipOneMatchesInt4RtnAndErrorBound) {
   std::vector<float> normal(out * inn);
   for (int64_t r = 0; r < out; ++r) std::memcpy(&normal[r * inn], &w[r * in], sizeof(float) * inn);
   const Int4Weights ref = quantize_int4(normal.data(), out, inn, 64, false);
-  EXPECT_EQ(q.packed, ref.packed);
+  EXPECT_TRUE(std::equal(q.packed.begin(), q.packed.end(), ref.packed.begin(), ref.packed.end()));
   EXPECT_EQ(q.scales_f16, ref.scales_f16);
   // |w − ŵ| ≤ Δ/2 (+ the FP16 rounding of Δ at the clamped ends) for INT4, Δo/2 for INT8.
   std::vector<float> deq(out * in);
@@ -120,7 +121,7 @@ TEST(W4A4Quantize, FromCodesAndFromInt4AndPackedRoundTrip) {
   normal.out = out;
   normal.in = inn;
   normal.group = g;
-  normal.packed = w.packed;
+  normal.packed.assign(w.packed.begin(), w.packed.end());
   normal.scales_f16 = w.scales_f16;
   const W4A4Weights w2 = w4a4_weights_from_int4(normal, no, oc.data(), os.data());
   EXPECT_EQ(w2.packed, w.packed);

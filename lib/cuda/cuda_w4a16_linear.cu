@@ -90,7 +90,7 @@ class CudaW4A16Linear final : public DeviceLinear {
         groups_(int4_groups_per_row(w)),
         asym_(w.asym),
         format_(std::move(format)),
-        packed_(w.packed),
+        packed_(w.packed.data(), w.packed.size()),
         scales_(w.scales_f16) {
     if (asym_) zeros_ = DeviceArray<uint8_t>(w.zeros_packed);
   }

@@ -264,7 +264,10 @@ std::unique_ptr<Linear> load_int4_linear(const std::shared_ptr<SqmFile>& f, cons
   if (w.group != 32 && w.group != 64 && w.group != 128)
     throw InputError(f->path() + ": quantization.group_size " + std::to_string(w.group) + " is not 32, 64 or 128");
   const int64_t ng = (in + w.group - 1) / w.group;
-  w.packed = load_bytes(f, base + ".weight", w.asym ? SqmDType::U4x2 : SqmDType::I4x2, {out, in});
+  {
+    const std::vector<uint8_t> packed = load_bytes(f, base + ".weight", w.asym ? SqmDType::U4x2 : SqmDType::I4x2, {out, in});
+    w.packed.assign(packed.begin(), packed.end());  // into the kernels' 64-byte-aligned storage
+  }
   const std::vector<uint8_t> scales = load_bytes(f, base + ".weight_scale", SqmDType::F16, {out, ng});
   w.scales_f16.resize(scales.size() / 2);
   std::memcpy(w.scales_f16.data(), scales.data(), scales.size());

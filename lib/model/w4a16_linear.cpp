@@ -137,22 +137,28 @@ void gemv_block(const Int4Weights& w, const float* xp, const float* xsum, int64_
 
 #if SQ_W4_VNNI
 
-/// One activation row rounded to INT8 for the VNNI GEMV (W4DecodeActivations::Int8), per 64-column
-/// chunk c: q[64c .. 64c+64) = x_q of the chunk's even columns then its odd columns; scale[16c ..]
-/// and corr[16c ..] are lane vectors matching vpdpbusd's 16 dword lanes (lanes 0–3 and 8–11: the
-/// chunk's first 32-column block b0, lanes 4–7 and 12–15: its second b1): scale = s_b, corr =
-/// zz · s_b · Σ_{k∈b} x_q,k / 8 (each block has 8 lanes), zz = 8 for symmetric weights, 1 for
-/// asymmetric (the kernel multiplies by the group's zero point).
+/// One activation row rounded to INT8 for the VNNI GEMV (W4DecodeActivations::Int8). The row is cut
+/// into chunks: 128 columns each, then one 64-column chunk when in mod 128 = 64. Chunk c of width
+/// C ∈ {128, 64} starting at column k0: q[k0 .. k0 + C) = x_q of the chunk's even columns then its
+/// odd columns (matching the low and high nibbles of the chunk's C/2 packed weight bytes);
+/// scale[16c ..] and corr[16c ..] are lane vectors matching vpdpbusd's 16 dword lanes: scale = s_b of
+/// the 32-column block b the lane's columns come from, corr = zz · s_b · Σ_{k∈b} x_q,k / (lanes of
+/// b), zz = 8 for symmetric weights, 1 for asymmetric (the kernel multiplies by the group's zero
+/// point). 128-wide chunk: lane l holds columns 8l .. 8l + 8 (4 lanes per block, block l / 4);
+/// 64-wide: lanes 0–3 and 8–11 block 0, lanes 4–7 and 12–15 block 1 (8 lanes per block).
 struct Int8Activation {
   int8_t* q;
   float* scale;
   float* corr;
 };
 
+/// Chunks of an in-wide row (in a multiple of 64): ⌈in / 128⌉.
+inline int64_t int8_chunks(int64_t in) { return (in + 127) / 128; }
+
 /// Rounds x[in] (in a multiple of 64) into a (see Int8Activation).
 void quantize_activation_int8(const float* x, int64_t in, bool sym, Int8Activation a) {
   const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
-  // output byte i < 32 takes natural column 2i of the chunk, byte 32 + i column 2i + 1
+  // 64 natural columns (as bytes) → [even 32 | odd 32]
   alignas(64) uint8_t perm[64];
   for (int i = 0; i < 32; ++i) {
     perm[i] = static_cast<uint8_t>(2 * i);
@@ -160,12 +166,12 @@ void quantize_activation_int8(const float* x, int64_t in, bool sym, Int8Activati
   }
   const __m512i idx = _mm512_load_si512(perm);
   const float zz = sym ? 8.0f : 1.0f;
-  for (int64_t c = 0; c < in / 64; ++c) {
-    const float* xc = x + c * 64;
-    __m128i q8[4];
-    float s[2], sum[2];
-    for (int b = 0; b < 2; ++b) {
-      const __m512 v0 = _mm512_loadu_ps(xc + 32 * b), v1 = _mm512_loadu_ps(xc + 32 * b + 16);
+  for (int64_t k0 = 0, c = 0; k0 < in; k0 += 128, ++c) {
+    const int nb = in - k0 >= 128 ? 4 : 2;  // 32-column blocks in this chunk
+    __m128i q8[8];
+    float s[4], sum[4];
+    for (int b = 0; b < nb; ++b) {
+      const __m512 v0 = _mm512_loadu_ps(x + k0 + 32 * b), v1 = _mm512_loadu_ps(x + k0 + 32 * b + 16);
       const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(v0, absmask), _mm512_and_ps(v1, absmask)));
       s[b] = amax / 127.0f;
       const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
@@ -177,75 +183,156 @@ void quantize_activation_int8(const float* x, int64_t in, bool sym, Int8Activati
       q8[2 * b] = _mm512_cvtsepi32_epi8(i0);
       q8[2 * b + 1] = _mm512_cvtsepi32_epi8(i1);
     }
-    __m512i nat = _mm512_castsi128_si512(q8[0]);
-    nat = _mm512_inserti32x4(nat, q8[1], 1);
-    nat = _mm512_inserti32x4(nat, q8[2], 2);
-    nat = _mm512_inserti32x4(nat, q8[3], 3);
-    _mm512_store_si512(a.q + c * 64, _mm512_permutexvar_epi8(idx, nat));
-    const __mmask16 second = 0xF0F0;  // lanes 4–7 and 12–15
-    _mm512_store_ps(a.scale + c * 16, _mm512_mask_blend_ps(second, _mm512_set1_ps(s[0]), _mm512_set1_ps(s[1])));
-    _mm512_store_ps(a.corr + c * 16, _mm512_mask_blend_ps(second, _mm512_set1_ps(zz * s[0] * sum[0] / 8.0f),
-                                                           _mm512_set1_ps(zz * s[1] * sum[1] / 8.0f)));
+    // [even 32 | odd 32] of each 64-column half
+    __m512i h[2];
+    for (int p = 0; p < nb / 2; ++p) {
+      __m512i nat = _mm512_castsi128_si512(q8[4 * p]);
+      nat = _mm512_inserti32x4(nat, q8[4 * p + 1], 1);
+      nat = _mm512_inserti32x4(nat, q8[4 * p + 2], 2);
+      nat = _mm512_inserti32x4(nat, q8[4 * p + 3], 3);
+      h[p] = _mm512_permutexvar_epi8(idx, nat);
+    }
+    __m512 sv, cv;
+    if (nb == 4) {
+      // [even 64 | odd 64] from the halves' [even 32 | odd 32]
+      const __m512i ev = _mm512_inserti64x4(h[0], _mm512_castsi512_si256(h[1]), 1);
+      const __m512i od = _mm512_inserti64x4(h[1], _mm512_extracti64x4_epi64(h[0], 1), 0);
+      _mm512_store_si512(a.q + k0, ev);
+      _mm512_store_si512(a.q + k0 + 64, od);
+      alignas(64) float sl[16], cl[16];
+      for (int l = 0; l < 16; ++l) {
+        sl[l] = s[l / 4];
+        cl[l] = zz * s[l / 4] * sum[l / 4] / 4.0f;
+      }
+      sv = _mm512_load_ps(sl);
+      cv = _mm512_load_ps(cl);
+    } else {
+      _mm512_store_si512(a.q + k0, h[0]);
+      const __mmask16 second = 0xF0F0;  // lanes 4–7 and 12–15
+      sv = _mm512_mask_blend_ps(second, _mm512_set1_ps(s[0]), _mm512_set1_ps(s[1]));
+      cv = _mm512_mask_blend_ps(second, _mm512_set1_ps(zz * s[0] * sum[0] / 8.0f), _mm512_set1_ps(zz * s[1] * sum[1] / 8.0f));
+    }
+    _mm512_store_ps(a.scale + c * 16, sv);
+    _mm512_store_ps(a.corr + c * 16, cv);
   }
 }
 
-/// A lane vector of per-group values v(j) for the 64-column chunk c: G ≥ 64, every lane v(64c / G);
-/// G = 32, lanes 0–3 and 8–11 v(2c), lanes 4–7 and 12–15 v(2c + 1).
-template <int G, typename F>
-inline __m512 group_lanes(int64_t c, const F& v) {
-  if constexpr (G >= 64) return _mm512_set1_ps(v(c * 64 / G));
-  else return _mm512_mask_blend_ps(0xF0F0, _mm512_set1_ps(v(2 * c)), _mm512_set1_ps(v(2 * c + 1)));
+/// Lane vector of the FP16 per-group values p[0 ..] (scales of one row from the chunk's first group)
+/// for a 128-column chunk: G = 128 every lane p[0]; G = 64 lanes 0–7 p[0], 8–15 p[1]; G = 32 lane l
+/// p[l / 4].
+template <int G>
+inline __m512 group_lanes128(const uint16_t* p) {
+  if constexpr (G >= 128) {
+    return _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(*p)));
+  } else {
+    // exactly the chunk's 2 or 4 scales (the last row's may end the array)
+    const __m128i h = G == 64 ? _mm_loadu_si32(p) : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    const __m512 v = _mm512_castps128_ps512(_mm_cvtph_ps(h));
+    const __m512i idx = G == 64 ? _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
+                                : _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    return _mm512_permutexvar_ps(idx, v);
+  }
 }
 
-/// GEMV over R consecutive rows from r0 with INT8 activations (Int8Activation; file comment).
-template <int R, bool Sym, int G>
+/// The same for a 64-column chunk (lanes 0–3 and 8–11: block 0, 4–7 and 12–15: block 1).
+template <int G>
+inline __m512 group_lanes64(const uint16_t* p) {
+  if constexpr (G >= 64) return _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(*p)));
+  else return _mm512_mask_blend_ps(0xF0F0, _mm512_set1_ps(_cvtsh_ss(p[0])), _mm512_set1_ps(_cvtsh_ss(p[1])));
+}
+
+/// Zero points as lane vectors (asymmetric weights), same lane maps as group_lanes128/64 (C = 128
+/// or 64); zp: the flat-packed zero points, j0 the flat index (r · ⌈in/G⌉ + j) of the chunk's first
+/// group.
+template <int G, int C>
+inline __m512 zero_lanes(const uint8_t* zp, int64_t j0) {
+  const auto z = [&](int64_t f) { return static_cast<float>((f & 1) ? (zp[f / 2] >> 4) : (zp[f / 2] & 0xF)); };
+  if constexpr (C == 128) {
+    if constexpr (G >= 128) return _mm512_set1_ps(z(j0));
+    else if constexpr (G == 64) return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(z(j0)), _mm512_set1_ps(z(j0 + 1)));
+    else return _mm512_set_ps(z(j0 + 3), z(j0 + 3), z(j0 + 3), z(j0 + 3), z(j0 + 2), z(j0 + 2), z(j0 + 2), z(j0 + 2),
+                              z(j0 + 1), z(j0 + 1), z(j0 + 1), z(j0 + 1), z(j0), z(j0), z(j0), z(j0));
+  } else {
+    if constexpr (G >= 64) return _mm512_set1_ps(z(j0));
+    else return _mm512_mask_blend_ps(0xF0F0, _mm512_set1_ps(z(j0)), _mm512_set1_ps(z(j0 + 1)));
+  }
+}
+
+/// GEMV over R consecutive rows from r0 with INT8 activations (Int8Activation; header comment). w.in
+/// is a multiple of 64; ng = ⌈in/G⌉ also covers a ragged last group. Rows are row-major
+/// (Interleaved false) or in the block-interleaved layout of interleave_for_int8_decode.
+template <int R, bool Sym, int G, bool Interleaved>
 void gemv_rows_int8(const Int4Weights& w, const Int8Activation& a, int64_t r0, float* y) {
-  const int64_t in = w.in, ng = in / G, half_in = in / 2, chunks = in / 64;
-  const __m512i nib = _mm512_set1_epi8(0x0F);
-  const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);  // upper half: >> 4
+  const int64_t in = w.in, ng = (in + G - 1) / G, half_in = in / 2, full = in / 128;
+  const __m512i nib = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(Sym ? 0x08 : 0x00);
   const uint8_t* const end = w.packed.data() + w.packed.size();
-  __m512 tot[R], sw[R], zw[R];
-  const uint8_t* rows[R];
+  const uint8_t* const base = w.packed.data() + r0 * half_in;  // the block's bytes, in either layout
+  const int64_t step = Interleaved ? 64 * R : 64;               // bytes from a row's chunk c to c + 1
+  const uint16_t* scales[R];
+  const uint8_t* rows[R];  // chunk 0 of each row
+  __m512 tot[R];
   for (int r = 0; r < R; ++r) {
     tot[r] = _mm512_setzero_ps();
-    sw[r] = zw[r] = _mm512_setzero_ps();
-    rows[r] = w.packed.data() + (r0 + r) * half_in;
+    rows[r] = Interleaved ? base + 64 * r : base + r * half_in;
+    scales[r] = w.scales_f16.data() + (r0 + r) * ng;
   }
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t col = c * 64;
-    if (G < 64 || col % G == 0)
-      for (int r = 0; r < R; ++r) {
-        const int64_t f0 = (r0 + r) * ng;
-        sw[r] = group_lanes<G>(c, [&](int64_t j) { return scale_at(w, f0 + j); });
-        if constexpr (!Sym) zw[r] = group_lanes<G>(c, [&](int64_t j) { return static_cast<float>(zero_at(w, f0 + j)); });
-      }
-    if ((col & 127) == 0) prefetch_ahead<R>(rows, col / 2, end);
-    const __m512i xv = _mm512_load_si512(a.q + col);
+  for (int64_t c = 0; c < full; ++c) {
+    const int64_t col = c * 128, j0 = col / G;
+    prefetch_ahead<R>(rows, c * step, end);
+    const __m512i xe = _mm512_load_si512(a.q + col), xo = _mm512_load_si512(a.q + col + 64);
     const __m512 sx = _mm512_load_ps(a.scale + c * 16);
     const __m512 cz = _mm512_load_ps(a.corr + c * 16);
     for (int r = 0; r < R; ++r) {
-      const __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[r] + col / 2)));
-      // [even codes | odd codes] as unsigned u: symmetric codes are 4-bit two's complement q, and
-      // u = q + 8 is the nibble with its top bit flipped
+      const __m512i b = _mm512_loadu_si512(rows[r] + c * step);
+      // unsigned codes u = (byte ^ flip) & 0x0F (vpternlogd truth table 0x28): symmetric codes are
+      // 4-bit two's complement q, and u = q + 8 is the nibble with its top bit flipped
+      const __m512i lo = _mm512_ternarylogic_epi32(b, flip, nib, 0x28);
+      const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(b, 4), flip, nib, 0x28);
+      const __m512 d = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xe), hi, xo));
+      const __m512 sw = group_lanes128<G>(scales[r] + j0);
+      __m512 t;
+      if constexpr (Sym) t = _mm512_fmsub_ps(d, sx, cz);
+      else t = _mm512_fnmadd_ps(zero_lanes<G, 128>(w.zeros_packed.data(), (r0 + r) * ng + j0), cz, _mm512_mul_ps(d, sx));
+      tot[r] = _mm512_fmadd_ps(t, sw, tot[r]);
+    }
+  }
+  if (in % 128 != 0) {  // one 64-column chunk
+    const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);  // upper half: >> 4
+    const int64_t col = full * 128, j0 = col / G;
+    const __m512i xv = _mm512_load_si512(a.q + col);
+    const __m512 sx = _mm512_load_ps(a.scale + full * 16);
+    const __m512 cz = _mm512_load_ps(a.corr + full * 16);
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* tail = Interleaved ? base + full * step + 32 * r : rows[r] + col / 2;
+      const __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tail)));
       __m512i u = _mm512_and_si512(_mm512_srlv_epi16(b, shift), nib);
       if constexpr (Sym) u = _mm512_xor_si512(u, _mm512_set1_epi8(0x08));
       const __m512 d = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, xv));
-      // Σ s_b·(u − zz)·x_q over the lane's columns (zz = 8 folded into cz when symmetric)
-      const __m512 t = Sym ? _mm512_fmsub_ps(d, sx, cz) : _mm512_fnmadd_ps(zw[r], cz, _mm512_mul_ps(d, sx));
-      tot[r] = _mm512_fmadd_ps(t, sw[r], tot[r]);
+      const __m512 sw = group_lanes64<G>(scales[r] + j0);
+      __m512 t;
+      if constexpr (Sym) t = _mm512_fmsub_ps(d, sx, cz);
+      else t = _mm512_fnmadd_ps(zero_lanes<G, 64>(w.zeros_packed.data(), (r0 + r) * ng + j0), cz, _mm512_mul_ps(d, sx));
+      tot[r] = _mm512_fmadd_ps(t, sw, tot[r]);
     }
   }
   for (int r = 0; r < R; ++r) y[r0 + r] = _mm512_reduce_add_ps(tot[r]);
 }
 
-template <bool Sym, int G>
+template <bool Sym, int G, bool Interleaved>
 void gemv_block_int8(const Int4Weights& w, const Int8Activation& a, int64_t r0, float* y) {
   switch (std::min<int64_t>(4, w.out - r0)) {
-    case 4: gemv_rows_int8<4, Sym, G>(w, a, r0, y); break;
-    case 3: gemv_rows_int8<3, Sym, G>(w, a, r0, y); break;
-    case 2: gemv_rows_int8<2, Sym, G>(w, a, r0, y); break;
-    default: gemv_rows_int8<1, Sym, G>(w, a, r0, y); break;
+    case 4: gemv_rows_int8<4, Sym, G, Interleaved>(w, a, r0, y); break;
+    case 3: gemv_rows_int8<3, Sym, G, Interleaved>(w, a, r0, y); break;
+    case 2: gemv_rows_int8<2, Sym, G, Interleaved>(w, a, r0, y); break;
+    default: gemv_rows_int8<1, Sym, G, Interleaved>(w, a, r0, y); break;
   }
+}
+
+/// gemv_block_int8 for either layout of w (interleaved: decode_, interleave_for_int8_decode).
+template <bool Sym, int G>
+void gemv_block_int8_layout(const Int4Weights& w, const Int8Activation& a, int64_t r0, float* y, bool interleaved) {
+  if (interleaved) gemv_block_int8<Sym, G, true>(w, a, r0, y);
+  else gemv_block_int8<Sym, G, false>(w, a, r0, y);
 }
 
 #endif  // SQ_W4_VNNI
@@ -350,6 +437,30 @@ Int4Weights pad_to_whole_groups(const Int4Weights& w) {
   return p;
 }
 
+/// The INT8 decode GEMV's copy of w (w.in a multiple of 64): the same bytes, permuted within each
+/// block of R = min(4, rows left) rows, which still occupies bytes [r0 · in/2, (r0 + R) · in/2):
+///
+///   block base + (c · R + r) · 64       the 64 bytes of 128-column chunk c of row r0 + r
+///   block base + full · R · 64 + r · 32  the last 64 columns of row r0 + r when in mod 128 = 64
+///
+/// (full = ⌊in/128⌋). With in mod 128 = 64 a row-major row is a whole number of 64-byte lines only
+/// every other row; here every chunk load is one aligned line (a block is R · in/2 bytes, a multiple
+/// of 128), and a block is read front to back. Scales and zero points are unchanged.
+Int4Weights interleave_for_int8_decode(const Int4Weights& w) {
+  Int4Weights d = w;
+  const int64_t half_in = w.in / 2, full = w.in / 128;
+  for (int64_t r0 = 0; r0 < w.out; r0 += 4) {
+    const int64_t R = std::min<int64_t>(4, w.out - r0);
+    uint8_t* base = d.packed.data() + r0 * half_in;
+    for (int64_t r = 0; r < R; ++r) {
+      const uint8_t* src = w.packed.data() + (r0 + r) * half_in;
+      for (int64_t c = 0; c < full; ++c) std::memcpy(base + (c * R + r) * 64, src + c * 64, 64);
+      if (w.in % 128 != 0) std::memcpy(base + full * R * 64 + r * 32, src + full * 64, 32);
+    }
+  }
+  return d;
+}
+
 }  // namespace
 
 namespace {
@@ -420,6 +531,10 @@ void W4A16Linear::set_decode_activations(W4DecodeActivations a) {
   if (a == W4DecodeActivations::Int8 && !w4_int8_decode_supported())
     throw std::invalid_argument("W4A16 INT8 decode activations need AVX512-VNNI and AVX512-VBMI (not in this build or CPU)");
   decode_act_ = (a == W4DecodeActivations::Int8 && w_.in % 64 != 0) ? W4DecodeActivations::Fp32 : a;
+  // Rows of in mod 128 = 64 columns: the decode GEMV reads a block-interleaved copy of the stored
+  // (unpadded) codes instead of w_ (no zero columns streamed, every load one aligned line).
+  if (decode_act_ == W4DecodeActivations::Int8 && in_ % 128 == 64) decode_ = interleave_for_int8_decode(weights());
+  else decode_ = Int4Weights{};
 }
 
 std::string W4A16Linear::format() const {
@@ -458,6 +573,8 @@ void W4A16Linear::forward_batch1(std::span<const std::pair<const W4A16Linear*, f
     float* y;
     int64_t first_block;  // global index of this linear's first 4-row block
     bool int8;
+    bool interleaved;       // INT8 kernel on decode_ (interleave_for_int8_decode)
+    const Int4Weights* w;   // the weights the kernel reads: w_ or decode_
     const float* xp;      // FP32 kernel: permuted activation and per-group lane sums
     const float* xsum;
 #if SQ_W4_VNNI
@@ -470,16 +587,18 @@ void W4A16Linear::forward_batch1(std::span<const std::pair<const W4A16Linear*, f
   int64_t blocks = 0, macs = 0;
   size_t ns = 0;
   for (const auto& [lin, y] : linears) {
-    const Int4Weights& w = lin->w_;
     Slot& s = slots[ns];
     s.lin = lin;
     s.y = y;
     s.first_block = blocks;
     s.int8 = lin->decode_act_ == W4DecodeActivations::Int8;
+    s.interleaved = s.int8 && !lin->decode_.packed.empty();
+    s.w = s.interleaved ? &lin->decode_ : &lin->w_;
+    const Int4Weights& w = *s.w;
     // Linears of the same layout (q/k/v, gate/up) share one prepared activation.
     const Slot* same = nullptr;
     for (size_t k = 0; k < ns && !same; ++k) {
-      const Int4Weights& wk = slots[k].lin->w_;
+      const Int4Weights& wk = *slots[k].w;
       if (slots[k].int8 == s.int8 && wk.in == w.in && wk.asym == w.asym && (s.int8 || wk.group == w.group)) same = &slots[k];
     }
     const float* xk = same || lin->in_ == w.in ? x : padded_input(x, 1, lin->in_, w.in, aligned_buffer(fbuf[ns][0], w.in));
@@ -491,7 +610,7 @@ void W4A16Linear::forward_batch1(std::span<const std::pair<const W4A16Linear*, f
       s.xsum = same->xsum;
     } else if (s.int8) {
 #if SQ_W4_VNNI
-      const int64_t chunks = w.in / 64;
+      const int64_t chunks = int8_chunks(w.in);
       s.a = Int8Activation{aligned_buffer(qbuf[ns], w.in), aligned_buffer(fbuf[ns][1], chunks * 16), aligned_buffer(fbuf[ns][2], chunks * 16)};
       quantize_activation_int8(xk, w.in, !w.asym, s.a);
 #endif
@@ -512,9 +631,9 @@ void W4A16Linear::forward_batch1(std::span<const std::pair<const W4A16Linear*, f
 #if SQ_W4_VNNI
     if (s.int8) {
       switch (w.group) {
-        case 32: sym ? gemv_block_int8<true, 32>(w, s.a, r0, s.y) : gemv_block_int8<false, 32>(w, s.a, r0, s.y); break;
-        case 64: sym ? gemv_block_int8<true, 64>(w, s.a, r0, s.y) : gemv_block_int8<false, 64>(w, s.a, r0, s.y); break;
-        default: sym ? gemv_block_int8<true, 128>(w, s.a, r0, s.y) : gemv_block_int8<false, 128>(w, s.a, r0, s.y); break;
+        case 32: (sym ? gemv_block_int8_layout<true, 32> : gemv_block_int8_layout<false, 32>)(w, s.a, r0, s.y, s.interleaved); break;
+        case 64: (sym ? gemv_block_int8_layout<true, 64> : gemv_block_int8_layout<false, 64>)(w, s.a, r0, s.y, s.interleaved); break;
+        default: (sym ? gemv_block_int8_layout<true, 128> : gemv_block_int8_layout<false, 128>)(w, s.a, r0, s.y, s.interleaved); break;
       }
       return;
     }
@@ -536,7 +655,7 @@ void W4A16Linear::forward_batch1(std::span<const std::pair<const W4A16Linear*, f
     for (int64_t b = b_begin; b < b_end; ++b) {
       while (i + 1 < ns && b >= slots[i + 1].first_block) ++i;
       const Slot& s = slots[i];
-      const Int4Weights& w = s.lin->w_;
+      const Int4Weights& w = *s.w;
       const int64_t r0 = (b - s.first_block) * 4;
       if (b == b_begin || b == s.first_block) prime_rows(w, r0);
       run_block(s, w, r0);

@@ -14,12 +14,15 @@
 //     (asymmetric, u the unsigned code; Σ x per group precomputed per call). Four rows share each
 //     activation load.
 //   - n == 1 with W4DecodeActivations::Int8: the activation is rounded to INT8 per block of 32 columns
-//     and permuted per 64-column chunk into [32 even columns, 32 odd columns]; one 32-byte load of a
-//     packed row (64 weights) is broadcast to both halves of a zmm, its upper half shifted right by
-//     4 and masked, so the zmm holds the 64 unsigned codes in the activation's order, and one
-//     vpdpbusd forms 16 exact partial dot products (lanes 0–3 and 8–11 belong to the chunk's first
-//     32-column block, 4–7 and 12–15 to its second). Per chunk and row: int→float, ×s_b − the zero
-//     point's share (z · s_b · Σ x_q over the block, spread over its 8 lanes), × Δ of the lanes' group.
+//     and permuted per 128-column chunk into [64 even columns, 64 odd columns]. One aligned 64-byte
+//     load of a packed row (128 weights) gives the even columns' codes in its low nibbles and the
+//     odd columns' in its high nibbles (one vpternlogd each: mask, and for symmetric weights flip
+//     the top bit, u = q + 8; one shift for the high ones), and two vpdpbusd form 16 exact partial
+//     dot products (lane l: columns 8l .. 8l + 8, 32-column block l / 4). Per chunk and row:
+//     int→float, ×s_b − the zero point's share (z · s_b · Σ x_q over the block, spread over its 4
+//     lanes), × Δ of the lanes' group. A row that ends in 64 columns (in mod 128 = 64) closes with
+//     one 32-byte load broadcast to both halves of a zmm, its upper half shifted right by 4 (lanes
+//     0–3 and 8–11: the chunk's first block, 4–7 and 12–15: its second).
 //   - n > 1: tiled GEMM with AVX-512 FMAs (no sgemm): per block of 64 output rows and per chunk of
 //     ≤ 128 input columns (whole groups), the tile is dequantized (gathered from 16 rows at a time,
 //     exact: Δ·u − Δ·z in one FMA) into a per-thread transposed FP32 buffer Wt[128][64] (32 KiB,
@@ -101,7 +104,10 @@ class W4A16Linear final : public Linear {
 
   /// Chooses the decode GEMV's activations (W4DecodeActivations). Int8 applies when the kernels'
   /// input width (in, padded to whole groups) is a multiple of 64; other layers keep FP32 (see
-  /// decode_activations()). Not thread-safe against concurrent forward(): set before running.
+  /// decode_activations()). Int8 on a layer with in mod 128 = 64 (SmolLM2's 576) also builds the
+  /// INT8 GEMV's own block-interleaved copy of the stored codes (one more packed-weight copy, in/2
+  /// bytes per row; it reads no zero padding and only whole aligned lines); Fp32 frees it.
+  /// Not thread-safe against concurrent forward(): set before running.
   /// Throws std::invalid_argument for Int8 when !w4_int8_decode_supported().
   void set_decode_activations(W4DecodeActivations a);
   /// The activations the decode GEMV actually uses (Fp32 when Int8 was asked on a width it cannot run).
@@ -121,6 +127,7 @@ class W4A16Linear final : public Linear {
   std::unique_ptr<Int4Weights> stored_;  ///< the unpadded weights, only when padding was needed
   Tensor bias_;    ///< [out] or empty
   W4DecodeActivations decode_act_ = W4DecodeActivations::Fp32;
+  Int4Weights decode_;  ///< the INT8 decode GEMV's block-interleaved codes (set_decode_activations), or empty
 };
 
 }  // namespace sq

@@ -274,7 +274,7 @@ W4A4Weights w4a4_weights_from_int4(const Int4Weights& normal, int64_t n_outlier,
   r.n_outlier = n_outlier;
   r.group = normal.group;
   check_w4a4_shape(r.out, r.in, r.n_outlier, r.group);
-  r.packed = normal.packed;
+  r.packed.assign(normal.packed.begin(), normal.packed.end());
   r.scales_f16 = normal.scales_f16;
   if (n_outlier > 0 && outlier_codes) r.outlier.assign(outlier_codes, outlier_codes + r.out * n_outlier);
   else r.outlier.assign(static_cast<size_t>(r.out * n_outlier), 0);
