@@ -238,15 +238,21 @@ ActQuant parse_act(const std::string& s, const std::string& source) {
 }
 
 /// Raw bytes of tensor `name`, which must have dtype `dtype` and shape `shape`.
-std::vector<uint8_t> load_bytes(const std::shared_ptr<SqmFile>& f, const std::string& name, SqmDType dtype,
-                                const std::vector<int64_t>& shape) {
+SqmBytes checked_raw(const std::shared_ptr<SqmFile>& f, const std::string& name, SqmDType dtype,
+                     const std::vector<int64_t>& shape) {
   if (!f->has(name)) throw InputError(f->path() + ": tensor '" + name + "' is missing (expected " + sqm_dtype_name(dtype) + " " +
                                       shape_to_string(shape) + ")");
   const SqmTensorInfo& info = f->info(name);
   if (info.dtype != dtype || info.shape != shape)
     throw InputError(f->path() + ": tensor '" + name + "' is " + sqm_dtype_name(info.dtype) + " " + shape_to_string(info.shape) +
                      ", expected " + sqm_dtype_name(dtype) + " " + shape_to_string(shape));
-  const SqmBytes raw = f->raw(name);
+  return f->raw(name);
+}
+
+/// checked_raw's bytes, copied.
+std::vector<uint8_t> load_bytes(const std::shared_ptr<SqmFile>& f, const std::string& name, SqmDType dtype,
+                                const std::vector<int64_t>& shape) {
+  const SqmBytes raw = checked_raw(f, name, dtype, shape);
   return std::vector<uint8_t>(raw.data, raw.data + raw.size);
 }
 
@@ -264,13 +270,11 @@ std::unique_ptr<Linear> load_int4_linear(const std::shared_ptr<SqmFile>& f, cons
   if (w.group != 32 && w.group != 64 && w.group != 128)
     throw InputError(f->path() + ": quantization.group_size " + std::to_string(w.group) + " is not 32, 64 or 128");
   const int64_t ng = (in + w.group - 1) / w.group;
-  {
-    const std::vector<uint8_t> packed = load_bytes(f, base + ".weight", w.asym ? SqmDType::U4x2 : SqmDType::I4x2, {out, in});
-    w.packed.assign(packed.begin(), packed.end());  // into the kernels' 64-byte-aligned storage
-  }
-  const std::vector<uint8_t> scales = load_bytes(f, base + ".weight_scale", SqmDType::F16, {out, ng});
-  w.scales_f16.resize(scales.size() / 2);
-  std::memcpy(w.scales_f16.data(), scales.data(), scales.size());
+  const SqmBytes packed = checked_raw(f, base + ".weight", w.asym ? SqmDType::U4x2 : SqmDType::I4x2, {out, in});
+  w.packed.assign(packed.data, packed.data + packed.size);  // straight into the kernels' 64-byte-aligned storage
+  const SqmBytes scales = checked_raw(f, base + ".weight_scale", SqmDType::F16, {out, ng});
+  w.scales_f16.resize(scales.size / 2);
+  std::memcpy(w.scales_f16.data(), scales.data, scales.size);
   if (w.asym) w.zeros_packed = load_bytes(f, base + ".weight_zero", SqmDType::U4x2, {out, ng});
   try {
     return std::make_unique<W4A16Linear>(std::move(w), std::move(bias));

@@ -217,45 +217,49 @@ void quantize_activation_int8(const float* x, int64_t in, bool sym, Int8Activati
   }
 }
 
-/// Lane vector of the FP16 per-group values p[0 ..] (scales of one row from the chunk's first group)
-/// for a 128-column chunk: G = 128 every lane p[0]; G = 64 lanes 0–7 p[0], 8–15 p[1]; G = 32 lane l
-/// p[l / 4].
-template <int G>
-inline __m512 group_lanes128(const uint16_t* p) {
-  if constexpr (G >= 128) {
-    return _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(*p)));
-  } else {
-    // exactly the chunk's 2 or 4 scales (the last row's may end the array)
+/// Lane vector of the per-group values v(j) for a chunk of C ∈ {128, 64} columns whose first group
+/// is j0 (lane maps of Int8Activation). C = 128: G = 128 every lane v(j0); G = 64 lanes 0–7 v(j0),
+/// 8–15 v(j0 + 1); G = 32 lane l v(j0 + l / 4). C = 64 (lanes 0–3 and 8–11: block 0, 4–7 and 12–15:
+/// block 1): G ≥ 64 every lane v(j0); G = 32 block b v(j0 + b).
+template <int G, int C, typename F>
+inline __m512 group_lanes(int64_t j0, const F& v) {
+  if constexpr (G >= C) return _mm512_set1_ps(v(j0));
+  else if constexpr (C == 64) return _mm512_mask_blend_ps(0xF0F0, _mm512_set1_ps(v(j0)), _mm512_set1_ps(v(j0 + 1)));
+  else if constexpr (G == 64) return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(v(j0)), _mm512_set1_ps(v(j0 + 1)));
+  else return _mm512_set_ps(v(j0 + 3), v(j0 + 3), v(j0 + 3), v(j0 + 3), v(j0 + 2), v(j0 + 2), v(j0 + 2), v(j0 + 2),
+                            v(j0 + 1), v(j0 + 1), v(j0 + 1), v(j0 + 1), v(j0), v(j0), v(j0), v(j0));
+}
+
+/// The group scales as a lane vector (group_lanes) from one row's FP16 scales p = row + j0. A
+/// 128-column chunk with G < 128 converts its 2 or 4 scales in one instruction (exactly those: the
+/// last row's may end the array).
+template <int G, int C>
+inline __m512 scale_lanes(const uint16_t* p) {
+  if constexpr (C == 128 && G < 128) {
     const __m128i h = G == 64 ? _mm_loadu_si32(p) : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
     const __m512 v = _mm512_castps128_ps512(_mm_cvtph_ps(h));
     const __m512i idx = G == 64 ? _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
                                 : _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     return _mm512_permutexvar_ps(idx, v);
-  }
-}
-
-/// The same for a 64-column chunk (lanes 0–3 and 8–11: block 0, 4–7 and 12–15: block 1).
-template <int G>
-inline __m512 group_lanes64(const uint16_t* p) {
-  if constexpr (G >= 64) return _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(*p)));
-  else return _mm512_mask_blend_ps(0xF0F0, _mm512_set1_ps(_cvtsh_ss(p[0])), _mm512_set1_ps(_cvtsh_ss(p[1])));
-}
-
-/// Zero points as lane vectors (asymmetric weights), same lane maps as group_lanes128/64 (C = 128
-/// or 64); zp: the flat-packed zero points, j0 the flat index (r · ⌈in/G⌉ + j) of the chunk's first
-/// group.
-template <int G, int C>
-inline __m512 zero_lanes(const uint8_t* zp, int64_t j0) {
-  const auto z = [&](int64_t f) { return static_cast<float>((f & 1) ? (zp[f / 2] >> 4) : (zp[f / 2] & 0xF)); };
-  if constexpr (C == 128) {
-    if constexpr (G >= 128) return _mm512_set1_ps(z(j0));
-    else if constexpr (G == 64) return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(z(j0)), _mm512_set1_ps(z(j0 + 1)));
-    else return _mm512_set_ps(z(j0 + 3), z(j0 + 3), z(j0 + 3), z(j0 + 3), z(j0 + 2), z(j0 + 2), z(j0 + 2), z(j0 + 2),
-                              z(j0 + 1), z(j0 + 1), z(j0 + 1), z(j0 + 1), z(j0), z(j0), z(j0), z(j0));
   } else {
-    if constexpr (G >= 64) return _mm512_set1_ps(z(j0));
-    else return _mm512_mask_blend_ps(0xF0F0, _mm512_set1_ps(z(j0)), _mm512_set1_ps(z(j0 + 1)));
+    return group_lanes<G, C>(0, [&](int64_t j) { return _cvtsh_ss(p[j]); });
   }
+}
+
+/// tot + Δ · Σ s_b·(u − z)·x_q for one chunk of C columns and one row: d = the chunk's vpdpbusd sums
+/// Σ u·x_q (as float), sx/cz its activation lanes (Int8Activation), p = the row's FP16 scales from
+/// the chunk's first group, f the flat index (r · ⌈in/G⌉ + j0) of that group's zero point
+/// (asymmetric; symmetric codes have z = 8 folded into cz).
+template <bool Sym, int G, int C>
+inline __m512 add_chunk(__m512 tot, __m512 d, __m512 sx, __m512 cz, const uint16_t* p, const Int4Weights& w, int64_t f) {
+  __m512 t;
+  if constexpr (Sym) {
+    t = _mm512_fmsub_ps(d, sx, cz);
+  } else {
+    const __m512 z = group_lanes<G, C>(f, [&](int64_t k) { return static_cast<float>(zero_at(w, k)); });
+    t = _mm512_fnmadd_ps(z, cz, _mm512_mul_ps(d, sx));
+  }
+  return _mm512_fmadd_ps(t, scale_lanes<G, C>(p), tot);
 }
 
 /// GEMV over R consecutive rows from r0 with INT8 activations (Int8Activation; header comment). w.in
@@ -289,11 +293,7 @@ void gemv_rows_int8(const Int4Weights& w, const Int8Activation& a, int64_t r0, f
       const __m512i lo = _mm512_ternarylogic_epi32(b, flip, nib, 0x28);
       const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(b, 4), flip, nib, 0x28);
       const __m512 d = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xe), hi, xo));
-      const __m512 sw = group_lanes128<G>(scales[r] + j0);
-      __m512 t;
-      if constexpr (Sym) t = _mm512_fmsub_ps(d, sx, cz);
-      else t = _mm512_fnmadd_ps(zero_lanes<G, 128>(w.zeros_packed.data(), (r0 + r) * ng + j0), cz, _mm512_mul_ps(d, sx));
-      tot[r] = _mm512_fmadd_ps(t, sw, tot[r]);
+      tot[r] = add_chunk<Sym, G, 128>(tot[r], d, sx, cz, scales[r] + j0, w, (r0 + r) * ng + j0);
     }
   }
   if (in % 128 != 0) {  // one 64-column chunk
@@ -305,14 +305,9 @@ void gemv_rows_int8(const Int4Weights& w, const Int8Activation& a, int64_t r0, f
     for (int r = 0; r < R; ++r) {
       const uint8_t* tail = Interleaved ? base + full * step + 32 * r : rows[r] + col / 2;
       const __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tail)));
-      __m512i u = _mm512_and_si512(_mm512_srlv_epi16(b, shift), nib);
-      if constexpr (Sym) u = _mm512_xor_si512(u, _mm512_set1_epi8(0x08));
+      const __m512i u = _mm512_ternarylogic_epi32(_mm512_srlv_epi16(b, shift), flip, nib, 0x28);
       const __m512 d = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, xv));
-      const __m512 sw = group_lanes64<G>(scales[r] + j0);
-      __m512 t;
-      if constexpr (Sym) t = _mm512_fmsub_ps(d, sx, cz);
-      else t = _mm512_fnmadd_ps(zero_lanes<G, 64>(w.zeros_packed.data(), (r0 + r) * ng + j0), cz, _mm512_mul_ps(d, sx));
-      tot[r] = _mm512_fmadd_ps(t, sw, tot[r]);
+      tot[r] = add_chunk<Sym, G, 64>(tot[r], d, sx, cz, scales[r] + j0, w, (r0 + r) * ng + j0);
     }
   }
   for (int r = 0; r < R; ++r) y[r0 + r] = _mm512_reduce_add_ps(tot[r]);
@@ -573,8 +568,7 @@ void W4A16Linear::forward_batch1(std::span<const std::pair<const W4A16Linear*, f
     float* y;
     int64_t first_block;  // global index of this linear's first 4-row block
     bool int8;
-    bool interleaved;       // INT8 kernel on decode_ (interleave_for_int8_decode)
-    const Int4Weights* w;   // the weights the kernel reads: w_ or decode_
+    const Int4Weights* w;   // the weights the kernel reads: w_, or decode_ (interleave_for_int8_decode)
     const float* xp;      // FP32 kernel: permuted activation and per-group lane sums
     const float* xsum;
 #if SQ_W4_VNNI
@@ -592,8 +586,7 @@ void W4A16Linear::forward_batch1(std::span<const std::pair<const W4A16Linear*, f
     s.y = y;
     s.first_block = blocks;
     s.int8 = lin->decode_act_ == W4DecodeActivations::Int8;
-    s.interleaved = s.int8 && !lin->decode_.packed.empty();
-    s.w = s.interleaved ? &lin->decode_ : &lin->w_;
+    s.w = s.int8 && !lin->decode_.packed.empty() ? &lin->decode_ : &lin->w_;
     const Int4Weights& w = *s.w;
     // Linears of the same layout (q/k/v, gate/up) share one prepared activation.
     const Slot* same = nullptr;
@@ -630,10 +623,11 @@ void W4A16Linear::forward_batch1(std::span<const std::pair<const W4A16Linear*, f
     const bool sym = !w.asym;
 #if SQ_W4_VNNI
     if (s.int8) {
+      const bool interleaved = s.w == &s.lin->decode_;
       switch (w.group) {
-        case 32: (sym ? gemv_block_int8_layout<true, 32> : gemv_block_int8_layout<false, 32>)(w, s.a, r0, s.y, s.interleaved); break;
-        case 64: (sym ? gemv_block_int8_layout<true, 64> : gemv_block_int8_layout<false, 64>)(w, s.a, r0, s.y, s.interleaved); break;
-        default: (sym ? gemv_block_int8_layout<true, 128> : gemv_block_int8_layout<false, 128>)(w, s.a, r0, s.y, s.interleaved); break;
+        case 32: (sym ? gemv_block_int8_layout<true, 32> : gemv_block_int8_layout<false, 32>)(w, s.a, r0, s.y, interleaved); break;
+        case 64: (sym ? gemv_block_int8_layout<true, 64> : gemv_block_int8_layout<false, 64>)(w, s.a, r0, s.y, interleaved); break;
+        default: (sym ? gemv_block_int8_layout<true, 128> : gemv_block_int8_layout<false, 128>)(w, s.a, r0, s.y, interleaved); break;
       }
       return;
     }
