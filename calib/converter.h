@@ -73,6 +73,16 @@ struct ConvertSummary {
     double hessian_error = 0;
   };
   std::vector<AtomLinear> atom;
+  /// W8A8 with per-tensor weights (O1–O3): the weight rounding error of every quantized linear
+  /// summed, as written (per tensor) and as per-channel scales would give it, each input column
+  /// weighted by the calibration's Σx² of the (smoothed) input (calibration_weighted) or by 1.
+  /// sq-convert warns when per_tensor is far above per_channel. Zero for other schemes.
+  struct WeightErrorComparison {
+    double per_tensor = 0;
+    double per_channel = 0;
+    bool calibration_weighted = false;
+  };
+  WeightErrorComparison w8a8_weight_error;
   uint64_t file_bytes = 0;
 };
 

@@ -25,6 +25,28 @@ void write_int8_linear(SqmWriter& w, const Tensor& W, const Tensor* bias, const 
   if (bias) write_float(w, base + ".bias", *bias, ConvertScheme::F32);
 }
 
+/// Σ_j imp_j · Σ_i (W_ij − Δ_i·q_ij)²: the rounding error of W [out, in] quantized with `g`
+/// (Eq. 3.1), each input column j weighted by imp[j] (empty: 1). With imp = the calibration's Σ_t x_j²
+/// of the linear's (smoothed) input this is the diagonal approximation of the calibration-set output
+/// error Σ_t ‖(W − Ŵ)x_t‖² (cross terms between columns dropped).
+double weighted_rounding_error(const Tensor& W, WeightGranularity g, const std::vector<double>& imp) {
+  const int64_t out = W.dim(0), in = W.dim(1);
+  std::vector<int8_t> q(size_t(out * in));
+  std::vector<float> scales(g == WeightGranularity::PerChannel ? size_t(out) : 1);
+  quantize_weight(W.data(), out, in, g, q.data(), scales.data());
+  double err = 0;
+  for (int64_t i = 0; i < out; ++i) {
+    const float d = scales.size() == 1 ? scales[0] : scales[size_t(i)];
+    const float* w = W.data() + i * in;
+    const int8_t* qi = q.data() + i * in;
+    for (int64_t j = 0; j < in; ++j) {
+      const double e = double(w[j]) - double(d) * qi[j];
+      err += (imp.empty() ? 1.0 : imp[size_t(j)]) * e * e;
+    }
+  }
+  return err;
+}
+
 class W8A8Quantizer final : public LinearQuantizer {
  public:
   bool smooths() const override { return smooth_; }
@@ -53,7 +75,7 @@ class W8A8Quantizer final : public LinearQuantizer {
     write_int8_linear(out, in.lm_head(), nullptr, "lm_head", in.o.weight, in.o.act, 0.0f);
   }
 
-  void convert_layer(ConvertInputs& in, LayerWork& w, SqmWriter& out, ConvertSummary&) override {
+  void convert_layer(ConvertInputs& in, LayerWork& w, SqmWriter& out, ConvertSummary& summary) override {
     const ConvertOptions& o = in.o;
     for (const LinearSlot& s : w.linears) {
       if (!s.quantize) {
@@ -66,7 +88,9 @@ class W8A8Quantizer final : public LinearQuantizer {
         step = smoothed_static_step(in.calib.layers[size_t(w.layer)], s.site, it == w.smoothing.end() ? nullptr : &it->second);
       }
       const Tensor bias = s.bias ? w.tensors.get(s.name + ".bias", {s.out}) : Tensor();
-      write_int8_linear(out, w.tensors.get(s.name + ".weight", {s.out, s.in}), s.bias ? &bias : nullptr, s.name, o.weight, o.act, step);
+      const Tensor W = w.tensors.get(s.name + ".weight", {s.out, s.in});
+      if (o.weight == WeightGranularity::PerTensor) compare_with_per_channel(in, w, s, W, summary);
+      write_int8_linear(out, W, s.bias ? &bias : nullptr, s.name, o.weight, o.act, step);
     }
   }
 
@@ -88,6 +112,23 @@ class W8A8Quantizer final : public LinearQuantizer {
   }
 
  private:
+  /// Adds linear s's importance-weighted rounding error per tensor and per channel to `summary`
+  /// (ConvertSummary::w8a8_weight_error): importance = the calibration's Σx² of its input site
+  /// divided by the squared smoothing factors (the smoothed input's Σx²), or 1 without calibration.
+  static void compare_with_per_channel(const ConvertInputs& in, const LayerWork& w, const LinearSlot& s, const Tensor& W,
+                                       ConvertSummary& summary) {
+    std::vector<double> imp;
+    if (const LayerStats* st = in.stats(w.layer); st && size_t(s.site) < st->inputs.size() &&
+                                                  st->inputs[size_t(s.site)].sum_sq.size() == size_t(s.in)) {
+      imp = st->inputs[size_t(s.site)].sum_sq;
+      if (auto it = w.smoothing.find(s.site); it != w.smoothing.end() && it->second.size() == imp.size())
+        for (size_t j = 0; j < imp.size(); ++j) imp[j] /= double(it->second[j]) * double(it->second[j]);
+    }
+    summary.w8a8_weight_error.per_tensor += weighted_rounding_error(W, WeightGranularity::PerTensor, imp);
+    summary.w8a8_weight_error.per_channel += weighted_rounding_error(W, WeightGranularity::PerChannel, imp);
+    summary.w8a8_weight_error.calibration_weighted = !imp.empty();
+  }
+
   bool smooth_ = false;
 };
 

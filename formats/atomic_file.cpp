@@ -1,6 +1,8 @@
 #include "formats/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <stdio.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -9,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <tuple>
+#include <utility>
 
 #include "core/error.h"
 #include "core/interrupt.h"
@@ -55,34 +59,88 @@ std::vector<std::string> remove_stale_temporaries(const std::string& output) {
     const std::string name = it->path().filename().string();
     const long pid = temp_owner_pid(name, base);
     if (pid < 0 || pid == static_cast<long>(::getpid())) continue;
-    if (!it->is_regular_file(ec) || it->is_symlink(ec)) continue;
+    if (it->is_symlink(ec)) continue;
+    const bool file = it->is_regular_file(ec), directory = !file && it->is_directory(ec);
+    if (!file && !directory) continue;
     // kill(pid, 0) fails with ESRCH only when no such process exists; EPERM means it exists (another user's).
     if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
-    if (::unlink(it->path().c_str()) == 0) removed.push_back(it->path().string());
+    std::error_code rm;
+    if (file ? ::unlink(it->path().c_str()) == 0 : fs::remove_all(it->path(), rm) > 0 && !rm) removed.push_back(it->path().string());
   }
   return removed;
 }
 
-TempBeside create_temp_beside(const std::string& output) {
+namespace {
+/// "<output>.tmp-<pid>-" followed by kSuffixLength random alphabet characters; a new suffix per call.
+class TempNames {
+ public:
+  explicit TempNames(const std::string& output)
+      : rng_(seed()), prefix_(output + ".tmp-" + std::to_string(::getpid()) + "-") {}
+  std::string next() {
+    std::string name = prefix_;
+    for (size_t k = 0; k < kSuffixLength; ++k) name += kAlphabet[rng_() % (sizeof(kAlphabet) - 1)];
+    return name;
+  }
+
+ private:
+  static uint64_t seed() {
+    std::random_device rd;
+    return (uint64_t(rd()) << 32) ^ rd() ^ uint64_t(::getpid());
+  }
+  std::mt19937_64 rng_;
+  std::string prefix_;
+};
+
+/// Removes stale temporaries of `output`, then tries fresh names "<output>.tmp-<pid>-<random>":
+/// each is registered with `reg` (register_temp_file / register_temp_dir) *before* `create(path)`
+/// makes it (returning false with errno set on failure), so it never exists unregistered. Returns the
+/// name and its slot; throws OutputError naming `what` and `output` when no name can be created.
+template <typename Register, typename Create>
+std::pair<std::string, int> create_registered(const std::string& output, Register reg, Create create, const char* what) {
   remove_stale_temporaries(output);
-  std::random_device rd;
-  std::mt19937_64 rng((uint64_t(rd()) << 32) ^ rd() ^ uint64_t(::getpid()));
-  const std::string prefix = output + ".tmp-" + std::to_string(::getpid()) + "-";
-  TempBeside t;
+  TempNames names(output);
+  std::string path;
   int err = 0;
   for (int attempt = 0; attempt < 100; ++attempt) {
-    std::string suffix;
-    for (size_t k = 0; k < kSuffixLength; ++k) suffix += kAlphabet[rng() % (sizeof(kAlphabet) - 1)];
-    t.path = prefix + suffix;
-    t.slot = register_temp_file(t.path.c_str());  // before the file exists: see the header
-    t.fd = ::open(t.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (t.fd >= 0) return t;
+    path = names.next();
+    const int slot = reg(path.c_str());
+    if (create(path)) return {path, slot};
     err = errno;
-    unregister_temp_file(t.slot);
-    t.slot = -1;
+    unregister_temp_file(slot);
     if (err != EEXIST) break;
   }
-  throw OutputError("cannot create " + t.path + " (to write " + output + "): " + std::strerror(err));
+  throw OutputError(std::string("cannot create ") + what + path + " (to write " + output + "): " + std::strerror(err));
+}
+}  // namespace
+
+TempBeside create_temp_beside(const std::string& output) {
+  TempBeside t;
+  std::tie(t.path, t.slot) = create_registered(
+      output, register_temp_file,
+      [&](const std::string& path) { return (t.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666)) >= 0; }, "");
+  return t;
+}
+
+TempDirBeside create_temp_dir_beside(const std::string& output) {
+  std::string out = std::filesystem::path(output).lexically_normal().string();
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  TempDirBeside t;
+  std::tie(t.path, t.slot) = create_registered(
+      out, register_temp_dir, [](const std::string& path) { return ::mkdir(path.c_str(), 0777) == 0; }, "the directory ");
+  return t;
+}
+
+void commit_temp_dir(const std::string& tmp, const std::string& output, bool replace) {
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, output.c_str(), RENAME_NOREPLACE) == 0) return;
+  const int err = errno;
+  if (err != EEXIST && err != ENOTEMPTY) throw OutputError("cannot rename " + tmp + " to " + output + ": " + std::strerror(err));
+  if (!replace)
+    throw OutputError(output + " was created by another writer while this one ran; it is left as it is "
+                      "(use --force to replace it)");
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, output.c_str(), RENAME_EXCHANGE) != 0)
+    throw OutputError("cannot replace " + output + ": " + std::strerror(errno));
+  std::error_code ec;
+  std::filesystem::remove_all(tmp, ec);  // the old output, now at tmp
 }
 
 AtomicFile::AtomicFile(const std::string& path) : path_(path) {

@@ -50,7 +50,8 @@ struct TempBeside {
 };
 
 /// Removes the temporaries that killed writers (SIGKILL, power loss) left beside `output`: regular
-/// files in the output's directory named exactly "<output file name>.tmp-<pid>-<6 letters/digits>"
+/// files, and directories with everything in them (sq-export's temporary output directories), in
+/// the output's directory named exactly "<output file name>.tmp-<pid>-<6 letters/digits>"
 /// whose process <pid> no longer exists (kill(pid, 0) fails with ESRCH). Temporaries of live
 /// processes (including this one) and every other file are left alone; a pid reused by an unrelated
 /// live process keeps its stale file (conservative). Returns the paths removed; never throws (an
@@ -66,6 +67,26 @@ std::vector<std::string> remove_stale_temporaries(const std::string& output);
 /// of a dead process is retried with a new name. Throws OutputError naming `output` when no
 /// temporary can be created (directory missing or not writable, ...).
 TempBeside create_temp_beside(const std::string& output);
+
+/// A temporary directory beside an output directory (see create_temp_dir_beside()).
+struct TempDirBeside {
+  std::string path;  ///< "<output>.tmp-<pid>-<6 random characters>", mode 0777 & ~umask
+  int slot = -1;     ///< register_temp_dir() slot of `path` (-1 when the registry was full)
+};
+
+/// Creates the directory "<output>.tmp-<pid>-<random>" beside `output` (mkdir, which fails on an
+/// existing name), after removing stale temporaries of dead writers of the same output. As for
+/// create_temp_beside(), the name is registered (register_temp_dir()) before the directory exists,
+/// so a SIGINT/SIGTERM at any moment removes it and what was written into it. Throws OutputError
+/// naming `output` when no directory can be created.
+TempDirBeside create_temp_dir_beside(const std::string& output);
+
+/// Moves the finished directory `tmp` to `output`. Without `replace`, renameat2(RENAME_NOREPLACE):
+/// an `output` that appeared meanwhile (another writer finished first) is left as it is and
+/// OutputError says so; with `replace`, an existing `output` directory is exchanged with `tmp`
+/// (RENAME_EXCHANGE) and the old one, now at `tmp`, is removed. Returns normally only when `output`
+/// holds `tmp`'s contents.
+void commit_temp_dir(const std::string& tmp, const std::string& output, bool replace);
 
 /// Replaces `path` with `content` atomically (AtomicFile).
 void write_file_atomic(const std::string& path, std::string_view content);

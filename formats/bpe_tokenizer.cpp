@@ -4,6 +4,7 @@
 #include <pcre2.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <array>
 #include <nlohmann/json.hpp>
 #include <queue>
@@ -181,10 +182,29 @@ BpeTokenizer::BpeTokenizer(BpeVocabulary vocab, const std::string& source) : voc
     // A duplicated string keeps its first id (as HF tokenizers' vocab map would hold just one).
     ids_.emplace(s, static_cast<int>(id));
   }
+  if (ids_.empty()) throw InputError(source_ + ": the vocabulary has no usable token (only control or unused entries)");
   char_id_.assign(256, -1);
   for (int b = 0; b < 256; ++b) {
     auto it = ids_.find(byte_level_char(static_cast<uint8_t>(b)));
     if (it != ids_.end()) char_id_[b] = it->second;
+  }
+  // Without the byte-level symbol of a byte (and without an unknown token to stand for it) the byte
+  // silently vanishes from the ids. Real vocabularies leave out bytes that never occur in UTF-8 text
+  // (SmolLM2 lacks 21: a few C0 controls, 0xC0, 0xC1, 0xF1 ... 0xFF), so what is required is every
+  // byte of plain text: tab, newline, carriage return and printable ASCII (98 bytes).
+  if (vocab_.unk < 0) {
+    int missing = 0, first = -1;
+    for (int b = 0; b < 256; ++b) {
+      const bool plain_text = b == '\t' || b == '\n' || b == '\r' || (b >= 0x20 && b <= 0x7E);
+      if (plain_text && char_id_[b] < 0 && ++missing == 1) first = b;
+    }
+    if (missing > 0) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", first);
+      throw InputError(source_ + ": the vocabulary lacks the byte-level symbols of " + std::to_string(missing) +
+                       " of the 98 plain-text bytes (tab, newline, carriage return, printable ASCII; first: " + hex +
+                       ") and has no unknown token, so text with them would lose characters");
+    }
   }
 
   merge_.reserve(vocab_.merges.size());
@@ -233,6 +253,16 @@ std::string BpeTokenizer::decode_token(int prev_token, int token) const {
 std::string BpeTokenizer::piece(int token) const {
   check(token);
   return vocab_.tokens[token];
+}
+
+std::vector<std::pair<std::string, int>> BpeTokenizer::special_token_texts() const {
+  std::vector<std::pair<std::string, int>> out;
+  for (size_t id = 0; id < vocab_.tokens.size(); ++id) {
+    const TokenType t = vocab_.types[id];
+    if ((t == TokenType::Control || t == TokenType::UserDefined) && !vocab_.tokens[id].empty())
+      out.emplace_back(vocab_.tokens[id], static_cast<int>(id));
+  }
+  return out;
 }
 
 TokenType BpeTokenizer::type(int token) const {
@@ -437,6 +467,7 @@ BpeVocabulary bpe_vocabulary_from_hf_json(std::string_view text, const std::stri
   }
   if (!m.contains("vocab") || !m["vocab"].is_object()) json_fail(source, "model.vocab", "expected an object of token -> id");
   const auto& vocab = m["vocab"];
+  if (vocab.empty()) json_fail(source, "model.vocab", "is empty (a byte-level BPE needs at least its 256 byte symbols)");
   const auto& added = j.contains("added_tokens") && !j["added_tokens"].is_null() ? j["added_tokens"] : nlohmann::json::array();
   if (!added.is_array()) json_fail(source, "added_tokens", "expected an array");
   const size_t limit = vocab.size() + added.size();

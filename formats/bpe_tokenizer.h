@@ -96,6 +96,8 @@ class BpeTokenizer : public Tokenizer {
   std::string piece(int token) const override;
   /// The token's type. Throws std::out_of_range.
   TokenType type(int token) const;
+  /// Control and user-defined tokens with their stored text ("<|im_start|>", "<|endoftext|>").
+  std::vector<std::pair<std::string, int>> special_token_texts() const override;
 
  private:
   struct Regex;

@@ -188,17 +188,18 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   return c;
 }
 
-Checkpoint load_gguf_checkpoint(const GgufFile& file) {
+namespace {
+/// The config and every tensor of the file mapped to its canonical name, the config checked against
+/// the tensor shapes (load_gguf_checkpoint's first step; gguf_checked_model_config).
+std::pair<ModelConfig, std::map<std::string, Planned>> plan_gguf_tensors(const GgufFile& file) {
   const GgufArchitecture& a = architecture_of(file);
-  Checkpoint ck;
-  ck.source = file.path();
-  ck.format = "gguf";
-  ck.config = gguf_model_config(file);
-  const ModelConfig& c = ck.config;
+  std::pair<ModelConfig, std::map<std::string, Planned>> out;
+  out.first = gguf_model_config(file);
+  const ModelConfig& c = out.first;
+  std::map<std::string, Planned>& by_canonical = out.second;
   const std::string arch = a.name;
 
   // Every tensor of the file mapped to a canonical name (bounded by the file, not by the config).
-  std::map<std::string, Planned> by_canonical;
   for (const GgufTensorInfo& info : file.tensors()) {
     Planned p;
     p.info = &info;
@@ -251,6 +252,21 @@ Checkpoint load_gguf_checkpoint(const GgufFile& file) {
         return it == shapes.end() ? nullptr : &it->second;
       },
       file.path(), keys);
+  return out;
+}
+}  // namespace
+
+ModelConfig gguf_checked_model_config(const GgufFile& file) { return plan_gguf_tensors(file).first; }
+
+Checkpoint load_gguf_checkpoint(const GgufFile& file) {
+  const GgufArchitecture& a = architecture_of(file);
+  Checkpoint ck;
+  ck.source = file.path();
+  ck.format = "gguf";
+  auto [config, by_canonical] = plan_gguf_tensors(file);
+  ck.config = config;
+  const ModelConfig& c = ck.config;
+  const std::string arch = a.name;
 
   // Every implied tensor present, of the right shape and a type we can dequantize.
   std::vector<Planned> plan;

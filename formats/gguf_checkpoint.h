@@ -61,6 +61,11 @@ bool looks_like_gguf(const std::string& path);
 /// the wrong type or out of range, and ModelConfig::validate's InputError.
 ModelConfig gguf_model_config(const GgufFile& file);
 
+/// gguf_model_config(file), checked against the file's tensor headers as load_gguf_checkpoint does
+/// before anything is dequantized (a block_count or width the tensors contradict is an InputError
+/// naming the key and the tensor). Reads no tensor data.
+ModelConfig gguf_checked_model_config(const GgufFile& file);
+
 /// Loads GGUF file `file` as an FP32 Checkpoint (format "gguf", source file.path()).
 ///
 /// Before anything is dequantized: every tensor of the file is mapped to a canonical name

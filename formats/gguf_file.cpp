@@ -269,10 +269,11 @@ void GgufFile::parse() {
   const uint32_t magic = in.u32("magic");
   if (magic != kMagic) in.fail("not a GGUF file (magic bytes are not \"GGUF\")");
   version_ = in.u32("version");
+  if (version_ == 1)
+    in.fail("GGUF version 1 (llama.cpp's format before August 2023, with 32-bit counts) is not supported; convert the "
+            "model again with a current llama.cpp (versions 2 and 3 are read)");
   if (version_ != 2 && version_ != 3) {
-    std::string hint;
-    if (version_ == 1) hint = " (version 1 is not supported)";
-    else if ((version_ & 0xffffu) == 0) hint = " (a big-endian file? only little-endian GGUF is supported)";
+    const std::string hint = (version_ & 0xffffu) == 0 ? " (a big-endian file? only little-endian GGUF is supported)" : "";
     in.fail("GGUF version " + std::to_string(version_) + " is not supported (expected 2 or 3)" + hint);
   }
   const uint64_t n_tensors = in.u64("tensor_count");

@@ -124,6 +124,14 @@ std::string SentencePieceTokenizer::piece(int token) const {
   return sp_->IdToPiece(token);
 }
 
+std::vector<std::pair<std::string, int>> SentencePieceTokenizer::special_token_texts() const {
+  std::vector<std::pair<std::string, int>> out;
+  const int n = sp_->GetPieceSize();
+  for (int id = 0; id < n; ++id)
+    if (sp_->IsControl(id) && !sp_->IdToPiece(id).empty()) out.emplace_back(sp_->IdToPiece(id), id);
+  return out;
+}
+
 float SentencePieceTokenizer::score(int token) const {
   check(token);
   return sp_->GetScore(token);

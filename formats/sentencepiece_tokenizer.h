@@ -71,6 +71,9 @@ class SentencePieceTokenizer : public Tokenizer {
   /// The piece exactly as stored in the model, with '▁' for spaces (e.g. "▁the", "<0x0A>", "<s>").
   /// Throws std::out_of_range.
   std::string piece(int token) const override;
+  /// Control pieces with their text ("<bos>", "<start_of_turn>"); user-defined pieces are left to
+  /// SentencePiece, which already never splits them.
+  std::vector<std::pair<std::string, int>> special_token_texts() const override;
   /// The model's score of `token` (merge priority for BPE models). Throws std::out_of_range.
   float score(int token) const;
 

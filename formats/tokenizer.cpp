@@ -1,6 +1,7 @@
 // Tokenizer::decode and format detection for load_tokenizer.
 #include "formats/tokenizer.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -24,6 +25,45 @@ std::string Tokenizer::decode(const std::vector<int>& tokens) const {
     prev = t;
   }
   return out;
+}
+
+std::vector<int> Tokenizer::encode_special(std::string_view text, bool add_bos, bool add_eos) const {
+  std::vector<std::pair<std::string, int>> specials = special_token_texts();
+  // Longest first, so "<|im_start|>" wins over a shorter token that is its prefix.
+  std::stable_sort(specials.begin(), specials.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  std::vector<std::vector<size_t>> by_first_byte(256);
+  for (size_t k = 0; k < specials.size(); ++k)
+    if (!specials[k].first.empty()) by_first_byte[static_cast<uint8_t>(specials[k].first[0])].push_back(k);
+  std::vector<int> ids = encode("", add_bos, false);  // just BOS, with encode()'s checks
+  size_t start = 0;
+  auto flush = [&](size_t end) {
+    if (end > start) {
+      const std::vector<int> piece = encode(text.substr(start, end - start), false, false);
+      ids.insert(ids.end(), piece.begin(), piece.end());
+    }
+  };
+  for (size_t i = 0; i < text.size();) {
+    int match = -1;
+    for (size_t k : by_first_byte[static_cast<uint8_t>(text[i])])
+      if (text.compare(i, specials[k].first.size(), specials[k].first) == 0) {
+        match = static_cast<int>(k);
+        break;  // longest first
+      }
+    if (match < 0) {
+      ++i;
+      continue;
+    }
+    flush(i);
+    ids.push_back(specials[size_t(match)].second);
+    i += specials[size_t(match)].first.size();
+    start = i;
+  }
+  flush(text.size());
+  if (add_eos) {
+    const std::vector<int> eos = encode("", false, true);
+    ids.insert(ids.end(), eos.begin(), eos.end());
+  }
+  return ids;
 }
 
 namespace {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace sq {
@@ -15,8 +16,8 @@ namespace sq {
 /// Text <-> token ids for LLaMA-family vocabularies. SentencePiece-style implementations follow
 /// SentencePiece/llama.cpp conventions (a dummy-prefix space before the text when the model asks
 /// for it, byte fallback (`<0xXX>` pieces) for characters not in the vocabulary); the byte-level
-/// BPE one follows GPT-2 (formats/bpe_tokenizer.h). Special-token strings in the text are never
-/// parsed into special ids.
+/// BPE one follows GPT-2 (formats/bpe_tokenizer.h). encode() never parses special-token strings in
+/// the text into special ids; encode_special() does (the tools' --special).
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -25,6 +26,17 @@ class Tokenizer {
   /// the requested BOS/EOS.
   virtual std::vector<int> encode(std::string_view text, bool add_bos, bool add_eos) const = 0;
 
+  /// As encode(), but every occurrence in `text` of a special token's text (special_token_texts(),
+  /// longest match first, scanning left to right) becomes that token's id, and the text between
+  /// them is encoded with encode(piece, false, false) — llama.cpp's parse_special partition
+  /// (llama-vocab.cpp tokenizer_st_partition), so a SentencePiece model with a dummy prefix gets it
+  /// before each text fragment, as there. E.g. SmolLM2's "<|im_start|>user\nhi<|im_end|>" gives
+  /// [1, encode("user\nhi"), 2]. Same exceptions as encode().
+  std::vector<int> encode_special(std::string_view text, bool add_bos, bool add_eos) const;
+  /// The tokens encode_special() parses, as (text, id): byte-level BPE: control (special added
+  /// tokens) and user-defined tokens; SentencePiece: control pieces ("<start_of_turn>", "<bos>");
+  /// llama2.c: none. Empty texts are left out.
+  virtual std::vector<std::pair<std::string, int>> special_token_texts() const { return {}; }
   /// Text of `token` when it follows `prev_token` in a stream: byte pieces become their raw byte,
   /// the leading space of the first piece after BOS is dropped, BOS/EOS/unk give "".
   virtual std::string decode_token(int prev_token, int token) const = 0;

@@ -250,12 +250,27 @@ TEST(SpmGgufTokenizer, BadMetadataNamesTheKey) {
 
 // ---- tokenizer.json ----
 
+/// The byte-level symbols not among "a", "b", "c", "Ġ", as JSON vocabulary entries with ids 7, 8, ...
+/// (every byte-level BPE needs all 256 byte symbols: issue 39 point 3).
+std::string other_byte_entries() {
+  std::string s;
+  int id = 7;
+  for (int b = 0; b < 256; ++b) {
+    const std::string c = sq::byte_level_char(static_cast<uint8_t>(b));
+    if (c == "a" || c == "b" || c == "c" || c == "\xC4\xA0") continue;
+    const std::string escaped = c == "\"" ? "\\\"" : c == "\\" ? "\\\\" : c;
+    s += ", \"" + escaped + "\": " + std::to_string(id++);
+  }
+  return s;
+}
+
 std::string tiny_json(const std::string& merges, const std::string& pre = R"({"type": "ByteLevel", "add_prefix_space": false})",
                       const std::string& model_type = "BPE") {
   return R"({"version": "1.0", "normalizer": null,
   "added_tokens": [{"id": 5, "content": "<|endoftext|>", "special": true}],
   "pre_tokenizer": )" + pre + R"(,
-  "model": {"type": ")" + model_type + R"(", "vocab": {"a": 0, "b": 1, "c": 2, "ab": 3, "Ġ": 4, "<|endoftext|>": 5, "abc": 6},
+  "model": {"type": ")" + model_type + R"(", "vocab": {"a": 0, "b": 1, "c": 2, "ab": 3, "Ġ": 4, "<|endoftext|>": 5, "abc": 6)" +
+         other_byte_entries() + R"(},
             "merges": )" + merges + "}}";
 }
 
@@ -265,7 +280,7 @@ std::unique_ptr<sq::Tokenizer> from_json(const std::string& text) {
 
 TEST(BpeTokenizerJson, BothMergeSpellingsAndSpecialTokens) {
   auto tok = from_json(tiny_json(R"(["a b", ["ab", "c"]])"));
-  EXPECT_EQ(tok->vocab_size(), 7);
+  EXPECT_EQ(tok->vocab_size(), 7 + 252);
   EXPECT_EQ(tok->encode("abc ab", false, false), (std::vector<int>{6, 4, 3}));  // "abc" | " ab" = Ġ (a b)
   EXPECT_EQ(tok->bos_id(), 5);
   EXPECT_EQ(tok->eos_id(), 5);
@@ -289,6 +304,27 @@ TEST(BpeTokenizerJson, BadFilesNameTheField) {
   expect_throw_naming<sq::InputError>([] { from_json("{ not json"); }, "tokenizer.json");
   expect_throw_naming<sq::InputError>([] { from_json(R"({"model": {"type": "BPE", "vocab": {"a": 7}, "merges": []}, "pre_tokenizer": {"type": "ByteLevel"}})"); },
                                       "id 7 is outside");
+}
+
+TEST(BpeTokenizerJson, EmptyOrByteIncompleteVocabulariesAreRefused) {
+  // Issue 39 point 3: an empty vocabulary and merges tokenized "hi" to [] with exit 0.
+  const std::string bytelevel = R"("pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false})";
+  expect_throw_naming<sq::InputError>([&] { from_json(R"({"model": {"type": "BPE", "vocab": {}, "merges": []}, )" + bytelevel + "}"); },
+                                      "model.vocab");
+  expect_throw_naming<sq::InputError>(
+      [&] { from_json(R"({"model": {"type": "BPE", "vocab": {"h": 0, "i": 1}, "merges": []}, )" + bytelevel + "}"); },
+      "lacks the byte-level symbols of 96 of the 98 plain-text bytes (tab, newline, carriage return, printable ASCII; first: 0x09)");
+  // Only special tokens: nothing encodes text.
+  expect_throw_naming<sq::InputError>(
+      [&] {
+        from_json(R"({"added_tokens": [{"id": 0, "content": "<s>", "special": true}], "model": {"type": "BPE", "vocab": {}, "merges": []}, )" +
+                  bytelevel + "}");
+      },
+      "model.vocab");
+  // The same through a GGUF gpt2 tokenizer: one byte missing.
+  std::vector<std::string> tokens = byte_vocab({});
+  tokens[0x41] = "A-but-not-a-byte";
+  expect_throw_naming<sq::InputError>([&] { from_gguf(gpt2_writer(tokens, {})); }, "first: 0x41");
 }
 
 TEST(BpeTokenizerJson, EmbeddingBytesOfAJsonFileAndDirectory) {

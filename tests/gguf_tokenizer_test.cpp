@@ -262,3 +262,81 @@ TEST(GgufTokenizerSmolLM2, EquivalentTokenizerJsonGivesSameIds) {
 }
 
 }  // namespace
+
+// ---- --special (issue 39 point 7): special-token text parsed into ids, against transformers ----
+// tests/data/special_tokens_reference.json: transformers' tokenizers built from the same GGUF files
+// (scripts/special_tokens_reference.py), with special tokens parsed (its default), no BOS/EOS added.
+
+namespace special {
+
+json reference() {
+  return json::parse(sq::read_file_to_string(std::string(SQ_SOURCE_DIR) + "/tests/data/special_tokens_reference.json"));
+}
+
+/// encode_special equals transformers on every reference text of `model` (and its chat template's
+/// output, when it has one); returns how many texts were compared.
+int expect_matches_transformers(const std::string& path, const std::string& model) {
+  const json ref = reference()["models"][model];
+  auto tok = sq::load_tokenizer(path);
+  int compared = 0;
+  for (const auto& c : ref["cases"]) {
+    EXPECT_EQ(tok->encode_special(c["text"].get<std::string>(), false, false), c["ids"].get<std::vector<int>>())
+        << model << ": " << c["text"].get<std::string>();
+    ++compared;
+  }
+  if (ref.contains("chat_template")) {
+    const auto& c = ref["chat_template"];
+    EXPECT_EQ(tok->encode_special(c["text"].get<std::string>(), false, false), c["ids"].get<std::vector<int>>()) << model << " chat template";
+    ++compared;
+  }
+  return compared;
+}
+
+}  // namespace special
+
+TEST(SpecialTokens, SmolLM2MatchesTransformers) {
+  REQUIRE_MODEL(path, kSmol);
+  EXPECT_EQ(special::expect_matches_transformers(path, "smollm2"), 6);
+  // Without --special the same text stays characters (no control id below 17).
+  auto tok = sq::load_tokenizer(path);
+  for (int id : tok->encode("<|im_start|>user", false, false)) EXPECT_GT(id, 16);
+  // BOS/EOS requests still apply around the parsed text.
+  EXPECT_EQ(tok->encode_special("<|im_end|>", true, true), (std::vector<int>{1, 2, 2}));
+}
+
+TEST(SpecialTokens, Qwen25MatchesTransformers) {
+  REQUIRE_MODEL(path, "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf");
+  EXPECT_EQ(special::expect_matches_transformers(path, "qwen2.5"), 6);
+}
+
+TEST(SpecialTokens, Gemma3MatchesTransformers) {
+  // SentencePiece: control pieces (<bos>, <start_of_turn>) are parsed; the text between them is
+  // encoded as without --special.
+  REQUIRE_MODEL(path, kGemma);
+  EXPECT_EQ(special::expect_matches_transformers(path, "gemma3"), 5);
+}
+
+TEST(SpecialTokens, ToolsParseWithSpecialOnly) {
+  REQUIRE_MODEL(path, kSmol);
+  const json c = special::reference()["models"]["smollm2"]["cases"][0];
+  const std::string text = c["text"].get<std::string>();
+  std::string expected = "[";
+  for (int id : c["ids"].get<std::vector<int>>()) expected += (expected.size() > 1 ? ", " : "") + std::to_string(id);
+  expected += "]\n";
+  auto r = sq::test::run_process({sq::test::tool("sq-tokenize"), "-m", path, "-p", text, "--ids", "--special", "--no-bos"});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_EQ(r.out, expected);
+  r = sq::test::run_process({sq::test::tool("sq-tokenize"), "-m", path, "-p", text, "--ids", "--no-bos"});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_NE(r.out, expected);  // today's behaviour without the flag: plain characters
+  // sq-run: the prompt with --special is the reference's number of tokens (its timing line).
+  r = sq::test::run_process({sq::test::tool("sq-run"), "-m", path, "-p", text, "--special", "-n", "1", "--temp", "0", "-t", "1"});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_NE(r.err.find("prompt " + std::to_string(c["ids"].size()) + " tokens"), std::string::npos) << r.err;
+  // --special applies to text, not to token ids.
+  sq::test::ScratchDir dir;
+  sq::test::write_file(dir.file("ids.txt"), "1 2 3");
+  r = sq::test::run_process({sq::test::tool("sq-run"), "-m", path, "--token-ids", dir.file("ids.txt"), "--special", "-n", "1"});
+  EXPECT_EQ(r.exit_status, 2) << r.err;
+  EXPECT_NE(r.err.find("--special"), std::string::npos) << r.err;
+}

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/error.h"
 #include "core/interrupt.h"
 #include "formats/atomic_file.h"
 #include "formats/sqm_file.h"
@@ -192,6 +193,76 @@ TEST(InterruptHandlers, SigintRemovesSqmWriterTemporary) {
   EXPECT_TRUE(temporaries(dir.path()).empty());
 }
 
+TEST(InterruptHandlers, SigtermRemovesTemporaryDirectoryWithItsFiles) {
+  // Issue 39 point 4: an interrupted sq-export left its empty "<out>.tmp-*" directory behind.
+  ScratchDir dir;
+  const std::string out = dir.file("ct");
+  const int status = in_child([&] {
+    const TempDirBeside t = create_temp_dir_beside(out);
+    write_file(t.path + "/config.json", "{}");  // a finished file: registered by nobody but the directory
+    AtomicFile in_progress(t.path + "/model.safetensors");
+    in_progress.write("partial", 7);
+    if (temporaries(dir.path()).size() != 1) _exit(98);
+    raise(SIGTERM);
+  });
+  EXPECT_EQ(status, 128 + SIGTERM);
+  EXPECT_FALSE(std::filesystem::exists(out));
+  EXPECT_TRUE(temporaries(dir.path()).empty());
+}
+
+TEST(TempDirCommit, AnOutputCreatedMeanwhileIsKeptWithoutReplace) {
+  // Issue 39 point 1: two sq-export runs into one -o both reported success; the later one swapped
+  // the earlier's directory out and deleted it. Without --force the later one must refuse.
+  ScratchDir dir;
+  const std::string out = dir.file("ct");
+  const TempDirBeside mine = create_temp_dir_beside(out);
+  write_file(mine.path + "/who", "second");
+  std::filesystem::create_directory(out);  // the other writer finished first
+  write_file(out + "/who", "first");
+  try {
+    commit_temp_dir(mine.path, out, /*replace=*/false);
+    ADD_FAILURE() << "commit_temp_dir replaced an output created meanwhile";
+  } catch (const OutputError& e) {
+    EXPECT_NE(std::string(e.what()).find("another writer"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_file(out + "/who"), "first");
+  EXPECT_EQ(read_file(mine.path + "/who"), "second");  // still the caller's to remove
+  // With replace (--force) the output is exchanged and the old one removed.
+  commit_temp_dir(mine.path, out, /*replace=*/true);
+  unregister_temp_file(mine.slot);
+  EXPECT_EQ(read_file(out + "/who"), "second");
+  EXPECT_FALSE(std::filesystem::exists(mine.path));
+  // Into a name nobody holds it is a plain rename.
+  const TempDirBeside other = create_temp_dir_beside(dir.file("ct2"));
+  commit_temp_dir(other.path, dir.file("ct2"), false);
+  unregister_temp_file(other.slot);
+  EXPECT_TRUE(std::filesystem::is_directory(dir.file("ct2")));
+  EXPECT_TRUE(temporaries(dir.path()).empty());
+}
+
+TEST(TempDirCommit, StaleTemporaryDirectoriesOfDeadWritersAreRemoved) {
+  ScratchDir dir;
+  const std::string out = dir.file("ct");
+  const pid_t dead = [] {
+    const pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return pid;
+  }();
+  const std::string stale = out + ".tmp-" + std::to_string(dead) + "-aB3dE9";
+  const std::string live = out + ".tmp-" + std::to_string(getpid()) + "-zzzzzz";
+  for (const auto& d : {stale, live}) {
+    std::filesystem::create_directory(d);
+    write_file(d + "/model.safetensors", "partial");
+  }
+  const TempDirBeside t = create_temp_dir_beside(out);  // sweeps first
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  EXPECT_TRUE(std::filesystem::exists(live));
+  ::rmdir(t.path.c_str());
+  unregister_temp_file(t.slot);
+}
+
 TEST(InterruptHandlers, CommittedOutputsAreUnregisteredAndKept) {
   ScratchDir dir;
   const int before = registered_temp_file_count();
@@ -260,6 +331,19 @@ TEST(InterruptHandlers, TemporaryIsRegisteredBeforeItExists) {
   }
 }
 
+TEST(InterruptHandlers, TemporaryDirectoryIsRegisteredBeforeItExists) {
+  // As TemporaryIsRegisteredBeforeItExists, for directories (mkdir, rmdir per round).
+  ScratchDir dir;
+  for (int round = 0; round < 100; ++round) {
+    const auto left = interrupt_a_temp_loop(dir.path(), [&] {
+      const TempDirBeside t = create_temp_dir_beside(dir.file("ct"));
+      ::rmdir(t.path.c_str());
+      unregister_temp_file(t.slot);
+    });
+    ASSERT_TRUE(left.empty()) << "round " << round << ": create_temp_dir_beside left " << left.front();
+  }
+}
+
 // ---- the tools ----------------------------------------------------------------------------------
 
 class SignalCli : public ::testing::Test {
@@ -302,6 +386,47 @@ TEST_F(SignalCli, SigtermDuringConvertLeavesNoFiles) {
   EXPECT_EQ(c.wait(30), 143) << read_file(log);
   EXPECT_FALSE(std::filesystem::exists(out));
   EXPECT_TRUE(temporaries(out_dir.path()).empty());
+}
+
+TEST_F(SignalCli, SigtermDuringExportLeavesNoDirectory) {
+  // Issue 39 point 4, through the tool: an interrupted compressed-tensors export left an empty
+  // "<out>.tmp-*" directory.
+  ScratchDir out_dir;
+  const std::string sqm = dir_->file("w8a8.sqm"), out = out_dir.file("ct"), log = dir_->file("export-term.log");
+  if (!std::filesystem::exists(sqm)) {
+    const auto r = run_process({tool("sq-convert"), "-m", model(), "--no-smooth", "--preset", "O1", "-o", sqm, "-q"});
+    ASSERT_EQ(r.exit_status, 0) << r.err;
+  }
+  Child c({tool("sq-export"), sqm, "--format", "compressed-tensors", "-o", out}, log);
+  ASSERT_TRUE(poll_until([&] { return !temporaries(out_dir.path()).empty() || !c.running(); }, 60));
+  ASSERT_TRUE(c.running()) << "sq-export finished before it could be interrupted: " << read_file(log);
+  c.signal_child(SIGTERM);
+  EXPECT_EQ(c.wait(30), 143) << read_file(log);
+  EXPECT_FALSE(std::filesystem::exists(out));
+  EXPECT_TRUE(temporaries(out_dir.path()).empty()) << temporaries(out_dir.path()).front();
+}
+
+TEST_F(SignalCli, ConcurrentExportsToOneOutputEndWithOneSuccess) {
+  // Issue 39 point 1: two exports into one -o at once both exited 0; one directory was lost.
+  const std::string sqm = dir_->file("w8a8.sqm");
+  if (!std::filesystem::exists(sqm)) {
+    const auto r = run_process({tool("sq-convert"), "-m", model(), "--no-smooth", "--preset", "O1", "-o", sqm, "-q"});
+    ASSERT_EQ(r.exit_status, 0) << r.err;
+  }
+  for (int round = 0; round < 3; ++round) {
+    ScratchDir out_dir;
+    const std::string out = out_dir.file("ct");
+    ProcessResult a, b;
+    std::thread ta([&] { a = run_process({tool("sq-export"), sqm, "--format", "compressed-tensors", "-o", out}); });
+    std::thread tb([&] { b = run_process({tool("sq-export"), sqm, "--format", "compressed-tensors", "-o", out}); });
+    ta.join();
+    tb.join();
+    EXPECT_EQ((a.exit_status == 0) + (b.exit_status == 0), 1) << "round " << round << ": " << a.err << " | " << b.err;
+    const ProcessResult& refused = a.exit_status == 0 ? b : a;
+    EXPECT_NE(refused.err.find(out), std::string::npos) << refused.err;  // names the output
+    EXPECT_TRUE(std::filesystem::exists(out + "/config.json"));
+    EXPECT_TRUE(temporaries(out_dir.path()).empty());
+  }
 }
 
 TEST(SignalCalibrate, SigtermDuringCalibrateLeavesNoFiles) {

@@ -468,12 +468,12 @@ TEST(StreamingArchitectures, ToolsRefuseWhatCannotWorkInOneLine) {
                         "has no rotary embedding (learned absolute positions)", dir.file("x.sqm"));
   // sq-run shares sq-eval's check (select_kv_format).
   const LoadedModel mpt = load_model(hf_tiny("mpt-alibi")), llama = load_model(hf_tiny("llama-gqa"));
-  expect_error<UsageError>([&] { select_kv_format(mpt.kv, "int4", -1, -1, "pre-rope", mpt.model->config()); },
+  expect_error<UsageError>([&] { select_kv_format(mpt.kv, false, "int4", -1, -1, "pre-rope", mpt.model->config()); },
                            {"--kv-keys pre-rope: model 'mpt'", "leave --kv-keys out"});
   expect_error<UsageError>([&] { check_kv_keys_option("post-rope", mpt.model->config()); }, {"has no rotary embedding (ALiBi)"});
   // ... while on a RoPE model it is a real choice, and leaving it out is always fine.
-  EXPECT_EQ(select_kv_format(llama.kv, "int4", -1, -1, "pre-rope", llama.model->config()).spec.keys, KVKeyRope::PreRope);
-  EXPECT_NO_THROW(select_kv_format(mpt.kv, "int4", -1, -1, "", mpt.model->config()));
+  EXPECT_EQ(select_kv_format(llama.kv, false, "int4", -1, -1, "pre-rope", llama.model->config()).spec.keys, KVKeyRope::PreRope);
+  EXPECT_NO_THROW(select_kv_format(mpt.kv, false, "int4", -1, -1, "", mpt.model->config()));
   EXPECT_NO_THROW(check_kv_keys_option("", mpt.model->config()));
 }
 

@@ -89,11 +89,11 @@ int main(int argc, char** argv) {
   sq::add_json_option(app, json_path, "All results");
   bool force = false;
   app.add_flag("--force", force, "Replace an existing --json file or --write-synthetic checkpoint");
-  app.add_option("-t,--threads", threads, "Threads (default: all cores)");
+  app.add_option("-t,--threads", threads, "Threads (default: one per core available to this process: affinity and cgroup CPU quota)");
   sq::add_version_flag(app, "sq-bench");
   if (const int status = sq::parse_tool_args(app, "sq-bench", argc, argv); status >= 0) return status;
   return sq::run_tool("sq-bench", [&]() {
-    if (threads > 0) omp_set_num_threads(threads);
+    sq::apply_thread_option(threads, "sq-bench");
     // Outputs are checked before any benchmark runs.
     if (!json_path.empty()) sq::check_output_path("--json", json_path, force, {eval_model, eval_text, eval_tok, real.model}, true);
     if (!synthetic_dir.empty()) {

@@ -8,12 +8,14 @@
 
 #include "calib/calibration_run.h"
 #include "core/error.h"
+#include "core/memory_budget.h"
 #include "core/progress.h"
 #include "core/tool_main.h"
 #include "formats/calibration_h5.h"
 #include "formats/token_ids_file.h"
 #include "formats/tokenizer.h"
 #include "formats/utf8.h"
+#include "model/memory_estimate.h"
 #include "model/model_loader.h"
 #include "tool_cli.h"
 
@@ -45,13 +47,13 @@ int main(int argc, char** argv) {
                  "(each stores its whole K and V rows)")
       ->capture_default_str();
   app.add_option("-o,--output", out_path, "Output calibration file (.h5)")->required();
-  app.add_option("-t,--threads", threads, "Threads (default: all cores)");
+  app.add_option("-t,--threads", threads, "Threads (default: one per core available to this process: affinity and cgroup CPU quota)");
   app.add_flag("--force", force, "Replace an existing output file");
   app.add_flag("-q,--quiet", quiet, "No progress (a bar on a terminal, else a line with rate and ETA every 30 s)");
   sq::add_version_flag(app, "sq-calibrate");
   if (const int status = sq::parse_tool_args(app, "sq-calibrate", argc, argv); status >= 0) return status;
   return sq::run_tool("sq-calibrate", [&]() {
-    if (threads > 0) omp_set_num_threads(threads);
+    sq::apply_thread_option(threads, "sq-calibrate");
     if (app.count("--fisher-tokens") > 0 && !opt.fisher) throw sq::UsageError("--fisher-tokens needs --fisher");
     opt.token_ids = !ids_path.empty();
     if (opt.token_ids && !text_path.empty()) throw sq::UsageError("give either -f FILE or --token-ids FILE, not both");
@@ -66,6 +68,16 @@ int main(int argc, char** argv) {
 
     // A Hugging Face directory is read one layer at a time (memory: one layer, not the model),
     // except for work that needs every layer at once: Fisher's backward pass, expert routing.
+    {  // the peak estimate, before anything is loaded
+      const sq::ModelFootprint fp = sq::model_footprint(model_path);
+      const bool streamed = fp.format == "hf-safetensors" && !opt.fisher && !(opt.hessian && fp.config.spec.n_experts > 0);
+      sq::check_memory_fits(sq::estimate_calibrate(fp, streamed, opt.hessian, opt.fisher, opt.seq_len, omp_get_max_threads()),
+                            sq::current_memory_budget(), "sq-calibrate" + std::string(opt.hessian ? " --hessian" : "") +
+                                                             (opt.fisher ? " --fisher" : "") + " of " + model_path,
+                            streamed ? "use fewer threads (-t 1) or a shorter --seq-len"
+                                     : "convert the model to a Hugging Face directory, which is read one layer at a time, or "
+                                       "use fewer threads (-t 1)");
+    }
     auto model = std::make_unique<sq::LayerStream>(model_path, !opt.fisher);
     if (model->streamed() && opt.hessian && model->config().spec.n_experts > 0) {
       model.reset();  // one copy of the globals at a time

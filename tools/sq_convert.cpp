@@ -12,11 +12,18 @@
 #include "calib/kv_calibration.h"
 #include "calib/recipe_kv.h"
 #include "core/error.h"
+#include "core/memory_budget.h"
 #include "core/memory_probe.h"
 #include "core/progress.h"
 #include "core/tool_main.h"
+#include "model/memory_estimate.h"
 #include "model/model_loader.h"
 #include "tool_cli.h"
+
+/// sq-convert warns when per-tensor weights' rounding error exceeds this multiple of per-channel's.
+/// stories260K O1: about 2-3x (no warning; its PPL cost is small); SmolLM2 and Qwen2.5, whose O1
+/// PPL costs are +7% and +32%, are far above it (docs/reliability.md).
+constexpr double kPerTensorWarnRatio = 10.0;
 
 int main(int argc, char** argv) {
   CLI::App app{"sq-convert: compute SmoothQuant smoothing factors and INT8 weights (W8A8), group-wise INT4 weights (W4A16), "
@@ -85,13 +92,13 @@ int main(int argc, char** argv) {
   app.add_flag("--compress", o.write.compress, "zstd-compress tensors (per tensor, kept when smaller)");
   app.add_flag("--force", o.write.force, "Replace an existing output file");
   app.add_option("-o,--output", out_path, "Output .sqm file")->required();
-  app.add_option("-t,--threads", threads, "Threads (default: all cores)");
+  app.add_option("-t,--threads", threads, "Threads (default: one per core available to this process: affinity and cgroup CPU quota)");
   app.add_flag("-q,--quiet", quiet, "No progress (a bar on a terminal, else a line with rate and ETA every 30 s)");
   app.add_flag("--report-memory", report_memory, "Print the peak anonymous resident memory (sampled RssAnon) on stderr");
   sq::add_version_flag(app, "sq-convert");
   if (const int status = sq::parse_tool_args(app, "sq-convert", argc, argv); status >= 0) return status;
   return sq::run_tool("sq-convert", [&]() {
-    if (threads > 0) omp_set_num_threads(threads);
+    sq::apply_thread_option(threads, "sq-convert");
     const sq::ConvertSpec spec = sq::parse_convert_flags(
         {scheme, alpha, app.count("--alpha") > 0, no_smooth, preset, weight, act});  // UsageError
     o.scheme = spec.scheme;
@@ -158,6 +165,15 @@ int main(int argc, char** argv) {
     // A Hugging Face directory is read one layer at a time (memory: one layer, not the model),
     // except for what runs the whole model: --alpha auto, fitting a nuq KV format.
     const bool whole = o.alpha_auto || kv_spec.kind == sq::KVKind::Nuq;
+    {  // the peak estimate, before anything is loaded
+      const sq::ModelFootprint fp = sq::model_footprint(model_path);
+      const bool gptq = o.int4.gptq;
+      const bool runs_forward = o.alpha_auto || (gptq && o.gptq_hessians != "file") || o.atom.clip == "search";
+      sq::check_memory_fits(sq::estimate_convert(fp, fp.format == "hf-safetensors" && !whole, gptq, runs_forward,
+                                                 std::min(512, fp.config.max_seq_len), omp_get_max_threads()),
+                            sq::current_memory_budget(), "sq-convert of " + model_path,
+                            "a Hugging Face directory is converted one layer at a time (without --alpha auto or a nuq KV format)");
+    }
     const sq::LayerStream stream(model_path, !whole);
     const sq::LoadedModel& src = stream.model();
     // A GGUF model's tokenizer is its metadata (default_tokenizer = the .gguf): the converter embeds a
@@ -181,6 +197,18 @@ int main(int argc, char** argv) {
                    "sq-convert: warning: %s has no embedded tokenizer (no tokenizer given with --tokenizer or found beside "
                    "%s); tools will need --tokenizer\n",
                    out_path.c_str(), model_path.c_str());
+    // Per-tensor weight scales (the presets) can cost far more than per-channel ones on real models
+    // (Qwen2.5-Coder-1.5B O1: +32% PPL against +1.2%): print the measured ratio, warn when it is large.
+    if (const auto& e = s.w8a8_weight_error; e.per_channel > 0) {
+      const double ratio = e.per_tensor / e.per_channel;
+      const char* weighting = e.calibration_weighted ? "each input channel weighted by the calibration's sum of x^2" : "unweighted";
+      std::printf("per-tensor weight scales: %.1fx the weight rounding error of per-channel scales (%s)\n", ratio, weighting);
+      if (ratio > kPerTensorWarnRatio)
+        std::fprintf(stderr,
+                     "sq-convert: warning: per-tensor weight scales%s give %.0fx the weight rounding error of per-channel scales "
+                     "on this model; per-channel weights run on the same INT8 GEMMs: add --weight per-channel\n",
+                     preset.empty() ? "" : (" (--preset " + preset + ")").c_str(), ratio);
+    }
     if (mem) {
       mem->stop();
       std::fprintf(stderr, "sq-convert: peak RssAnon %.1f MiB\n", static_cast<double>(mem->peak_bytes()) / (1 << 20));

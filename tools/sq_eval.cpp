@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/memory_budget.h"
 #include "core/progress.h"
 #include "core/tool_main.h"
 #include "cuda/cuda_eval.h"
@@ -23,6 +24,7 @@
 #include "formats/token_ids_file.h"
 #include "formats/tokenizer.h"
 #include "formats/utf8.h"
+#include "model/memory_estimate.h"
 #include "model/model_loader.h"
 #include "model/quantize_in_memory.h"
 #include "tool_cli.h"
@@ -69,7 +71,7 @@ int main(int argc, char** argv) {
   sq::add_json_option(app, json_path, "The results");
   bool force = false;
   app.add_flag("--force", force, "Replace an existing --json file");
-  app.add_option("-t,--threads", threads, "Threads (default: all cores)");
+  app.add_option("-t,--threads", threads, "Threads (default: one per core available to this process: affinity and cgroup CPU quota)");
   app.add_option("--kv", kv,
                  "KV-cache format: fp32 | int8 | int4 | int3 | int2 (uniform per-token asymmetric) | nuq4 | nuq3 | nuq2 "
                  "(KVQuant; needs a model converted with sq-convert --kv nuqX). Default: the model file's format, else fp32");
@@ -118,6 +120,10 @@ int main(int argc, char** argv) {
       "Exit status: 0 success (every gate holds); 1 runtime or output failure; 2 bad usage or input (nothing "
       "evaluated); 3 a quality gate (--max-kld, --max-ppl-ratio, --min-top1) is broken: all figures were printed "
       "(and --json written) first, and each broken gate is named on stderr.");
+  bool special = false;
+  app.add_flag("--special", special,
+               "Parse special-token text in the text (e.g. <|im_start|>, a chat template's markers) into its token id; "
+               "without it such text is tokenized as plain characters");
   sq::add_version_flag(app, "sq-eval");
   if (const int status = sq::parse_tool_args(app, "sq-eval", argc, argv); status >= 0) return status;
 
@@ -127,11 +133,11 @@ int main(int argc, char** argv) {
     const bool from_ids = !ids_path.empty();
     if (from_ids && !text_path.empty()) throw sq::UsageError("give either -f FILE or --token-ids FILE, not both");
     if (!from_ids && text_path.empty()) throw sq::UsageError("give the text with -f FILE or the token ids with --token-ids FILE");
+    if (from_ids && special) throw sq::UsageError("--special parses text; token ids (--token-ids) are used as given");
     const std::string input_path = from_ids ? ids_path : text_path;
     if (!json_path.empty())
       sq::check_output_path("--json", json_path, force, {model_path, text_path, ids_path, tokenizer_path, reference_path}, true);
     FILE* out = json_path == "-" ? stderr : stdout;
-    if (threads < 0) throw sq::UsageError("--threads must be >= 0");
     sq::QualityGates gates;
     if (app.count("--max-kld")) {
       if (!(max_kld >= 0)) throw sq::UsageError("--max-kld must be >= 0");
@@ -169,18 +175,21 @@ int main(int argc, char** argv) {
         throw sq::UsageError("--sensitivity measures weight/activation quantization with an FP32 KV cache: leave out --kv options");
     }
     const bool on_cuda = sq::select_device(device) == sq::Device::Cuda;  // throws first when CUDA is missing
-    if (threads > 0) omp_set_num_threads(threads);
+    sq::apply_thread_option(threads, "sq-eval");
     const bool streaming = protocol == "streaming";
     if (!streaming && (app.count("--kv-policy") || app.count("--segment") || app.count("--max-tokens") || app.count("--batch-size")))
       throw sq::UsageError("--kv-policy, --segment, --max-tokens and -b/--batch-size need --protocol streaming");
     if (batch > 1 && w4_act == "int8")
       throw sq::UsageError("-b " + std::to_string(batch) + " runs blocks of tokens as prefill, where --w4a16-act int8 does not apply; use -b 1");
-    if (streaming && chunks != 0) throw sq::UsageError("--chunks does not apply to --protocol streaming (use --max-tokens)");
+    if (streaming && app.count("--chunks")) throw sq::UsageError("--chunks does not apply to --protocol streaming (use --max-tokens)");
     const sq::KVPolicy policy = sq::parse_kv_policy(policy_text);
     sq::PerplexityOptions opt;
     if (!streaming) opt.protocol = sq::parse_protocol(protocol);
-    if (chunks < 0) throw sq::UsageError("--chunks must be >= 0");
+    if (app.count("--chunks") && chunks < 1)  // 0 meant "all" before: a careless value, not a request for everything
+      throw sq::UsageError("--chunks must be at least 1 (omit it to evaluate every chunk), got " + std::to_string(chunks));
     opt.max_chunks = chunks;
+    if (app.count("--max-tokens") && max_tokens < 1)  // as --chunks: 0 would silently mean "all"
+      throw sq::UsageError("--max-tokens must be at least 1 (omit it to use every token), got " + std::to_string(max_tokens));
 
     if (ctx < 0 || (ctx > 0 && ctx < 2)) throw sq::UsageError("-c must be at least 2, got " + std::to_string(ctx));
     if (!streaming && opt.protocol == sq::PplProtocol::LlamaCpp && ctx > 0 && ctx < 3)
@@ -190,6 +199,15 @@ int main(int argc, char** argv) {
     std::vector<int32_t> tokens = from_ids ? sq::read_token_ids_file(ids_path) : std::vector<int32_t>{};
     if (w4_act == "int8" && !streaming) throw sq::UsageError("--w4a16-act int8 changes decode steps only: use it with --protocol streaming");
     if (w4_act == "int8" && on_cuda) throw sq::UsageError("--w4a16-act int8 runs on the CPU only; drop --device cuda");
+    if (!on_cuda) {  // the peak estimate, before anything is loaded
+      const sq::ModelFootprint fp = sq::model_footprint(model_path);
+      std::optional<sq::ModelFootprint> ref_fp;
+      if (with_reference) ref_fp = sq::model_footprint(reference_path);
+      const int64_t window = ctx > 0 ? ctx : std::min(512, fp.config.max_seq_len);
+      sq::check_memory_fits(sq::estimate_eval(fp, ref_fp ? &*ref_fp : nullptr, window, omp_get_max_threads()),
+                            sq::current_memory_budget(), "sq-eval of " + model_path + (with_reference ? " with --reference-model" : ""),
+                            with_reference ? "compare with --reference-ppl instead, or use fewer threads (-t 1)" : "use fewer threads (-t 1)");
+    }
     sq::LoadedModel loaded = sq::load_model(model_path);
     const sq::ModelConfig& cfg = loaded.model->config();
     sq::apply_w4a16_act_option(*loaded.model, w4_act, model_path);
@@ -224,7 +242,7 @@ int main(int argc, char** argv) {
     if (sensitivity && loaded.format == "sqm")
       throw sq::UsageError("--sensitivity needs an FP32 model (llama2.c, GGUF or Hugging Face checkpoint), not the quantized .sqm " +
                            model_path);
-    const sq::KVQuantization kvq = sq::select_kv_format(loaded.kv, kv, kv_group, kv_sink, kv_keys, cfg);
+    const sq::KVQuantization kvq = sq::select_kv_format(loaded.kv, loaded.format == "sqm", kv, kv_group, kv_sink, kv_keys, cfg);
     opt.kv = kvq.spec;
     opt.kv_params = &kvq.params;
 
@@ -241,7 +259,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "sq-eval: warning: %s\n", w.c_str());
       // BOS as the model's tokenizer adds it (SmolLM2: none), as llama.cpp does; the llamacpp protocol
       // then replaces each chunk's first token by BOS only for models that add one.
-      const std::vector<int> ids = tokenizer->encode(text, tokenizer->default_add_bos(), /*add_eos=*/false);
+      const std::vector<int> ids = special ? tokenizer->encode_special(text, tokenizer->default_add_bos(), false)
+                                           : tokenizer->encode(text, tokenizer->default_add_bos(), /*add_eos=*/false);
       opt.replace_first_with_bos = tokenizer->default_add_bos();
       tokens.assign(ids.begin(), ids.end());
       input_json = {{"path", text_path}, {"bytes", text.size()}, {"tokens", tokens.size()}};
@@ -305,7 +324,6 @@ int main(int argc, char** argv) {
       so.kv = opt.kv;
       so.kv_params = opt.kv_params;
       so.reference = opt.reference;
-      if (max_tokens < 0) throw sq::UsageError("--max-tokens must be >= 0");
       const int64_t n = max_tokens > 0 ? std::min<int64_t>(max_tokens, int64_t(tokens.size())) : int64_t(tokens.size());
       sq::ProgressBar bar("sq-eval", ctx > 0 ? (n / ctx) * (ctx - 1) : n - 1, "tok", !quiet);
       so.on_progress = [&](int64_t done, int64_t) { bar.update(done); };
@@ -320,7 +338,7 @@ int main(int argc, char** argv) {
       std::fprintf(out, "PPL       %.4f\n", r.ppl);
       std::fprintf(out, "KV cache  %s: peak %lld bytes (%lld tokens)\n", sq::kv_spec_name(opt.kv).c_str(),
                   static_cast<long long>(r.peak_kv_bytes), static_cast<long long>(r.peak_kv_rows));
-      std::fprintf(out, "speed     %.1f tokens/s (%.2f s, %d threads)\n", r.tokens_per_second, r.seconds, omp_get_max_threads());
+      std::fprintf(out, "speed     %s tokens/s (%.2f s, %d threads)\n", sq::format_rate(r.tokens_per_second).c_str(), r.seconds, omp_get_max_threads());
       std::fprintf(out, "segments  (stream positions, PPL, KV bytes at segment end)\n");
       for (size_t i = 0; i < r.segment_ppl.size(); ++i)
         std::fprintf(out, "  %7lld-%-7lld %10.4f %12lld\n", static_cast<long long>(int64_t(i) * segment),
@@ -434,10 +452,10 @@ int main(int argc, char** argv) {
                 sq::kv_spec_name(opt.kv).c_str(), r.kv_bytes_per_token, r.kv_dense_bytes_per_token, r.kv_sink_bytes_per_token,
                 r.kv_outlier_bytes_per_token, r.kv_table_bytes_per_token, double(cfg.n_layers) * 8.0 * double(kvw));
     if (on_cuda)
-      std::fprintf(out, "speed     %.0f tokens/s (%lld tokens in %.2f s, %s)\n", r.tokens_per_second,
+      std::fprintf(out, "speed     %s tokens/s (%lld tokens in %.2f s, %s)\n", sq::format_rate(r.tokens_per_second).c_str(),
                   static_cast<long long>(r.tokens_processed), r.seconds, device_desc.c_str());
     else
-      std::fprintf(out, "speed     %.0f tokens/s (%lld tokens in %.2f s, %d threads)\n", r.tokens_per_second,
+      std::fprintf(out, "speed     %s tokens/s (%lld tokens in %.2f s, %d threads)\n", sq::format_rate(r.tokens_per_second).c_str(),
                   static_cast<long long>(r.tokens_processed), r.seconds, omp_get_max_threads());
     if (r.comparison) print_comparison(r.ppl, *r.comparison);
     const std::vector<std::string> broken = gate_results(r.ppl, r.comparison);

@@ -39,6 +39,13 @@ int main(int argc, char** argv) {
   if (const int status = sq::parse_tool_args(app, "sq-export", argc, argv); status >= 0) return status;
   return sq::run_tool("sq-export", [&]() {
     if (!json_path.empty() && json_path != "-") sq::check_output_path("--json", json_path, true, {model_path, o.calibration});
+    bool known = o.format == "gguf";
+    std::string names;
+    for (const auto& f : sq::export_formats()) {
+      names += std::string(f.name) + ", ";
+      known = known || o.format == f.name;
+    }
+    if (!known) throw sq::UsageError("--format '" + o.format + "' is not supported (expected one of " + names + "gguf)");
     if (outtype != "auto" && outtype != "f32") throw sq::UsageError("--outtype '" + outtype + "' is not supported (expected auto or f32)");
     if (o.format == "gguf") {
       if (!o.kv.empty() || !o.calibration.empty()) throw sq::UsageError("--kv / --calibration apply to --format compressed-tensors only");

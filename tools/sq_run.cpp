@@ -7,6 +7,8 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/memory_budget.h"
+#include "core/progress.h"
 #include "core/tool_main.h"
 #include "cuda/cuda_eval.h"
 #include "cuda/cuda_runtime.h"
@@ -16,6 +18,7 @@
 #include "formats/token_ids_file.h"
 #include "formats/tokenizer.h"
 #include "formats/utf8.h"
+#include "model/memory_estimate.h"
 #include "model/model_loader.h"
 #include "model/quantize_in_memory.h"
 #include "runtime/generator.h"
@@ -52,7 +55,7 @@ int main(int argc, char** argv) {
   app.add_option("--top-k", so.top_k, "Top-k sampling; 0 = off")->capture_default_str();
   app.add_option("--top-p", so.top_p, "Nucleus sampling threshold in (0, 1]")->capture_default_str();
   app.add_option("-s,--seed", so.seed, "RNG seed")->capture_default_str();
-  app.add_option("-t,--threads", threads, "Threads (default: all cores)");
+  app.add_option("-t,--threads", threads, "Threads (default: one per core available to this process: affinity and cgroup CPU quota)");
   app.add_flag("-q,--quiet", quiet, "No statistics on stderr");
   std::string policy = "dense", kv, kv_keys;
   int kv_group = -1, kv_sink = -1;
@@ -71,17 +74,21 @@ int main(int argc, char** argv) {
   std::string device = "cpu";
   app.add_option("--device", device, "cpu | cuda (CUDA: needs a build with SQ_WITH_CUDA and a device; docs/cuda.md)")
       ->capture_default_str();
+  bool special = false;
+  app.add_flag("--special", special,
+               "Parse special-token text in the prompt (e.g. <|im_start|>, a chat template's markers) into its token id; "
+               "without it such text is tokenized as plain characters");
   sq::add_version_flag(app, "sq-run");
   if (const int status = sq::parse_tool_args(app, "sq-run", argc, argv); status >= 0) return status;
 
   return sq::run_tool("sq-run", [&]() {
-    if (threads < 0) throw sq::UsageError("--threads must be >= 0");
     const bool on_cuda = sq::select_device(device) == sq::Device::Cuda;  // throws first when CUDA is missing
-    if (threads > 0) omp_set_num_threads(threads);
+    sq::apply_thread_option(threads, "sq-run");
     if (n < 0) throw sq::UsageError("-n must be >= 0, got " + std::to_string(n));
     const bool from_ids = app.count("--token-ids") > 0;
     const bool from_text = app.count("--prompt") > 0 || app.count("--file") > 0;
     if (from_ids && from_text) throw sq::UsageError("give either the prompt text (-p TEXT or -f FILE) or --token-ids FILE, not both");
+    if (from_ids && special) throw sq::UsageError("--special parses prompt text; token ids (--token-ids) are used as given");
     if (!from_ids && !from_text) throw sq::UsageError("give the prompt with -p TEXT or -f FILE, or its token ids with --token-ids FILE");
     // Pre-tokenized input is read (and its syntax checked) before the model is loaded.
     std::vector<int32_t> prompt_tokens = from_ids ? sq::read_token_ids_file(ids_path) : std::vector<int32_t>{};
@@ -98,6 +105,11 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "sq-run: warning: %s\n", w.c_str());
     sq::Sampler sampler(so);
     if (w4_act == "int8" && on_cuda) throw sq::UsageError("--w4a16-act int8 runs on the CPU runner only; drop --device cuda");
+    if (!on_cuda) {  // the peak estimate, before anything is loaded (the weights of a CUDA run live on the device)
+      const sq::ModelFootprint fp = sq::model_footprint(model_path);
+      const int64_t positions = std::min<int64_t>(fp.config.max_seq_len, int64_t(prompt_tokens.size()) + int64_t(prompt.size()) + n);
+      sq::check_memory_fits(sq::estimate_run(fp, std::max<int64_t>(positions, 1)), sq::current_memory_budget(), "sq-run of " + model_path);
+    }
     sq::LoadedModel loaded = sq::load_model(model_path);
     sq::apply_w4a16_act_option(*loaded.model, w4_act, model_path);
     // Token ids need no tokenizer; the model's (or --tokenizer) is used, when there is one, to print the text too.
@@ -106,7 +118,8 @@ int main(int argc, char** argv) {
     if (from_ids) {
       sq::check_token_ids_in_vocabulary(prompt_tokens, loaded.model->config().vocab_size, ids_path);
     } else {
-      const std::vector<int> ids = tokenizer->encode(prompt, tokenizer->default_add_bos(), /*add_eos=*/false);
+      const std::vector<int> ids = special ? tokenizer->encode_special(prompt, tokenizer->default_add_bos(), false)
+                                           : tokenizer->encode(prompt, tokenizer->default_add_bos(), /*add_eos=*/false);
       prompt_tokens.assign(ids.begin(), ids.end());
       std::fputs(prompt.c_str(), stdout);
       std::fflush(stdout);
@@ -130,7 +143,7 @@ int main(int argc, char** argv) {
       if (n == 0) return sq::kExitOk;
     }
     go.policy = sq::parse_kv_policy(policy);
-    const sq::KVQuantization kvq = sq::select_kv_format(loaded.kv, kv, kv_group, kv_sink, kv_keys, loaded.model->config());
+    const sq::KVQuantization kvq = sq::select_kv_format(loaded.kv, loaded.format == "sqm", kv, kv_group, kv_sink, kv_keys, loaded.model->config());
     go.kv = kvq.spec;
     go.kv_params = &kvq.params;
     std::string generated_text;  // --token-ids with a tokenizer: printed after the ids
@@ -160,11 +173,11 @@ int main(int argc, char** argv) {
     if (!quiet) {
       if (st.hit_context_limit)
         std::fprintf(stderr, "sq-run: stopped at the model's context of %lld tokens\n", static_cast<long long>(context));
-      std::fprintf(stderr, "sq-run: prompt %lld tokens in %.3f s (%.0f tok/s); generated %lld tokens in %.3f s (%.1f tok/s)\n",
+      std::fprintf(stderr, "sq-run: prompt %lld tokens in %.3f s (%s tok/s); generated %lld tokens in %.3f s (%s tok/s)\n",
                    static_cast<long long>(st.prompt_tokens), st.prefill_seconds,
-                   st.prefill_seconds > 0 ? st.prompt_tokens / st.prefill_seconds : 0.0,
+                   sq::format_rate(st.prefill_seconds > 0 ? st.prompt_tokens / st.prefill_seconds : 0.0).c_str(),
                    static_cast<long long>(st.generated_tokens), st.decode_seconds,
-                   st.decode_seconds > 0 ? st.generated_tokens / st.decode_seconds : 0.0);
+                   sq::format_rate(st.decode_seconds > 0 ? st.generated_tokens / st.decode_seconds : 0.0).c_str());
       if (on_cuda) std::fprintf(stderr, "sq-run: device cuda (%s)\n", sq::cuda_device_name().c_str());
       std::fprintf(stderr, "sq-run: KV cache %s, policy %s: peak %lld bytes (%lld tokens)\n", sq::kv_spec_name(go.kv).c_str(),
                    sq::kv_policy_name(go.policy).c_str(), static_cast<long long>(st.peak_kv_bytes),

@@ -49,6 +49,10 @@ int main(int argc, char** argv) {
   auto* nb = app.add_flag("--no-bos", no_bos, "Never put BOS first");
   ab->excludes(nb);
   nb->excludes(ab);
+  bool special = false;
+  app.add_flag("--special", special,
+               "Parse special-token text (e.g. <|im_start|>) into its token id, as transformers' tokenizers and llama.cpp's "
+               "llama-tokenize do; without it such text is tokenized as plain characters");
   sq::add_version_flag(app, "sq-tokenize");
   if (const int status = sq::parse_tool_args(app, "sq-tokenize", argc, argv); status >= 0) return status;
 
@@ -57,7 +61,7 @@ int main(int argc, char** argv) {
     const std::string text = f->count() ? sq::read_file_to_string(file) : prompt;
     const auto tok = open_tokenizer(model);
     const bool bos = add_bos || (!no_bos && tok->default_add_bos());
-    const std::vector<int> ids = tok->encode(text, bos, tok->default_add_eos());
+    const std::vector<int> ids = special ? tok->encode_special(text, bos, tok->default_add_eos()) : tok->encode(text, bos, tok->default_add_eos());
     std::string out;
     if (ids_only) {
       out = "[";

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/interrupt.h"
+#include "core/tool_main.h"
 #include "formats/atomic_file.h"
 #include "formats/export/compressed_tensors_export.h"
 #include "formats/gguf_file.h"
@@ -347,62 +348,40 @@ void check_output_location(const std::string& out, bool force, const std::vector
     if (!fs::is_directory(fs::status(out, ec))) throw UsageError("-o " + out + " exists and is not a directory");
   }
   const fs::path parent = fs::path(out).has_parent_path() ? fs::path(out).parent_path() : fs::path(".");
-  if (!fs::is_directory(parent, ec)) throw UsageError("-o " + out + ": directory " + parent.string() + " does not exist");
-  if (::access(parent.c_str(), W_OK | X_OK) != 0) throw UsageError("-o " + out + ": directory " + parent.string() + " is not writable");
+  check_parent_directory("-o", out, parent);
 }
 
-/// A temporary directory beside the output, removed with its files unless released. Each file
-/// written into it is registered with the interrupt handlers by its writer while it is a
-/// temporary; finished files are registered here so an interrupt removes them too (the empty
-/// directory itself may then remain, named "<out>.tmp-PID-XXXXXX").
+/// A temporary directory beside the output (create_temp_dir_beside(), formats/atomic_file.h),
+/// registered with the interrupt handlers from before it exists until it is committed, so that a
+/// SIGINT/SIGTERM removes it with the files in it; removed with its files unless committed.
 class TempDir {
  public:
-  explicit TempDir(const std::string& out) {
-    std::string tmpl = fs::path(out).lexically_normal().string();
-    while (tmpl.size() > 1 && tmpl.back() == '/') tmpl.pop_back();
-    tmpl += ".tmp-" + std::to_string(::getpid()) + "-XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    if (!::mkdtemp(buf.data())) throw OutputError("cannot create a temporary directory beside " + out + ": " + std::strerror(errno));
-    path_ = buf.data();
-    const mode_t mask = ::umask(0);  // mkdtemp creates 0700: give the directory the usual mode
+  explicit TempDir(const std::string& out) : tmp_(create_temp_dir_beside(out)) {
+    const mode_t mask = ::umask(0);  // mkdir applied the umask already; keep it as it was
     ::umask(mask);
-    ::chmod(path_.c_str(), 0777 & ~mask);
+    ::chmod(tmp_.path.c_str(), 0777 & ~mask);
   }
   ~TempDir() {
-    for (int s : slots_) unregister_temp_file(s);
-    if (!path_.empty()) {
+    if (!tmp_.path.empty()) {
       std::error_code ec;
-      fs::remove_all(path_, ec);
+      fs::remove_all(tmp_.path, ec);
     }
+    unregister_temp_file(tmp_.slot);
   }
-  const std::string& path() const { return path_; }
-  void register_files() {
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(path_, ec)) {
-      registered_.push_back(e.path().string());
-      slots_.push_back(register_temp_file(registered_.back().c_str()));
-    }
-  }
-  /// Moves the directory over `out` (replacing an old one only now) and forgets it.
-  void commit(const std::string& out) {
-    std::error_code ec;
-    if (fs::exists(fs::symlink_status(out, ec))) {
-      if (::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) != 0)
-        throw OutputError("cannot replace " + out + ": " + std::strerror(errno));
-      // path_ now holds the old directory: the destructor removes it.
-    } else {
-      if (std::rename(path_.c_str(), out.c_str()) != 0) throw OutputError("cannot rename " + path_ + " to " + out + ": " + std::strerror(errno));
-      path_.clear();
-    }
-    for (int s : slots_) unregister_temp_file(s);
-    slots_.clear();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return tmp_.path; }
+  /// Moves the directory to `out` (commit_temp_dir: an `out` that another writer created meanwhile
+  /// is replaced only when `force`, else OutputError) and forgets it.
+  void commit(const std::string& out, bool force) {
+    commit_temp_dir(tmp_.path, out, force);
+    unregister_temp_file(tmp_.slot);  // after the rename: an interrupt before it removes the directory
+    tmp_.slot = -1;
+    tmp_.path.clear();
   }
 
  private:
-  std::string path_;
-  std::vector<std::string> registered_;
-  std::vector<int> slots_;
+  TempDirBeside tmp_;
 };
 
 }  // namespace
@@ -441,8 +420,7 @@ ExportSummary export_sqm(const std::string& sqm_path, const std::string& out_dir
   std::error_code ec;
   s.safetensors_bytes = fs::file_size(tmp.path() + "/model.safetensors", ec);
   if (ec) s.safetensors_bytes = 0;
-  tmp.register_files();
-  tmp.commit(out_dir);
+  tmp.commit(out_dir, o.force);
   return s;
 }
 

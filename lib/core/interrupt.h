@@ -9,7 +9,11 @@
 // killed by that signal. Destructors do not run on that path; only unlink(), write() and _exit(),
 // all async-signal-safe, are used.
 //
-// Limits: at most kMaxTempFiles files registered at once and paths of at most kMaxTempPathBytes - 1
+// Temporary output directories ("<out>.tmp-PID-XXXXXX", written by sq-export) are registered with
+// register_temp_dir(): the handlers first unlink the registered files, then empty each registered
+// directory (its direct entries, by getdents64/unlinkat, no allocation) and remove it with rmdir().
+//
+// Limits: at most kMaxTempFiles files and directories registered at once and paths of at most kMaxTempPathBytes - 1
 // bytes (a path that does not fit is not registered and is then only removed by its owner's normal
 // cleanup). SIGKILL, power loss and crashes are not covered: there,
 // the writers' temp-file + rename protocol still guarantees that no partial output appears under
@@ -30,11 +34,17 @@ inline constexpr size_t kMaxTempPathBytes = 4096;
 /// the path is too long (the file is then not removed on an interrupt).
 int register_temp_file(const char* path) noexcept;
 
-/// Forgets the slot returned by register_temp_file() (after the temporary was renamed or removed).
+/// Records `path` (a temporary directory about to be created, or just created) so that an interrupt
+/// empties and removes it: its regular files and symlinks are unlinked (one level: writers put no
+/// subdirectories in it), then the directory itself. Same slots, limits and thread safety as
+/// register_temp_file(); unregister with unregister_temp_file().
+int register_temp_dir(const char* path) noexcept;
+
+/// Forgets the slot returned by register_temp_file() or register_temp_dir() (after the temporary was renamed or removed).
 /// A negative slot is ignored. Thread-safe.
 void unregister_temp_file(int slot) noexcept;
 
-/// Number of temporary files currently registered (for tests and diagnostics).
+/// Number of temporary files and directories currently registered (for tests and diagnostics).
 int registered_temp_file_count() noexcept;
 
 /// Installs the SIGINT and SIGTERM handlers: remove every registered temporary file, write

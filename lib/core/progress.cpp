@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 
 namespace sq {
@@ -27,6 +28,16 @@ ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit, boo
   start_ = last_draw_ = std::chrono::steady_clock::now();
 }
 
+std::string format_rate(double r) {
+  char buf[32];
+  if (!(r >= 0) || !std::isfinite(r)) return "?";
+  if (r < 9.995) std::snprintf(buf, sizeof buf, "%.2f", r);
+  else if (r < 99.95) std::snprintf(buf, sizeof buf, "%.1f", r);
+  else if (r < 9999.5) std::snprintf(buf, sizeof buf, "%.0f", r);
+  else std::snprintf(buf, sizeof buf, "%.1fk", r / 1000.0);
+  return buf;
+}
+
 ProgressBar::~ProgressBar() { finish(); }
 
 void ProgressBar::update(int64_t done, double rate_items, const char* rate_unit) {
@@ -42,7 +53,7 @@ void ProgressBar::update(int64_t done, double rate_items, const char* rate_unit)
   const double frac = static_cast<double>(done) / static_cast<double>(total_);
   const double eta = done > 0 ? elapsed * (1.0 - frac) / frac : -1.0;
   char rate[64] = "";
-  if (rate_unit && elapsed > 0) std::snprintf(rate, sizeof rate, ", %.1fk %s/s", rate_items / elapsed / 1000.0, rate_unit);
+  if (rate_unit && elapsed > 0) std::snprintf(rate, sizeof rate, ", %s %s/s", format_rate(rate_items / elapsed).c_str(), rate_unit);
   if (!tty_) {
     std::fprintf(stderr, "%s %d%% %lld/%lld %s%s, ETA %s\n", label_.c_str(), static_cast<int>(frac * 100),
                  static_cast<long long>(done), static_cast<long long>(total_), unit_.c_str(), rate, format_duration(eta).c_str());

@@ -8,6 +8,11 @@
 
 namespace sq {
 
+/// A rate with as many digits as it needs: "0.42", "7.31", "23.4", "812", "12.3k" (below 10: two
+/// decimals; below 100: one; below 10,000: none; then thousands with one decimal), so a rate that
+/// is not zero never prints as "0" or "0.0k". "?" for a negative or non-finite rate.
+std::string format_rate(double per_second);
+
 /// On a terminal, prints "LABEL [#####.....] 40% 123/300 chunks, 45.1k tok/s, ETA 0:12" on stderr,
 /// redrawn in place at most ~10 times per second. When stderr is not a terminal, prints the same
 /// figures without the bar as one line ("LABEL 40% 123/300 chunks, 45.1k tok/s, ETA 0:12") at most

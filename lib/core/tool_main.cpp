@@ -44,6 +44,25 @@ void check_output_is_not_an_input(const std::string& out_path, const std::vector
   }
 }
 
+void check_parent_directory(const std::string& option, const std::string& path, const std::filesystem::path& parent) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status pst = fs::status(parent, ec);
+  if (!fs::exists(pst)) {
+    // Name the first component that is a file ("-o in.sqm/sub": in.sqm is a file, not a missing directory).
+    for (fs::path p = parent; !p.empty() && p != p.root_path(); p = p.parent_path()) {
+      const fs::file_status s = fs::status(p, ec);
+      if (fs::exists(s) && !fs::is_directory(s))
+        throw UsageError(option + " " + path + ": " + p.string() + " is a file, not a directory");
+      if (!p.has_parent_path()) break;
+    }
+    throw UsageError(option + " " + path + ": directory " + parent.string() + " does not exist");
+  }
+  if (!fs::is_directory(pst)) throw UsageError(option + " " + path + ": " + parent.string() + " is a file, not a directory");
+  if (::access(parent.c_str(), W_OK | X_OK) != 0)
+    throw UsageError(option + " " + path + ": directory " + parent.string() + " is not writable");
+}
+
 void check_output_path(const std::string& option, const std::string& path, bool force,
                        const std::vector<std::string>& inputs, bool allow_stdout) {
   namespace fs = std::filesystem;
@@ -55,11 +74,7 @@ void check_output_path(const std::string& option, const std::string& path, bool 
   if (fs::is_directory(st)) throw UsageError(option + " " + path + " is a directory; expected a file name");
   if (fs::exists(st) && !force) throw UsageError(option + " " + path + " exists; use --force to replace it");
   const fs::path parent = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
-  const fs::file_status pst = fs::status(parent, ec);
-  if (!fs::exists(pst)) throw UsageError(option + " " + path + ": directory " + parent.string() + " does not exist");
-  if (!fs::is_directory(pst)) throw UsageError(option + " " + path + ": " + parent.string() + " is not a directory");
-  if (::access(parent.c_str(), W_OK | X_OK) != 0)
-    throw UsageError(option + " " + path + ": directory " + parent.string() + " is not writable");
+  check_parent_directory(option, path, parent);
 }
 
 void check_output_directory(const std::string& option, const std::string& path, bool force,
@@ -77,9 +92,7 @@ void check_output_directory(const std::string& option, const std::string& path, 
     return;
   }
   const fs::path parent = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
-  if (!fs::is_directory(parent, ec)) throw UsageError(option + " " + path + ": directory " + parent.string() + " does not exist");
-  if (::access(parent.c_str(), W_OK | X_OK) != 0)
-    throw UsageError(option + " " + path + ": directory " + parent.string() + " is not writable");
+  check_parent_directory(option, path, parent);
 }
 
 }  // namespace sq

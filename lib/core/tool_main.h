@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,11 @@ int run_tool(const char* tool_name, const std::function<int()>& body);
 /// existing file directly inside it (its config, weights or tokenizer). Empty inputs are skipped.
 void check_output_is_not_an_input(const std::string& out_path, const std::vector<std::string>& inputs,
                                   const std::string& option = "-o");
+
+/// Refuses (UsageError naming `option` and `path`) a `parent` directory of output `path` that does
+/// not exist (naming the first component of it that is a file, if any: "-o in.sqm/sub"), is not a
+/// directory, or is not writable.
+void check_parent_directory(const std::string& option, const std::string& path, const std::filesystem::path& parent);
 
 /// Checks, before any work starts, that the output `path` given with `option` (e.g. "-o", "--json")
 /// can be written: "-" passes when `allow_stdout` (a JSON report on stdout); otherwise it must not be one of `inputs`

@@ -62,7 +62,7 @@ KVQuantization kv_quantization_from_sqm(const SqmFile& f, const ModelConfig& c) 
   return q;
 }
 
-KVQuantization select_kv_format(const KVQuantization& file, const std::string& kv, int group, int sink,
+KVQuantization select_kv_format(const KVQuantization& file, bool converted, const std::string& kv, int group, int sink,
                                 const std::string& keys, const ModelConfig& config) {
   if (kv.empty()) {
     if (group > 0 || sink >= 0 || !keys.empty())
@@ -74,7 +74,8 @@ KVQuantization select_kv_format(const KVQuantization& file, const std::string& k
   if (spec.kind == KVKind::Nuq) {
     if (file.spec.kind != KVKind::Nuq || file.spec.bits != spec.bits)
       throw UsageError("--kv " + kv + " needs the model's KV codebooks: convert it with sq-convert --kv " + kv +
-                       " (this model was converted for KV format " + kv_spec_name(file.spec) + ")");
+                       (converted ? " (this model was converted for KV format " + kv_spec_name(file.spec) + ")"
+                                  : " --calib CALIB.h5 (this model is not a converted .sqm file, so it has none)"));
     if (group > 0 || sink >= 0 || !keys.empty())
       throw UsageError("nuq KV options are fixed at conversion (sq-convert --kv-*); the file has " + kv_spec_name(file.spec));
     return file;

@@ -30,8 +30,10 @@ KVQuantization kv_quantization_from_sqm(const SqmFile& file, const ModelConfig& 
 /// names (parse_kv_spec) with `group` (> 0 to set), `sink` (≥ 0 to set) and `keys` ("" = default)
 /// applied. Uniform formats need nothing from the file; a nuq format needs the file's codebooks,
 /// so `kv` may only name the nuq format the file was converted for (its options come from the
-/// file). Throws UsageError naming the option and, for nuq, the sq-convert command that is needed.
-KVQuantization select_kv_format(const KVQuantization& file, const std::string& kv, int group, int sink,
+/// file). `converted` says whether `file` came from a converted .sqm (else the model is a plain
+/// checkpoint, which holds no KV codebooks). Throws UsageError naming the option and, for nuq, the
+/// sq-convert command that is needed.
+KVQuantization select_kv_format(const KVQuantization& file, bool converted, const std::string& kv, int group, int sink,
                                 const std::string& keys, const ModelConfig& config);
 
 }  // namespace sq

@@ -1,16 +1,33 @@
 #include "tool_cli.h"
 
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
 
+#include "core/cpu_cores.h"
 #include "core/error.h"
 #include "core/tool_main.h"
 #include "formats/atomic_file.h"
 
 namespace sq {
+
+int apply_thread_option(int threads, const char* tool) {
+  const int cores = available_cores();
+  if (threads < 0) throw UsageError("-t/--threads must be >= 0 (0: the " + std::to_string(cores) + " cores available), got " + std::to_string(threads));
+  const int limit = kMaxThreadsPerCore * cores;
+  if (threads > limit)
+    throw UsageError("-t " + std::to_string(threads) + ": this process may use " + std::to_string(cores) + " core(s); at most " +
+                     std::to_string(limit) + " threads are accepted (omit -t for one per core)");
+  if (threads > cores)
+    std::fprintf(stderr, "%s: warning: -t %d runs more threads than the %d core(s) available to this process; expect it to be slower\n",
+                 tool, threads, cores);
+  const int n = threads > 0 ? threads : cores;
+  omp_set_num_threads(n);
+  return n;
+}
 
 std::string tool_version_line(const char* tool) { return std::string(tool) + " (sqkit) " + SQ_VERSION; }
 

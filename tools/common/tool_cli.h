@@ -24,6 +24,16 @@ CLI::Option* add_json_option(CLI::App& app, std::string& target, const std::stri
 /// where the option applies. Apply it with apply_w4a16_act_option (model/quantize_in_memory.h).
 CLI::Option* add_w4a16_act_option(CLI::App& app, std::string& target, const std::string& where);
 
+/// Most threads -t accepts per available core (8 on 2 cores → 16): more only slows every
+/// synchronisation point, and a typo such as -t 1000 is refused instead of run.
+inline constexpr int kMaxThreadsPerCore = 8;
+
+/// Sets the OpenMP thread count from `-t/--threads` and returns it: 0 (the default) → the cores
+/// this process may use (available_cores(), core/cpu_cores.h: affinity mask and cgroup CPU quota);
+/// N ≤ that → N; N above it (up to kMaxThreadsPerCore × cores) → N with a one-line warning on stderr
+/// prefixed by `tool`. Throws UsageError for N < 0 and N above the limit, naming the value and the cores.
+int apply_thread_option(int threads, const char* tool);
+
 /// Rewrites `args` (argv[1..], in order) so that the optional value of `--json` is explicit:
 /// `--json=ANY` is kept; `--json` followed by `-` or by a word ending in ".json" (any case) that does
 /// not start with '-' becomes `--json=WORD`; any other `--json` becomes `--json=-` (stdout) and the
