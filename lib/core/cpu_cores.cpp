@@ -1,5 +1,7 @@
 #include "core/cpu_cores.h"
 
+#include "core/cgroup.h"
+
 #include <sched.h>
 
 #include <algorithm>
@@ -26,30 +28,14 @@ std::optional<long long> positive_integer(const std::string& s) {
   return v;
 }
 
-/// The process's cgroup v2 path ("0::/PATH" in /proc/self/cgroup), or "" when there is none.
-std::string own_cgroup_v2_path() {
-  std::ifstream f("/proc/self/cgroup");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("0::", 0) == 0) return line.substr(3);
-  return "";
-}
-
 std::optional<int> cgroup_quota_cores() {
-  const std::string own = own_cgroup_v2_path();
   // Our own cgroup and each parent up to the root: the tightest quota applies.
   std::optional<int> best;
-  if (!own.empty()) {
-    std::string dir = own;
-    for (;;) {
-      const std::optional<int> c = cores_from_cpu_max(read_first_line("/sys/fs/cgroup" + (dir == "/" ? std::string() : dir) + "/cpu.max"));
-      if (c && (!best || *c < *best)) best = c;
-      if (dir == "/" || dir.empty()) break;
-      const size_t slash = dir.find_last_of('/');
-      dir = slash == 0 ? "/" : dir.substr(0, slash);
-    }
-    if (best) return best;
+  for (const std::string& dir : own_cgroup_v2_directories()) {
+    const std::optional<int> c = cores_from_cpu_max(read_first_line(dir + "/cpu.max"));
+    if (c && (!best || *c < *best)) best = c;
   }
+  if (best) return best;
   // cgroup v1 (the mount's root, as seen from inside a container).
   const std::string quota = read_first_line("/sys/fs/cgroup/cpu/cpu.cfs_quota_us");
   const std::string period = read_first_line("/sys/fs/cgroup/cpu/cpu.cfs_period_us");

@@ -1,5 +1,7 @@
 #include "core/memory_budget.h"
 
+#include "core/cgroup.h"
+
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -37,25 +39,15 @@ int64_t read_integer_file(const std::string& path) {
 /// The tightest cgroup memory limit minus usage of this process's cgroup (v2: its path and its
 /// parents; v1: the memory controller's mount), or −1.
 int64_t cgroup_memory_left() {
-  std::ifstream f("/proc/self/cgroup");
-  std::string line, v2;
-  while (std::getline(f, line))
-    if (line.rfind("0::", 0) == 0) v2 = line.substr(3);
   int64_t best = -1;
-  if (!v2.empty()) {
-    for (std::string dir = v2;;) {
-      const std::string base = "/sys/fs/cgroup" + (dir == "/" ? std::string() : dir);
-      const int64_t max = read_integer_file(base + "/memory.max"), cur = read_integer_file(base + "/memory.current");
-      if (max >= 0 && cur >= 0) {
-        const int64_t left = std::max<int64_t>(0, max - cur);
-        if (best < 0 || left < best) best = left;
-      }
-      if (dir == "/" || dir.empty()) break;
-      const size_t slash = dir.find_last_of('/');
-      dir = slash == 0 ? "/" : dir.substr(0, slash);
+  for (const std::string& base : own_cgroup_v2_directories()) {
+    const int64_t max = read_integer_file(base + "/memory.max"), cur = read_integer_file(base + "/memory.current");
+    if (max >= 0 && cur >= 0) {
+      const int64_t left = std::max<int64_t>(0, max - cur);
+      if (best < 0 || left < best) best = left;
     }
-    if (best >= 0) return best;
   }
+  if (best >= 0) return best;
   const int64_t max = read_integer_file("/sys/fs/cgroup/memory/memory.limit_in_bytes");
   const int64_t cur = read_integer_file("/sys/fs/cgroup/memory/memory.usage_in_bytes");
   if (max >= 0 && cur >= 0 && max < (int64_t(1) << 60)) return std::max<int64_t>(0, max - cur);
