@@ -15,6 +15,7 @@
 #include "cuda/cuda_eval.h"
 #include "cuda/cuda_runtime.h"
 #include "cuda/device.h"
+#include "eval/hellaswag.h"
 #include "eval/kl_divergence.h"
 #include "eval/perplexity.h"
 #include "eval/sensitivity.h"
@@ -118,18 +119,72 @@ int main(int argc, char** argv) {
   app.add_option("--sensitivity-by", sensitivity_by, "--sensitivity: layer | kind | both")->capture_default_str();
   app.footer(
       "Exit status: 0 success (every gate holds); 1 runtime or output failure; 2 bad usage or input (nothing "
-      "evaluated); 3 a quality gate (--max-kld, --max-ppl-ratio, --min-top1) is broken: all figures were printed "
+      "evaluated); 3 a quality gate (--max-kld, --max-ppl-ratio, --min-top1, --min-accuracy, --max-accuracy-drop) is broken: all figures were printed "
       "(and --json written) first, and each broken gate is named on stderr.");
   bool special = false;
   app.add_flag("--special", special,
                "Parse special-token text in the text (e.g. <|im_start|>, a chat template's markers) into its token id; "
                "without it such text is tokenized as plain characters");
+  std::vector<std::string> task_args;
+  int64_t task_count = 0;
+  std::string task_order = "file";
+  bool hellaswag_flag = false, json_tasks = false;
+  double min_accuracy = 0, max_accuracy_drop = 0;
+  app.add_option("--task", task_args,
+                 "Task accuracy instead of perplexity: 'hellaswag FILE' (or '--task hellaswag -f FILE'), scored as llama.cpp's "
+                 "--hellaswag: the shared context once, each ending by its mean token log-probability (docs/protocols.md)")
+      ->expected(1, 2)
+      ->type_name("NAME [FILE]");
+  app.add_flag("--hellaswag", hellaswag_flag, "Same as --task hellaswag (llama.cpp's option name)");
+  app.add_option("--tasks,--hellaswag-tasks", task_count, "--task: evaluate only the first N tasks (default: all)")->type_name("N");
+  app.add_option("--task-order", task_order,
+                 "--task: 'file' = the first N tasks in file order; 'llamacpp' = llama.cpp's random draw of N tasks "
+                 "(std::mt19937 seeded with 1), to reproduce its subset and order")
+      ->capture_default_str();
+  app.add_flag("--json-tasks", json_tasks,
+               "--task with --json: also write each task's index, gold, choice, correct and four scores");
+  app.add_option("--min-accuracy", min_accuracy, "Quality gate (--task): exit 3 when the accuracy (0..1) is below A")
+      ->type_name("A");
+  app.add_option("--max-accuracy-drop", max_accuracy_drop,
+                 "Quality gate (--task, needs --reference-model): exit 3 when reference accuracy - accuracy (0..1) exceeds D")
+      ->type_name("D");
   sq::add_version_flag(app, "sq-eval");
   if (const int status = sq::parse_tool_args(app, "sq-eval", argc, argv); status >= 0) return status;
 
   return sq::run_tool("sq-eval", [&]() {
     // Every output is checked before the model is loaded (never an input, never an existing file
     // without --force, its directory exists). With --json - the JSON owns stdout and the summary goes to stderr.
+    // --task: task accuracy (eval/hellaswag.h) instead of perplexity; its own options are checked here.
+    if (hellaswag_flag) task_args.insert(task_args.begin(), "hellaswag");
+    const bool task_mode = !task_args.empty();
+    if (task_mode) {
+      if (task_args[0] != "hellaswag" || (hellaswag_flag && app.count("--task")))
+        throw sq::UsageError(hellaswag_flag && app.count("--task") ? "give either --hellaswag or --task hellaswag, not both"
+                                                                     : "--task: the only task is 'hellaswag', got '" + task_args[0] + "'");
+      if (task_args.size() == 2) {
+        if (!text_path.empty()) throw sq::UsageError("give the HellaSwag file once: --task hellaswag FILE or -f FILE, not both");
+        text_path = task_args[1];
+      }
+      if (text_path.empty()) throw sq::UsageError("--task hellaswag needs the task file: --task hellaswag FILE");
+      for (const char* o : {"--token-ids", "--protocol", "--ctx", "--chunks", "--kv-policy", "--segment", "--max-tokens",
+                            "--batch-size", "--sensitivity", "--max-ppl-ratio", "--reference-ppl", "--min-top1",
+                            "--w4a16-act", "--special", "--allow-long-context"})
+        if (app.count(o)) throw sq::UsageError(std::string(o) + " does not apply to --task hellaswag");
+      if (device != "cpu") throw sq::UsageError("--task hellaswag runs on the CPU only (--device cpu)");
+      if (app.count("--tasks") && task_count < 1)
+        throw sq::UsageError("--tasks must be at least 1 (omit it to evaluate every task), got " + std::to_string(task_count));
+      if (app.count("--min-accuracy") && !(min_accuracy >= 0 && min_accuracy <= 1))
+        throw sq::UsageError("--min-accuracy must be in [0, 1]");
+      if (app.count("--max-accuracy-drop") && !(max_accuracy_drop >= 0 && max_accuracy_drop <= 1))
+        throw sq::UsageError("--max-accuracy-drop must be in [0, 1]");
+      if (app.count("--max-accuracy-drop") && reference_path.empty())
+        throw sq::UsageError("--max-accuracy-drop needs --reference-model");
+      if (json_tasks && json_path.empty()) throw sq::UsageError("--json-tasks needs --json");
+    } else {
+      for (const char* o : {"--tasks", "--task-order", "--json-tasks", "--min-accuracy", "--max-accuracy-drop"})
+        if (app.count(o)) throw sq::UsageError(std::string(o) + " needs --task hellaswag");
+    }
+    const sq::TaskOrder order = sq::parse_task_order(task_order);
     const bool from_ids = !ids_path.empty();
     if (from_ids && !text_path.empty()) throw sq::UsageError("give either -f FILE or --token-ids FILE, not both");
     if (!from_ids && text_path.empty()) throw sq::UsageError("give the text with -f FILE or the token ids with --token-ids FILE");
@@ -245,6 +300,105 @@ int main(int argc, char** argv) {
     const sq::KVQuantization kvq = sq::select_kv_format(loaded.kv, loaded.format == "sqm", kv, kv_group, kv_sink, kv_keys, cfg);
     opt.kv = kvq.spec;
     opt.kv_params = &kvq.params;
+
+    if (task_mode) {  // HellaSwag accuracy (eval/hellaswag.h, docs/protocols.md "HellaSwag")
+      const std::vector<sq::HellaswagTask> all = sq::read_hellaswag_tasks(text_path);
+      const std::vector<sq::HellaswagTask> chosen = sq::select_hellaswag_tasks(all, task_count, order);
+      std::vector<sq::HellaswagSequences> seqs;
+      seqs.reserve(chosen.size());
+      const bool bos = tokenizer->default_add_bos();
+      for (const sq::HellaswagTask& t : chosen)
+        seqs.push_back(sq::tokenize_hellaswag_task(
+            t, [&](const std::string& x) { return tokenizer->encode(x, bos, /*add_eos=*/false); }, text_path));
+      sq::HellaswagOptions ho;
+      ho.kv = opt.kv;
+      ho.kv_params = opt.kv_params;
+      ho.reference = opt.reference;
+      sq::ProgressBar tbar("sq-eval", static_cast<int64_t>(seqs.size()), "tasks", !quiet);
+      ho.on_progress = [&](int64_t done, int64_t, int64_t toks) { tbar.update(done, static_cast<double>(toks), "tok"); };
+      const sq::HellaswagResult r = sq::evaluate_hellaswag(*loaded.model, seqs, ho);
+      tbar.finish();
+      std::fprintf(out, "model     %s (%s, %lld parameters), KV cache %s\n", model_path.c_str(), loaded.format.c_str(),
+                   static_cast<long long>(cfg.parameter_count()), sq::kv_spec_name(opt.kv).c_str());
+      std::fprintf(out, "task      hellaswag %s: %lld of %zu tasks (%s order), mean log-probability per ending (acc_norm)\n",
+                   text_path.c_str(), static_cast<long long>(r.tasks_scored), all.size(), sq::task_order_name(order));
+      std::fprintf(out, "accuracy  %.4f +/- %.4f (%lld correct; 95%% Wilson interval [%.4f, %.4f])\n", r.accuracy,
+                   r.accuracy_stderr, static_cast<long long>(r.tasks_correct), r.ci95_low, r.ci95_high);
+      std::fprintf(out, "speed     %s tokens/s (%lld tokens in %.2f s, %d threads)\n", sq::format_rate(r.tokens_per_second).c_str(),
+                   static_cast<long long>(r.tokens_processed), r.seconds, omp_get_max_threads());
+      const sq::HellaswagComparison* c = r.comparison ? &*r.comparison : nullptr;
+      if (c) {
+        std::fprintf(out, "reference %s (%s; dense, FP32 KV cache): accuracy %.4f (change %+.4f)\n", reference_path.c_str(),
+                     reference.format.c_str(), c->accuracy, r.accuracy - c->accuracy);
+        std::fprintf(out, "choices   %lld of %lld tasks differ from the reference's\n", static_cast<long long>(c->changed_choices),
+                     static_cast<long long>(r.tasks_scored));
+        std::fprintf(out, "KLD       mean %.6f +/- %.6f, max %.6f over %lld ending tokens\n", c->kld_mean, c->kld_stderr,
+                     c->kld_max, static_cast<long long>(c->predictions));
+      }
+      std::vector<std::string> broken;
+      char buf[256];
+      if (app.count("--min-accuracy") && r.accuracy < min_accuracy) {
+        std::snprintf(buf, sizeof buf, "--min-accuracy %g: the accuracy is %.4f", min_accuracy, r.accuracy);
+        broken.emplace_back(buf);
+      }
+      if (app.count("--max-accuracy-drop") && c && c->accuracy - r.accuracy > max_accuracy_drop) {
+        std::snprintf(buf, sizeof buf, "--max-accuracy-drop %g: the accuracy dropped by %.4f (%.4f -> %.4f)", max_accuracy_drop,
+                      c->accuracy - r.accuracy, c->accuracy, r.accuracy);
+        broken.emplace_back(buf);
+      }
+      if (gates.max_kld && c && c->kld_mean > *gates.max_kld) {
+        std::snprintf(buf, sizeof buf, "--max-kld %g: the mean KLD over the ending tokens is %.6f", *gates.max_kld, c->kld_mean);
+        broken.emplace_back(buf);
+      }
+      if (!json_path.empty()) {
+        nlohmann::json j;
+        j["task"] = "hellaswag";
+        j["accuracy"] = r.accuracy;
+        j["accuracy_stderr"] = r.accuracy_stderr;
+        j["accuracy_ci95"] = {r.ci95_low, r.ci95_high};
+        j["tasks_scored"] = r.tasks_scored;
+        j["tasks_correct"] = r.tasks_correct;
+        j["task_order"] = sq::task_order_name(order);
+        j["tokens_processed"] = r.tokens_processed;
+        j["tokens_per_second"] = r.tokens_per_second;
+        j["seconds"] = r.seconds;
+        j["threads"] = omp_get_max_threads();
+        j["kv_cache"] = {{"format", sq::kv_spec_name(opt.kv)}, {"spec", sq::kv_spec_to_json(opt.kv)}};
+        j["model"] = {{"path", model_path}, {"format", loaded.format}, {"parameter_count", cfg.parameter_count()}};
+        j["tasks_file"] = {{"path", text_path}, {"tasks", all.size()}};
+        if (c) {
+          j["reference"] = {{"accuracy", c->accuracy},
+                            {"model", {{"path", reference_path}, {"format", reference.format}}},
+                            {"kv_cache", "fp32"}};
+          j["changed_choices"] = c->changed_choices;
+          j["kl_divergence"] = {{"mean", c->kld_mean}, {"stderr", c->kld_stderr}, {"max", c->kld_max},
+                                {"predictions", c->predictions}};
+        }
+        if (app.count("--min-accuracy") || app.count("--max-accuracy-drop") || gates.max_kld) {
+          nlohmann::json g;
+          if (app.count("--min-accuracy")) g["min_accuracy"] = min_accuracy;
+          if (app.count("--max-accuracy-drop")) g["max_accuracy_drop"] = max_accuracy_drop;
+          if (gates.max_kld) g["max_kld"] = *gates.max_kld;
+          g["passed"] = broken.empty();
+          g["broken"] = broken;
+          j["gates"] = g;
+        }
+        if (json_tasks) {
+          nlohmann::json a = nlohmann::json::array();
+          for (const sq::HellaswagTaskResult& t : r.tasks) {
+            nlohmann::json e = {{"index", t.index}, {"gold", t.gold}, {"choice", t.choice}, {"correct", t.correct()},
+                                {"scores", t.scores}};
+            if (c) e["reference_choice"] = t.reference_choice;
+            a.push_back(e);
+          }
+          j["tasks"] = a;
+        }
+        j["sqkit_version"] = SQ_VERSION;
+        sq::write_json_report(json_path, j.dump(2) + "\n");
+      }
+      for (const std::string& b : broken) std::fprintf(stderr, "sq-eval: quality gate: %s\n", b.c_str());
+      return broken.empty() ? int(sq::kExitOk) : int(sq::kExitGate);
+    }
 
     std::string text;
     nlohmann::json input_json;

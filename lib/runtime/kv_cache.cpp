@@ -265,6 +265,32 @@ void KVCache::keep_rows(const std::vector<int64_t>& rows) {
     identity_ = identity_ && slot_[static_cast<size_t>(r)] == r && rotated_[static_cast<size_t>(r)] == r;
 }
 
+void KVCache::truncate(int64_t n) {
+  if (pending_ != 0) throw std::logic_error("KVCache::truncate during a forward pass");
+  if (n < 0 || n > length_)
+    throw std::invalid_argument("KVCache::truncate: " + std::to_string(n) + " rows requested, the cache holds " +
+                                std::to_string(length_));
+  // Freed from the last row down, so the free stacks hand the lowest slot (row n's) out first.
+  for (int64_t r = length_ - 1; r >= n; --r) {
+    const int32_t s = slot_[static_cast<size_t>(r)];
+    if (s < 0) {
+      free_sink_.push_back(-1 - s);
+      --rows_sink_;
+      continue;
+    }
+    free_.push_back(s);
+    --rows_dense_;
+    if (sparse_)
+      for (LayerStore& L : layers_) {
+        outliers_ -= static_cast<int64_t>(L.sparse_k[size_t(s)].size() + L.sparse_v[size_t(s)].size());
+        L.sparse_k[size_t(s)].clear();
+        L.sparse_v[size_t(s)].clear();
+      }
+  }
+  length_ = n;
+  tokens_seen_ = n == 0 ? 0 : text_pos_[static_cast<size_t>(n - 1)] + 1;
+}
+
 KVCache::LayerStorage KVCache::layer_storage(int l) const {
   if (l < 0 || l >= n_layers_) throw std::out_of_range("KV cache layer " + std::to_string(l) + " out of range");
   const LayerStore& L = layers_[static_cast<size_t>(l)];

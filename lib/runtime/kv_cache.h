@@ -79,6 +79,14 @@ class KVCache {
   /// out-of-range indices.
   void keep_rows(const std::vector<int64_t>& rows);
 
+  /// Drops rows n … length()−1 (a shorter continuation of the same text follows): rows 0 … n−1 stay
+  /// where they are (slots, rotations, text positions), the dropped rows' slots are freed so that the
+  /// next rows reuse them in order (an FP32 cache keeps its zero-copy layout), and the next row's
+  /// text position is text_position(n−1) + 1. Scoring several continuations of one prefix
+  /// (eval/hellaswag.h) runs the prefix once and truncates back to it after each continuation.
+  /// Throws std::invalid_argument unless 0 ≤ n ≤ length(), std::logic_error during a forward pass.
+  void truncate(int64_t n);
+
   /// Text position (token index since clear()) of row r.
   int64_t text_position(int64_t r) const { return text_pos_[static_cast<size_t>(r)]; }
 
