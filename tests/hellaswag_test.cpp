@@ -342,10 +342,11 @@ Checkpoint* StoriesHellaswag::checkpoint_ = nullptr;
 Decoder* StoriesHellaswag::model_ = nullptr;
 
 TEST_F(StoriesHellaswag, SharedPrefixEqualsRunningEachSequenceWhole) {
-  // Reusing the prefix's cache (truncated after each ending) gives the scores of running every
-  // sequence from an empty cache in the same two blocks (prefix, then ending): bit for bit, since
-  // each row's arithmetic is the same; and within 1e-5 of one single block per sequence (another
-  // GEMM blocking of the same sums, FP32 rounding).
+  // The batched evaluation (tasks' prefixes in one pass, all endings in another, the prefix's cache
+  // reused by each ending) gives the scores of running every sequence alone from an empty cache,
+  // as two blocks (prefix, then ending) or as one. Tolerance: the GEMMs run over other row counts
+  // (another blocking of the same FP32 sums): logits differ by ~1e-6 relative, the mean
+  // log-probabilities by up to ~5e-6 measured on these tasks; 2e-5 bounds it.
   const auto tasks = random_tasks(6, 3);
   test::ScopedOmpThreads one(1);
   const HellaswagResult r = evaluate_hellaswag(*model_, tasks, {});
@@ -376,16 +377,18 @@ TEST_F(StoriesHellaswag, SharedPrefixEqualsRunningEachSequenceWhole) {
       }
       two /= double(n - c);
       single /= double(n - c);
-      // Same logits; a double log-softmax here vs ops::log_sum_exp there (FP32 exponentials in
-      // blocks of 64, ~1e-7 relative in the sum, so ~1e-7 per token's log-probability).
-      EXPECT_NEAR(r.tasks[i].scores[e], two, 1e-6) << i << "/" << e;
-      EXPECT_NEAR(r.tasks[i].scores[e], single, 1e-5) << i << "/" << e;
+      // (Also a double log-softmax here vs ops::log_sum_exp there: ~1e-7 per token.)
+      EXPECT_NEAR(r.tasks[i].scores[e], two, 2e-5) << i << "/" << e;
+      EXPECT_NEAR(r.tasks[i].scores[e], single, 2e-5) << i << "/" << e;
     }
 }
 
-TEST_F(StoriesHellaswag, QuantizedKVCacheReuseIsExact) {
-  // A packed int4 cache: dropping an ending's rows and writing the next ending's gives the same
-  // scores as a fresh cache per sequence (the same rows are encoded and read).
+TEST_F(StoriesHellaswag, QuantizedKVCacheReuseMatchesFreshCaches) {
+  // A packed int4 cache: dropping an ending's rows and writing the next ending's gives the scores
+  // of a fresh cache per sequence. Tolerance: the GEMMs' row counts differ (as above), and a 1e-6
+  // change of a key or value flips an int4 code at a rounding boundary now and then (one step is
+  // ~1/15 of a group's range), moving a mean log-probability by up to ~5e-4 here; an ending that
+  // saw another ending's rows would be off by more than 0.1.
   const auto tasks = random_tasks(4, 11);
   test::ScopedOmpThreads one(1);
   HellaswagOptions o;
@@ -396,7 +399,7 @@ TEST_F(StoriesHellaswag, QuantizedKVCacheReuseIsExact) {
       HellaswagSequences only = tasks[i];
       for (auto& t : only.tokens) t = tasks[i].tokens[e];  // four copies of ending e: fresh prefix each time
       const HellaswagResult s = evaluate_hellaswag(*model_, {only}, o);
-      EXPECT_EQ(r.tasks[i].scores[e], s.tasks[0].scores[0]) << i << "/" << e;
+      EXPECT_NEAR(r.tasks[i].scores[e], s.tasks[0].scores[0], 2e-3) << i << "/" << e;
     }
 }
 
@@ -506,14 +509,15 @@ TEST(HellaswagCli, ScoresAFileAndWritesTheJson) {
     ASSERT_EQ(t["scores"].size(), 4u);
     for (const auto& x : t["scores"]) EXPECT_LT(x.get<double>(), 0.0);
   }
-  // --tasks 2 (llama.cpp's --hellaswag-tasks spelling), and the library's scores for the same
-  // tasks: the tool adds nothing to them.
+  // --tasks 2 (llama.cpp's --hellaswag-tasks spelling) scores the first two tasks alike.
   const test::ProcessResult two = test::run_process(
       stories_eval({"--hellaswag", "-f", tasks, "--hellaswag-tasks", "2", "--json", "-", "--json-tasks"}));
   ASSERT_EQ(two.exit_status, 0) << two.err;
   const nlohmann::json k = nlohmann::json::parse(two.out);
   EXPECT_EQ(k["tasks_scored"].get<int>(), 2);
-  for (int i = 0; i < 2; ++i) EXPECT_EQ(k["tasks"][size_t(i)]["scores"], j["tasks"][size_t(i)]["scores"]);
+  for (int i = 0; i < 2; ++i)
+    for (size_t e = 0; e < 4; ++e)  // batched with 2 tasks instead of 3: GEMMs over other row counts
+      EXPECT_NEAR(k["tasks"][size_t(i)]["scores"][e].get<double>(), j["tasks"][size_t(i)]["scores"][e].get<double>(), 2e-5);
   // Quality gates: an accuracy of 1 passes --min-accuracy 1; the reference (itself) drops nothing.
   const test::ProcessResult gate = test::run_process(stories_eval(
       {"--task", "hellaswag", tasks, "--min-accuracy", "1", "--reference-model", test::stories_model(),

@@ -83,17 +83,63 @@ void set_hellaswag_accuracy(HellaswagResult& r, int64_t correct, int64_t n) {
 
 namespace {
 
-/// One model's state on one thread: its KV cache, workspace and logits buffers.
+/// Tasks [begin, end) scored as one batch (Decoder::forward_batch): their prefixes in one pass,
+/// then all their endings in another.
+struct Group {
+  size_t begin, end;
+};
+
+/// Rows of one batch at most: enough for GEMMs to reuse each weight over many rows, and the
+/// endings' logits ([rows, vocab] FP32) of one batch within 128 MiB (at least 32 rows).
+constexpr int64_t kBatchRows = 512;
+int64_t logit_rows_budget(int vocab) { return std::clamp<int64_t>((int64_t(1) << 25) / std::max(vocab, 1), 32, kBatchRows); }
+
+int64_t ending_rows(const HellaswagSequences& t) {
+  int64_t m = 0;
+  for (const auto& seq : t.tokens) m += static_cast<int64_t>(seq.size()) - t.common_prefix - 1;
+  return m;
+}
+
+/// Consecutive tasks grouped under the row budgets (each group at least one task); depends only on
+/// the tasks and the vocabulary size, never on threads.
+std::vector<Group> group_tasks(const std::vector<HellaswagSequences>& tasks, int vocab) {
+  const int64_t logit_budget = logit_rows_budget(vocab);
+  std::vector<Group> groups;
+  size_t i = 0;
+  while (i < tasks.size()) {
+    Group g{i, i};
+    int64_t prefix = 0, endings = 0;
+    while (g.end < tasks.size()) {
+      const HellaswagSequences& t = tasks[g.end];
+      const int64_t p = prefix + t.common_prefix, e = endings + ending_rows(t);
+      if (g.end > g.begin && (std::max(p, e) > kBatchRows || e > logit_budget)) break;
+      prefix = p;
+      endings = e;
+      ++g.end;
+    }
+    groups.push_back(g);
+    i = g.end;
+  }
+  return groups;
+}
+
+/// One model's state on one thread: a KV cache per task of a group, the workspace, and a group's
+/// logits.
 struct ModelRun {
   ModelRun(const Decoder& m, int64_t capacity, const KVSpec& kv, const std::vector<NuqLayerParams>* params)
-      : model(m), cache(m.config(), capacity, kv, params), kv(kv), params(params) {}
+      : model(m), capacity(capacity), kv(kv), params(params) {}
   const Decoder& model;
-  KVCache cache;
+  int64_t capacity;
   KVSpec kv;
   const std::vector<NuqLayerParams>* params;
+  std::vector<std::unique_ptr<KVCache>> caches;
   Workspace ws;
-  std::vector<float> first;  ///< [vocab] logits after the common prefix
-  std::vector<float> rows;   ///< [tokens of one ending − 1, vocab]
+  std::vector<float> first;  ///< [tasks of the group, vocab] logits after each common prefix
+  std::vector<float> rows;   ///< [ending rows of the group, vocab]: task by task, ending by ending
+  KVCache& cache(size_t i) {
+    while (caches.size() <= i) caches.push_back(std::make_unique<KVCache>(model.config(), capacity, kv, params));
+    return *caches[i];
+  }
 };
 
 /// What one task contributes (combined in task order, so results do not depend on threads).
@@ -115,42 +161,47 @@ struct TaskOutcome {
   throw nonfinite_activation_error(locate_nonfinite_activation(run.model, seq.data(), int64_t(seq.size()), cache, ws), where);
 }
 
-/// Runs the common prefix on `run` (fresh cache) into run.first.
-void run_prefix(ModelRun& run, const HellaswagSequences& t, bool reference) {
+/// Runs group g on `run`: the prefixes (run.first) then the endings but their last tokens
+/// (run.rows), the endings' rows dropped from the caches again. Checks every logit.
+void run_group(ModelRun& run, const std::vector<HellaswagSequences>& tasks, const Group& g, bool reference) {
   const int vocab = run.model.config().vocab_size;
-  run.cache.clear();
-  run.first.resize(static_cast<size_t>(vocab));
-  run.model.forward(t.tokens[0].data(), t.common_prefix, run.cache, run.ws, run.first.data(), LogitsFor::LastToken);
-  if (first_nonfinite_f32(run.first.data(), vocab) >= 0) throw_nonfinite(run, t, 0, reference);
-}
-
-/// Runs ending `e`'s tokens after the prefix but its last (their logits predict the ending's next
-/// tokens) into run.rows, then drops them from the cache again; returns how many ran.
-int64_t run_ending(ModelRun& run, const HellaswagSequences& t, int e, bool reference) {
-  const std::vector<int32_t>& seq = t.tokens[static_cast<size_t>(e)];
-  const int64_t m = static_cast<int64_t>(seq.size()) - t.common_prefix - 1;
-  if (m <= 0) return 0;
-  const int vocab = run.model.config().vocab_size;
-  run.rows.resize(static_cast<size_t>(m) * static_cast<size_t>(vocab));
-  run.model.forward(seq.data() + t.common_prefix, m, run.cache, run.ws, run.rows.data(), LogitsFor::AllTokens);
-  run.cache.truncate(t.common_prefix);
-  if (first_nonfinite_f32(run.rows.data(), m * vocab) >= 0) throw_nonfinite(run, t, e, reference);
-  return m;
+  std::vector<SequenceBlock> blocks;
+  for (size_t i = g.begin; i < g.end; ++i) {
+    KVCache& cache = run.cache(i - g.begin);
+    cache.clear();
+    blocks.push_back({tasks[i].tokens[0].data(), tasks[i].common_prefix, &cache});
+  }
+  run.first.resize((g.end - g.begin) * static_cast<size_t>(vocab));
+  run.model.forward_batch(blocks, BatchRows::Keep, run.ws, run.first.data(), LogitsFor::LastToken);
+  blocks.clear();
+  int64_t rows = 0;
+  for (size_t i = g.begin; i < g.end; ++i)
+    for (const auto& seq : tasks[i].tokens) {
+      const int64_t m = static_cast<int64_t>(seq.size()) - tasks[i].common_prefix - 1;
+      if (m > 0) blocks.push_back({seq.data() + tasks[i].common_prefix, m, &run.cache(i - g.begin)});
+      rows += std::max<int64_t>(m, 0);
+    }
+  run.rows.resize(static_cast<size_t>(rows) * static_cast<size_t>(vocab));
+  if (!blocks.empty()) run.model.forward_batch(blocks, BatchRows::Discard, run.ws, run.rows.data(), LogitsFor::AllTokens);
+  // Non-finite logits: name the first task (and ending) that has them.
+  const bool bad_first = first_nonfinite_f32(run.first.data(), int64_t(run.first.size())) >= 0;
+  const bool bad_rows = first_nonfinite_f32(run.rows.data(), int64_t(run.rows.size())) >= 0;
+  if (!bad_first && !bad_rows) return;
+  int64_t r = 0;
+  for (size_t i = g.begin; i < g.end; ++i) {
+    const HellaswagSequences& t = tasks[i];
+    if (first_nonfinite_f32(run.first.data() + (i - g.begin) * size_t(vocab), vocab) >= 0) throw_nonfinite(run, t, 0, reference);
+    for (int e = 0; e < 4; ++e) {
+      const int64_t m = std::max<int64_t>(int64_t(t.tokens[size_t(e)].size()) - t.common_prefix - 1, 0);
+      if (first_nonfinite_f32(run.rows.data() + size_t(r) * size_t(vocab), m * vocab) >= 0) throw_nonfinite(run, t, e, reference);
+      r += m;
+    }
+  }
+  throw std::logic_error("HellaSwag: non-finite logits not found again");  // unreachable: the checks above cover every row
 }
 
 /// log p(target) under logits row [vocab] (the perplexity's log-sum-exp, ops::log_sum_exp).
 double log_prob(const float* row, int vocab, int32_t target) { return double(row[target]) - ops::log_sum_exp(row, vocab); }
-
-/// Mean log-probability of ending `e` from run.first and run.rows (run_ending just ran it).
-double ending_score(const ModelRun& run, const HellaswagSequences& t, int e) {
-  const std::vector<int32_t>& seq = t.tokens[static_cast<size_t>(e)];
-  const int vocab = run.model.config().vocab_size;
-  const int64_t c = t.common_prefix, n = static_cast<int64_t>(seq.size());
-  double sum = log_prob(run.first.data(), vocab, seq[static_cast<size_t>(c)]);
-  for (int64_t i = c + 1; i < n; ++i)
-    sum += log_prob(run.rows.data() + static_cast<size_t>(i - c - 1) * vocab, vocab, seq[static_cast<size_t>(i)]);
-  return sum / static_cast<double>(n - c);
-}
 
 int argmax4(const std::array<double, 4>& s) {
   int best = 0;
@@ -159,41 +210,47 @@ int argmax4(const std::array<double, 4>& s) {
   return best;
 }
 
-/// Scores one task on the model under test and, when given, the reference (in lockstep, so one
-/// ending's logits of both are held at a time).
-TaskOutcome score_task(const HellaswagSequences& t, ModelRun& test, ModelRun* ref) {
-  TaskOutcome out;
-  out.result.index = t.index;
-  out.result.gold = t.gold;
-  run_prefix(test, t, false);
-  out.tokens += t.common_prefix;
-  if (ref) run_prefix(*ref, t, true);
+/// Scores the tasks of group g from run_group's logits of the model under test and, when given,
+/// of the reference.
+void score_group(const std::vector<HellaswagSequences>& tasks, const Group& g, const ModelRun& test, const ModelRun* ref,
+                 std::vector<TaskOutcome>& outcomes) {
   const int vocab = test.model.config().vocab_size;
-  auto add_kld = [&](const float* r, const float* x, int32_t target) {
-    const double k = compare_token_logits(r, x, vocab, target).kld;
-    out.kld += k;
-    out.kld2 += k * k;
-    out.kld_max = std::max(out.kld_max, k);
-    ++out.predictions;
-  };
-  std::array<double, 4> ref_scores{};
-  for (int e = 0; e < 4; ++e) {
-    const int64_t m = run_ending(test, t, e, false);
-    out.tokens += m;
-    out.result.scores[static_cast<size_t>(e)] = ending_score(test, t, e);
-    if (!ref) continue;
-    run_ending(*ref, t, e, true);
-    ref_scores[static_cast<size_t>(e)] = ending_score(*ref, t, e);
-    const std::vector<int32_t>& seq = t.tokens[static_cast<size_t>(e)];
-    const size_t c = static_cast<size_t>(t.common_prefix);
-    add_kld(ref->first.data(), test.first.data(), seq[c]);
-    for (int64_t j = 0; j < m; ++j)
-      add_kld(ref->rows.data() + static_cast<size_t>(j) * vocab, test.rows.data() + static_cast<size_t>(j) * vocab,
-              seq[c + 1 + static_cast<size_t>(j)]);
+  size_t row = 0;  // the group's first ending row of the current ending
+  for (size_t i = g.begin; i < g.end; ++i) {
+    const HellaswagSequences& t = tasks[i];
+    TaskOutcome& out = outcomes[i];
+    out = TaskOutcome{};
+    out.result.index = t.index;
+    out.result.gold = t.gold;
+    out.tokens = t.common_prefix;
+    const size_t c = static_cast<size_t>(t.common_prefix), f = (i - g.begin) * static_cast<size_t>(vocab);
+    std::array<double, 4> ref_scores{};
+    for (size_t e = 0; e < 4; ++e) {
+      const std::vector<int32_t>& seq = t.tokens[e];
+      const size_t m = seq.size() - c - 1;
+      out.tokens += static_cast<int64_t>(m);
+      // Row j (0 = the prefix's last) predicts token c + j of the ending's sequence.
+      auto row_of = [&](const ModelRun& run, size_t j) {
+        return j == 0 ? run.first.data() + f : run.rows.data() + (row + j - 1) * static_cast<size_t>(vocab);
+      };
+      double sum = 0, ref_sum = 0;
+      for (size_t j = 0; j <= m; ++j) {
+        sum += log_prob(row_of(test, j), vocab, seq[c + j]);
+        if (!ref) continue;
+        ref_sum += log_prob(row_of(*ref, j), vocab, seq[c + j]);
+        const double k = compare_token_logits(row_of(*ref, j), row_of(test, j), vocab, seq[c + j]).kld;
+        out.kld += k;
+        out.kld2 += k * k;
+        out.kld_max = std::max(out.kld_max, k);
+        ++out.predictions;
+      }
+      out.result.scores[e] = sum / static_cast<double>(m + 1);
+      ref_scores[e] = ref_sum / static_cast<double>(m + 1);
+      row += m;
+    }
+    out.result.choice = argmax4(out.result.scores);
+    if (ref) out.result.reference_choice = argmax4(ref_scores);
   }
-  out.result.choice = argmax4(out.result.scores);
-  if (ref) out.result.reference_choice = argmax4(ref_scores);
-  return out;
 }
 
 }  // namespace
@@ -206,55 +263,63 @@ HellaswagResult evaluate_hellaswag(const Decoder& model, const std::vector<Hella
     throw UsageError("the reference model has a vocabulary of " + std::to_string(o.reference->config().vocab_size) +
                      " tokens, the model under test " + std::to_string(cfg.vocab_size) + ": they must be equal");
   int64_t capacity = 0;
+  const int limit = o.reference ? std::min(cfg.max_seq_len, o.reference->config().max_seq_len) : cfg.max_seq_len;
   for (const HellaswagSequences& t : tasks)
     for (const std::vector<int32_t>& seq : t.tokens) {
       const int64_t n = static_cast<int64_t>(seq.size());
-      const int limit = o.reference ? std::min(cfg.max_seq_len, o.reference->config().max_seq_len) : cfg.max_seq_len;
       if (n > limit)
         throw UsageError("HellaSwag task " + std::to_string(t.index) + " (line " + std::to_string(t.line) + ") needs " +
                          std::to_string(n) + " tokens, more than the model's trained context of " + std::to_string(limit));
       capacity = std::max(capacity, n);
     }
   const int64_t count = static_cast<int64_t>(tasks.size());
+  const std::vector<Group> groups = group_tasks(tasks, cfg.vocab_size);
+  const int64_t n_groups = static_cast<int64_t>(groups.size());
   std::vector<TaskOutcome> outcomes(static_cast<size_t>(count));
   const auto t0 = std::chrono::steady_clock::now();
-  // Small models: one task per thread (ops inside single-threaded); large models: tasks in order,
-  // each op parallel (the cut-off of evaluate_perplexity).
-  const bool task_parallel = cfg.dim < 1024 && omp_get_max_threads() > 1 && count > 1;
+  // Small models: one group per thread (ops inside single-threaded, also for a single group, so
+  // that the figures never depend on the thread count); large models: groups in order, each op
+  // parallel (the cut-off of evaluate_perplexity).
+  const bool group_parallel = cfg.dim < 1024 && omp_get_max_threads() > 1;
   std::atomic<int64_t> done{0}, tokens{0};
-  // The first task (in order) that threw; later tasks are skipped, its exception is rethrown.
+  // The first group (in order) that threw; later groups are skipped, its exception is rethrown.
   std::atomic<int64_t> first_bad{INT64_MAX};
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(count));
-  auto run_one = [&](int64_t i, ModelRun& test, ModelRun* ref) {
-    if (i > first_bad.load(std::memory_order_relaxed)) return;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n_groups));
+  auto run_one = [&](int64_t gi, ModelRun& test, ModelRun* ref) {
+    if (gi > first_bad.load(std::memory_order_relaxed)) return;
+    const Group& g = groups[static_cast<size_t>(gi)];
     try {
-      outcomes[static_cast<size_t>(i)] = score_task(tasks[static_cast<size_t>(i)], test, ref);
+      run_group(test, tasks, g, false);
+      if (ref) run_group(*ref, tasks, g, true);
+      score_group(tasks, g, test, ref, outcomes);
     } catch (...) {
-      errors[static_cast<size_t>(i)] = std::current_exception();
+      errors[static_cast<size_t>(gi)] = std::current_exception();
       int64_t cur = first_bad.load();
-      while (i < cur && !first_bad.compare_exchange_weak(cur, i)) {
+      while (gi < cur && !first_bad.compare_exchange_weak(cur, gi)) {
       }
       return;
     }
-    tokens += outcomes[static_cast<size_t>(i)].tokens;
-    const int64_t now = ++done;
-    if (o.on_progress && (!task_parallel || omp_get_thread_num() == 0)) o.on_progress(now, count, tokens.load());
+    int64_t t = 0;
+    for (size_t i = g.begin; i < g.end; ++i) t += outcomes[i].tokens;
+    const int64_t toks = tokens += t;
+    const int64_t now = done += int64_t(g.end - g.begin);
+    if (o.on_progress && (!group_parallel || omp_get_thread_num() == 0)) o.on_progress(now, count, toks);
   };
   auto make_ref = [&]() {
     return o.reference ? std::make_unique<ModelRun>(*o.reference, capacity, KVSpec{}, nullptr) : nullptr;
   };
-  if (task_parallel) {
+  if (group_parallel) {
 #pragma omp parallel
     {
       ModelRun test(model, capacity, o.kv, o.kv_params);
       std::unique_ptr<ModelRun> ref = make_ref();
 #pragma omp for schedule(dynamic)
-      for (int64_t i = 0; i < count; ++i) run_one(i, test, ref.get());
+      for (int64_t gi = 0; gi < n_groups; ++gi) run_one(gi, test, ref.get());
     }
   } else {
     ModelRun test(model, capacity, o.kv, o.kv_params);
     std::unique_ptr<ModelRun> ref = make_ref();
-    for (int64_t i = 0; i < count && first_bad.load() == INT64_MAX; ++i) run_one(i, test, ref.get());
+    for (int64_t gi = 0; gi < n_groups && first_bad.load() == INT64_MAX; ++gi) run_one(gi, test, ref.get());
   }
   if (first_bad.load() != INT64_MAX) std::rethrow_exception(errors[static_cast<size_t>(first_bad.load())]);
 

@@ -276,7 +276,8 @@ void Decoder::run_and_project(const int32_t* tokens, int64_t n, int64_t first, K
   prepare(ws, n, p0);
   float* x = ws.x.data();  // x[n, dim] = embedding rows of the tokens (× embed_scale)
   embed(tokens, n, x, p0);
-  for (int l = 0; l < c.n_layers; ++l) run_layer(l, layers_[static_cast<size_t>(l)], x, n, cache, ws, obs);
+  const LayerBlock block{0, n, &cache, p0};
+  for (int l = 0; l < c.n_layers; ++l) run_layer(l, layers_[static_cast<size_t>(l)], x, n, &block, 1, ws, obs);
   cache.advance(n);
 
   const int64_t rows = n - first;  // logits of rows first … n−1
@@ -295,16 +296,72 @@ void Decoder::forward_layer(int l, const DecoderLayer& L, float* x, int64_t n, K
     throw std::length_error("KV cache full: " + std::to_string(p0) + " + " + std::to_string(n) + " positions exceed capacity " +
                             std::to_string(cache.capacity()));
   prepare(ws, n, p0);
-  run_layer(l, L, x, n, cache, ws, obs);
+  const LayerBlock block{0, n, &cache, p0};
+  run_layer(l, L, x, n, &block, 1, ws, obs);
 }
 
-void Decoder::run_layer(int l, const DecoderLayer& L, float* x, int64_t n, KVCache& cache, Workspace& ws,
-                        ActivationObserver* obs) const {
+void Decoder::forward_batch(const std::vector<SequenceBlock>& blocks, BatchRows keep, Workspace& ws, float* logits,
+                            LogitsFor which) const {
+  const ModelConfig& c = config_;
+  const DecoderSpec& sp = c.spec;
+  const int64_t d = c.dim;
+  if (blocks.empty()) return;
+  if (c.n_layers > 0 && !layers_.front().q_proj)
+    throw std::logic_error("Decoder::forward_batch on a model without its layers (a layer-streamed model's globals)");
+  if (blocks.size() > 1 && (ws.eviction.capacity > 0 || ws.attention_mass))
+    throw std::logic_error("Decoder::forward_batch: block streaming and attention-mass tracking run one sequence at a time");
+  std::vector<LayerBlock> lb;
+  lb.reserve(blocks.size());
+  int64_t n = 0;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const SequenceBlock& s = blocks[b];
+    if (s.n <= 0 || !s.cache || !s.tokens) throw std::invalid_argument("Decoder::forward_batch: block " + std::to_string(b) + " is empty");
+    if (s.cache->keys_pre_rope() != blocks[0].cache->keys_pre_rope())
+      throw std::invalid_argument("Decoder::forward_batch: the blocks' caches store keys differently (pre/post RoPE)");
+    const int64_t p0 = s.cache->length();
+    if (p0 + s.n > s.cache->capacity())
+      throw std::length_error("KV cache full: " + std::to_string(p0) + " + " + std::to_string(s.n) + " positions exceed capacity " +
+                              std::to_string(s.cache->capacity()));
+    for (size_t e = 0; e < b && keep == BatchRows::Keep; ++e)
+      if (blocks[e].cache == s.cache)
+        throw std::invalid_argument("Decoder::forward_batch: blocks " + std::to_string(e) + " and " + std::to_string(b) +
+                                    " share a cache; only BatchRows::Discard allows that");
+    lb.push_back({n, s.n, s.cache, p0});
+    n += s.n;
+  }
+  prepare(ws, n, 0);
+  float* x = ws.x.data();  // x[n, dim]: the blocks' rows one after the other
+  for (const LayerBlock& b : lb) {
+    embed(blocks[static_cast<size_t>(&b - lb.data())].tokens, b.n, x + b.row * d, b.p0);
+    for (int64_t t = 0; t < b.n; ++t) ws.positions[static_cast<size_t>(b.row + t)] = static_cast<int32_t>(b.p0 + t);
+  }
+  for (int l = 0; l < c.n_layers; ++l) run_layer(l, layers_[static_cast<size_t>(l)], x, n, lb.data(), lb.size(), ws, nullptr);
+  for (const LayerBlock& b : lb) {
+    if (keep == BatchRows::Keep) b.cache->advance(b.n);
+    else b.cache->truncate(b.p0);  // drops the rows written since the last advance
+  }
+  if (which == LogitsFor::None) return;
+  float* xn = ws.xn.data();
+  if (which == LogitsFor::AllTokens) {
+    ops::norm(sp.norm, x, final_norm_.data(), globals_.final_norm_bias.data(), xn, n, static_cast<int>(d), c.norm_eps);
+    lm_head_->forward(xn, n, logits);  // logits[n, vocab]
+    return;
+  }
+  const int64_t B = static_cast<int64_t>(lb.size());
+  for (int64_t b = 0; b < B; ++b)  // gather each block's last row into ws.proj [B, dim]
+    std::memcpy(ws.proj.data() + b * d, x + (lb[size_t(b)].row + lb[size_t(b)].n - 1) * d, static_cast<size_t>(d) * sizeof(float));
+  ops::norm(sp.norm, ws.proj.data(), final_norm_.data(), globals_.final_norm_bias.data(), xn, B, static_cast<int>(d), c.norm_eps);
+  lm_head_->forward(xn, B, logits);  // logits[B, vocab]
+}
+
+void Decoder::run_layer(int l, const DecoderLayer& L, float* x, int64_t n, const LayerBlock* blocks, size_t n_blocks,
+                        Workspace& ws, ActivationObserver* obs) const {
   const ModelConfig& c = config_;
   const DecoderSpec& sp = c.spec;
   const int dd = c.dim;
   const int64_t d = c.dim, hd = c.head_dim, qw = int64_t(c.n_heads) * hd, kvw = int64_t(c.n_kv_heads) * hd;
-  const int64_t p0 = cache.length();
+  // Block streaming (eviction) runs a single block; p0 is then that block's first cache position.
+  const int64_t p0 = blocks[0].p0;
   float* xn = ws.xn.data();
   // --- attention block on h = norm(x) ---
   ops::norm(sp.norm, x, L.attn_norm.data(), L.attn_norm_bias.data(), xn, n, dd, c.norm_eps);
@@ -347,20 +404,26 @@ void Decoder::run_layer(int l, const DecoderLayer& L, float* x, int64_t n, KVCac
       ws.rope_freq = inv_freq;
     }
     ops::rope_apply(ws.q.data(), n, c.n_heads, static_cast<int>(hd), rd, ws.rope_cos.data(), ws.rope_sin.data(), c.rope_layout);
-    if (!cache.keys_pre_rope())
+    if (!blocks[0].cache->keys_pre_rope())
       ops::rope_apply(ws.k.data(), n, c.n_kv_heads, static_cast<int>(hd), rd, ws.rope_cos.data(), ws.rope_sin.data(), c.rope_layout);
   }
-  cache.write(l, ws.k.data(), ws.v.data(), n);
-  // Decode steps over a nuq cache attend over the packed rows directly (runtime/kv_decode_attention.h)
-  // when the layer is plain causal attention with 1/√d; every other case dequantizes the rows and
-  // runs sgemm attention.
+  // Per block: store its rows in its cache, then attend over the cache. Decode steps over a nuq
+  // cache attend over the packed rows directly (runtime/kv_decode_attention.h) when the layer is
+  // plain causal attention with 1/√d; every other case dequantizes the rows and runs sgemm attention.
   const int window = c.window(l);
   const bool plain = window == 0 && sp.position == PositionKind::Rope && sp.attn_scale == 0.0f;
-  const bool fused = n == 1 && plain && ws.fused_decode_attention &&
-                     nuq_decode_attention(cache, l, p0 + 1, ws.q.data(), c.n_heads, ws.att.data(), ws.kv_decode, ws.attention_mass);
-  if (!fused) {
-    const KVCache::View kv = cache.read(l, p0 + n, ws.kbuf, ws.vbuf);
-    attention(ws.q.data(), kv.keys, kv.values, n, p0, ws.att.data(), ws, window);  // att[n, n_heads*hd]
+  for (size_t b = 0; b < n_blocks; ++b) {
+    const LayerBlock& B = blocks[b];
+    KVCache& cache = *B.cache;
+    const float* q = ws.q.data() + B.row * qw;
+    float* att = ws.att.data() + B.row * qw;
+    cache.write(l, ws.k.data() + B.row * kvw, ws.v.data() + B.row * kvw, B.n);
+    const bool fused = B.n == 1 && plain && ws.fused_decode_attention &&
+                       nuq_decode_attention(cache, l, B.p0 + 1, q, c.n_heads, att, ws.kv_decode, ws.attention_mass);
+    if (!fused) {
+      const KVCache::View kv = cache.read(l, B.p0 + B.n, ws.kbuf, ws.vbuf);
+      attention(q, kv.keys, kv.values, B.n, B.p0, att, ws, window);  // att[n_b, n_heads*hd]
+    }
   }
   L.o_proj->forward(ws.att.data(), n, ws.proj.data());
   if (obs) {

@@ -76,6 +76,22 @@ struct BlockEviction {
   int64_t sinks = 0;     ///< S: first rows never evicted (0 for window:W)
 };
 
+/// One sequence's block in a batched forward (Decoder::forward_batch): `n` tokens that continue
+/// `cache` at its positions cache->length() … cache->length() + n − 1.
+struct SequenceBlock {
+  const int32_t* tokens = nullptr;  ///< [n] token ids
+  int64_t n = 0;
+  KVCache* cache = nullptr;
+};
+
+/// What Decoder::forward_batch does with the key/value rows it wrote.
+enum class BatchRows {
+  Keep,     ///< every block's cache is advanced by its n (each block has a cache of its own)
+  Discard,  ///< the rows are dropped again (each cache truncated to its length before the call):
+            ///< blocks may share a cache, each an alternative continuation of it (several endings of
+            ///< one prefix, eval/hellaswag.h)
+};
+
 /// Scratch buffers of one forward pass; reuse one per thread across calls to avoid allocation.
 struct Workspace {
   std::vector<float> x, xn, q, k, v, att, proj, gate, up;
@@ -164,6 +180,20 @@ class Decoder {
   void forward_tail(const int32_t* tokens, int64_t n, int64_t first_row, KVCache& cache, Workspace& ws, float* logits,
                     ActivationObserver* observer = nullptr) const;
 
+  /// Runs several sequences' blocks as one batch: embeddings, norms, linears and the LM head on all
+  /// R = Σ n_b rows at once (one GEMM per linear, so the weights are read once per batch), RoPE, the
+  /// KV write and attention per block, blocks in order. Block b sees its cache's rows before the call
+  /// plus its own rows (blocks sharing a cache under BatchRows::Discard write their rows over each
+  /// other's in turn, after the earlier block's attention of that layer read them). `logits`: [R,
+  /// vocab] for AllTokens (blocks in order), [B, vocab] (each block's last token) for LastToken,
+  /// nothing for None. Each block's logits equal forward()'s on the same cache up to the FP32
+  /// rounding of GEMMs of another row count. Throws std::invalid_argument for an empty block or
+  /// cache, a cache shared under BatchRows::Keep, or caches that store keys differently (pre/post
+  /// RoPE); std::logic_error with block streaming (ws.eviction) or attention-mass tracking
+  /// (ws.attention_mass) on more than one block; and as forward().
+  void forward_batch(const std::vector<SequenceBlock>& blocks, BatchRows rows, Workspace& ws, float* logits,
+                     LogitsFor which) const;
+
   /// x [n, dim] row-major = the input of layer 0 for `tokens` at text positions first_position …:
   /// the embedding rows (dequantized when the embedding is INT8) × spec.embed_scale, plus the
   /// learned position rows (PositionKind::Learned), then the embedding norm (spec.embed_norm).
@@ -203,7 +233,15 @@ class Decoder {
   /// forward()'s body: runs the n tokens and writes the logits of rows first … n−1 (none when first == n).
   void run_and_project(const int32_t* tokens, int64_t n, int64_t first, KVCache& cache, Workspace& ws, float* logits,
                        ActivationObserver* obs) const;
-  void run_layer(int l, const DecoderLayer& L, float* x, int64_t n, KVCache& cache, Workspace& ws, ActivationObserver* obs) const;
+  /// Rows [row, row + n) of a layer's input that continue `cache` from position p0.
+  struct LayerBlock {
+    int64_t row, n;
+    KVCache* cache;
+    int64_t p0;
+  };
+  /// One layer on x [n, dim] (the rows of every block, blocks in order; positions in ws.positions).
+  void run_layer(int l, const DecoderLayer& L, float* x, int64_t n, const LayerBlock* blocks, size_t n_blocks, Workspace& ws,
+                 ActivationObserver* obs) const;
   /// y [n, dim] = the FFN of layer l on h [n, dim] (dense MLP or mixture of experts).
   void run_mlp(int l, const DecoderLayer& L, const float* h, float* y, int64_t n, Workspace& ws, ActivationObserver* obs) const;
   void run_experts(int l, const DecoderLayer& L, const float* h, float* y, int64_t n, Workspace& ws, ActivationObserver* obs) const;

@@ -266,12 +266,12 @@ void KVCache::keep_rows(const std::vector<int64_t>& rows) {
 }
 
 void KVCache::truncate(int64_t n) {
-  if (pending_ != 0) throw std::logic_error("KVCache::truncate during a forward pass");
   if (n < 0 || n > length_)
     throw std::invalid_argument("KVCache::truncate: " + std::to_string(n) + " rows requested, the cache holds " +
                                 std::to_string(length_));
-  // Freed from the last row down, so the free stacks hand the lowest slot (row n's) out first.
-  for (int64_t r = length_ - 1; r >= n; --r) {
+  // Rows written since the last advance hold slots too. Freed from the last row down, so the free
+  // stacks hand the lowest slot (row n's) out first.
+  for (int64_t r = length_ + pending_ - 1; r >= n; --r) {
     const int32_t s = slot_[static_cast<size_t>(r)];
     if (s < 0) {
       free_sink_.push_back(-1 - s);
@@ -288,6 +288,7 @@ void KVCache::truncate(int64_t n) {
       }
   }
   length_ = n;
+  pending_ = 0;
   tokens_seen_ = n == 0 ? 0 : text_pos_[static_cast<size_t>(n - 1)] + 1;
 }
 

@@ -79,12 +79,13 @@ class KVCache {
   /// out-of-range indices.
   void keep_rows(const std::vector<int64_t>& rows);
 
-  /// Drops rows n … length()−1 (a shorter continuation of the same text follows): rows 0 … n−1 stay
+  /// Drops rows n … length()−1 and any rows written since the last advance (a different
+  /// continuation of the same text follows, or a forward pass's rows are discarded): rows 0 … n−1 stay
   /// where they are (slots, rotations, text positions), the dropped rows' slots are freed so that the
   /// next rows reuse them in order (an FP32 cache keeps its zero-copy layout), and the next row's
   /// text position is text_position(n−1) + 1. Scoring several continuations of one prefix
   /// (eval/hellaswag.h) runs the prefix once and truncates back to it after each continuation.
-  /// Throws std::invalid_argument unless 0 ≤ n ≤ length(), std::logic_error during a forward pass.
+  /// Throws std::invalid_argument unless 0 ≤ n ≤ length().
   void truncate(int64_t n);
 
   /// Text position (token index since clear()) of row r.
