@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include <cpuid.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -182,6 +184,18 @@ dnnl::stream& dnnl_stream() {
 
 }  // namespace
 
+bool cpu_has_int8_dot_product() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool avx512_vnni = (c >> 11) & 1u, amx_int8 = (d >> 25) & 1u;
+  bool avx_vnni = false;
+  if (a >= 1) {  // leaf 7 sub-leaf 1 exists
+    unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+    if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) avx_vnni = (a1 >> 4) & 1u;
+  }
+  return avx512_vnni || avx_vnni || amx_int8;
+}
+
 const char* to_string(Int8Backend b) {
   switch (b) {
     case Int8Backend::Auto: return "auto";
@@ -192,32 +206,58 @@ const char* to_string(Int8Backend b) {
   return "unknown";
 }
 
-bool int8_backend_available(Int8Backend b) { return b != Int8Backend::Vnni || cpu_has_vnni(); }
+bool int8_backend_available(Int8Backend b) {
+  if (b == Int8Backend::Vnni) return cpu_has_vnni();
+  if (b == Int8Backend::OneDnn) return cpu_has_int8_dot_product();
+  return true;
+}
 
 Int8Backend resolve_int8_backend(Int8Backend b) {
   if (b != Int8Backend::Auto) return b;
-  return cpu_has_vnni() ? Int8Backend::Vnni : Int8Backend::OneDnn;
+  if (cpu_has_vnni()) return Int8Backend::Vnni;
+  return cpu_has_int8_dot_product() ? Int8Backend::OneDnn : Int8Backend::Reference;
 }
+
+namespace {
+
+/// Σ_t a[t]·b[t] of k int8 pairs in int32 (exact: check_gemm_sizes bounds k so that |Σ| < 2³¹).
+/// Written for the compiler's vectorizer (int16 products summed in int32: vpmaddwd on AVX2).
+inline int32_t dot_s8(const int8_t* a, const int8_t* b, int64_t k) {
+  int32_t acc = 0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t t = 0; t < k; ++t) acc += int32_t(int16_t(a[t]) * int16_t(b[t]));
+  return acc;
+}
+
+/// As dot_s8 with the activations stored biased, a[t] = x[t] + 128 (u8).
+inline int32_t dot_u8_biased_s8(const uint8_t* a, const int8_t* b, int64_t k) {
+  int32_t acc = 0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t t = 0; t < k; ++t) acc += int32_t(int16_t(int16_t(a[t]) - 128) * int16_t(b[t]));
+  return acc;
+}
+
+/// The portable path: every (i, j) dot product on its own, (i, j) pairs split over the OpenMP
+/// threads for large products (integer sums: the result never depends on the split).
+template <typename F>
+void for_each_output(int64_t m, int64_t n, int64_t k, F&& f) {
+  const bool par = m * n * k >= kParallelMinMacs && omp_get_max_threads() > 1 && !omp_in_parallel();
+#pragma omp parallel for collapse(2) schedule(static) if (par)
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) f(i, j);
+}
+
+}  // namespace
 
 void int8_gemm_reference(const int8_t* A, const int8_t* B, int32_t* C, int64_t m, int64_t n, int64_t k) {
   check_gemm_sizes("int8_gemm_reference", m, n, k);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      int64_t acc = 0;
-      for (int64_t t = 0; t < k; ++t) acc += int64_t(A[i * k + t]) * int64_t(B[j * k + t]);
-      C[i * n + j] = static_cast<int32_t>(acc);
-    }
+  for_each_output(m, n, k, [&](int64_t i, int64_t j) { C[i * n + j] = dot_s8(A + i * k, B + j * k, k); });
 }
 
 void int8_gemm_dequant_reference(const int8_t* A, const int8_t* B, const Int8Dequant& dq, float* y, int64_t m, int64_t n,
                                  int64_t k) {
   check_gemm_sizes("int8_gemm_dequant_reference", m, n, k);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      int64_t acc = 0;
-      for (int64_t t = 0; t < k; ++t) acc += int64_t(A[i * k + t]) * int64_t(B[j * k + t]);
-      y[i * n + j] = dequant_one(static_cast<int32_t>(acc), i, j, dq);
-    }
+  for_each_output(m, n, k, [&](int64_t i, int64_t j) { y[i * n + j] = dequant_one(dot_s8(A + i * k, B + j * k, k), i, j, dq); });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -499,12 +539,10 @@ void PackedInt8Weights::gemm_f32_biased(const uint8_t* Au, int64_t lda, int64_t 
       break;
     default: {
       const int8_t* B = w.packed.data;
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < w.n; ++j) {
-          int64_t acc = 0;
-          for (int64_t t = 0; t < w.k; ++t) acc += (int64_t(Au[i * lda + t]) - 128) * int64_t(B[j * w.k + t]);
-          y[i * w.n + j] = dequant_one(static_cast<int32_t>(acc), i, j, dq);
-        }
+      const int64_t n = w.n, k = w.k;
+      for_each_output(m, n, k, [&](int64_t i, int64_t j) {
+        y[i * n + j] = dequant_one(dot_u8_biased_s8(Au + i * lda, B + j * k, k), i, j, dq);
+      });
       break;
     }
   }

@@ -18,8 +18,15 @@
 //     is fused into the kernel's store. Fastest on this machine (see lib/bench/w8a8_bench.h).
 //   - OneDnn: oneDNN's matmul primitive (s8/u8 × s8 → s32, weights reordered once into oneDNN's
 //     blocked layout, one cached primitive per row count m) followed by sqkit's dequantization pass.
-//   - Reference: scalar loops, for tests and as the portable fallback.
-// `Auto` picks Vnni when the CPU (and the build) has AVX-512-VNNI, else OneDnn.
+//     oneDNN is exact only on CPUs with an INT8 dot-product instruction that accumulates into INT32
+//     (AVX512-VNNI, AVX-VNNI, AMX-INT8): on older CPUs (AVX2 only) it uses vpmaddubsw, whose INT16
+//     pair sums saturate for values near ±127 (oneDNN's "int8 computations" notes; measured here:
+//     762 came out as 636), so it is not available there.
+//   - Reference: one int32 dot product per output (the compiler vectorizes it: vpmaddwd on AVX2),
+//     outputs split over the threads; for tests and as the exact fallback on CPUs without INT8
+//     dot-product instructions.
+// `Auto` picks Vnni when the CPU (and the build) has AVX-512-VNNI, else OneDnn when the CPU has
+// AVX-VNNI or AMX-INT8, else Reference.
 //
 // Threading: large products use all OpenMP threads (omp_get_max_threads()); products under about
 // 4M multiply-adds run on the calling thread. Results never depend on the thread count (integer
@@ -39,10 +46,16 @@ enum class Int8Backend { Auto, Vnni, OneDnn, Reference };
 /// "auto" / "vnni" / "onednn" / "reference".
 const char* to_string(Int8Backend b);
 
-/// True when `b` can run here (Vnni needs an AVX-512-VNNI build and CPU; Auto and Reference always).
+/// True when `b` can run here (Vnni needs an AVX-512-VNNI build and CPU, OneDnn a CPU with an INT8
+/// dot-product instruction (cpu_has_int8_dot_product); Auto and Reference always).
 bool int8_backend_available(Int8Backend b);
 
-/// What `Int8Backend::Auto` resolves to on this machine: Vnni if available, else OneDnn.
+/// Whether the CPU has AVX512-VNNI, AVX-VNNI or AMX-INT8 (CPUID leaf 7), where oneDNN's INT8
+/// matmul is exact.
+bool cpu_has_int8_dot_product();
+
+/// What `Int8Backend::Auto` resolves to on this machine: Vnni if available, else OneDnn if
+/// available, else Reference.
 Int8Backend resolve_int8_backend(Int8Backend b);
 
 /// Largest supported reduction length k (so that every INT32 result is exact).
