@@ -10,11 +10,13 @@
 #include "core/error.h"
 #include "eval/hellaswag.h"
 #include "formats/llama2c_checkpoint.h"
+#include "model/model_loader.h"
 #include "runtime/kv_format.h"
 #include <nlohmann/json.hpp>
 
 #include "tests/support/cli.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/hf_tiny.h"
 #include "tests/support/process.h"
 #include "tests/support/omp_threads.h"
 #include "tests/support/small_config.h"
@@ -457,6 +459,54 @@ TEST_F(StoriesHellaswag, TaskLongerThanTheContextIsRefused) {
   test::expect_error<UsageError>([&] { evaluate_hellaswag(*model_, tasks, {}); }, {"task 5", "line 31", "trained context"});
   test::expect_error<UsageError>([&] { evaluate_hellaswag(*model_, {}, {}); }, {"no HellaSwag task"});
 }
+
+// ---- Every architecture: batched scoring equals whole-sequence forwards ---------------------
+
+class HellaswagArchitecture : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(HellaswagArchitecture, BatchedScoresEqualWholeSequenceForwards) {
+  // The batched pass (prefixes, then every ending over its task's prefix cache) against one
+  // forward() per whole sequence from an empty cache and transformers-style logits
+  // (test::decoder_logits): the same log-probabilities within FP32 rounding of GEMMs over other
+  // row counts (tiny models: logits of order 1, ~1e-6 relative), on every architecture's spec
+  // (norms, positions, windows, ALiBi, parallel residual, MoE).
+  const LoadedModel lm = load_model(test::hf_tiny(GetParam()));
+  const Decoder& m = *lm.model;
+  const int V = m.config().vocab_size;
+  std::mt19937 rng(4);
+  std::uniform_int_distribution<int> tok(1, V - 1), plen(3, 9), elen(1, 5);
+  std::vector<HellaswagSequences> tasks;
+  for (int i = 0; i < 5; ++i) {
+    HellaswagSequences s;
+    s.index = i;
+    std::vector<int32_t> prefix;
+    for (int k = plen(rng); k > 0; --k) prefix.push_back(tok(rng));
+    s.common_prefix = int64_t(prefix.size());
+    for (auto& t : s.tokens) {
+      t = prefix;
+      for (int k = elen(rng); k > 0; --k) t.push_back(tok(rng));
+    }
+    tasks.push_back(std::move(s));
+  }
+  const HellaswagResult r = evaluate_hellaswag(m, tasks, {});
+  for (size_t i = 0; i < tasks.size(); ++i)
+    for (size_t e = 0; e < 4; ++e) {
+      const auto& t = tasks[i].tokens[e];
+      const std::vector<float> logits = test::decoder_logits(m, t);
+      const int64_t c = tasks[i].common_prefix;
+      double sum = 0;
+      for (int64_t k = c; k < int64_t(t.size()); ++k) {
+        const float* row = logits.data() + size_t(k - 1) * size_t(V);
+        double mx = -1e300, z = 0;
+        for (int v = 0; v < V; ++v) mx = std::max(mx, double(row[v]));
+        for (int v = 0; v < V; ++v) z += std::exp(double(row[v]) - mx);
+        sum += double(row[t[size_t(k)]]) - mx - std::log(z);
+      }
+      EXPECT_NEAR(r.tasks[i].scores[e], sum / double(int64_t(t.size()) - c), 1e-4) << GetParam() << " task " << i << " ending " << e;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, HellaswagArchitecture, ::testing::ValuesIn(test::kHfTinyCheckpoints), test::HfTinyParamName());
 
 // ---- sq-eval --task hellaswag --------------------------------------------------------------
 
