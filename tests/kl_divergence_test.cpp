@@ -107,8 +107,12 @@ void expect_matches(const ReferenceComparison& c, const Direct& d) {
   const double mean = sum / n;
   EXPECT_NEAR(c.kld_mean, mean, 1e-9 + 1e-6 * mean);
   EXPECT_NEAR(c.kld_stderr, std::sqrt((sum2 / n - mean * mean) / (n - 1)), 1e-9 + 1e-5 * c.kld_stderr);
+  // Percentiles are single tokens' KLDs, not averages: sq-eval's llamacpp path runs the LM head on
+  // the scored rows only (forward_tail), this direct computation on every row, and a GEMM over
+  // another row count may round a logit differently (seen with the AVX2 kernels of a 2-core EPYC:
+  // a median KLD of 4.085e-4 off by 1.4e-9, 3.5e-6 relative); 1e-5 relative bounds that.
   for (auto [got, f] : {std::pair{c.kld_median, 0.5}, {c.kld_p99, 0.99}, {c.kld_p999, 0.999}, {c.kld_max, 1.0}})
-    EXPECT_NEAR(got, d.pct(f), 1e-9 + 1e-6 * std::abs(got)) << f;
+    EXPECT_NEAR(got, d.pct(f), 1e-9 + 1e-5 * std::abs(got)) << f;
   EXPECT_DOUBLE_EQ(c.top1_agreement, double(d.same) / n);
   EXPECT_NEAR(c.delta_p_mean, d.dp / n, 1e-9);
   EXPECT_NEAR(c.delta_p_rms, std::sqrt(d.dp2 / n), 1e-9);
