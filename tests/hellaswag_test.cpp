@@ -270,6 +270,33 @@ TEST(Hellaswag, WilsonIntervalAsLlamaCpp) {
   EXPECT_NEAR(r.accuracy_stderr, std::sqrt(0.625 * 0.375 / 399), 1e-15);
 }
 
+/// `n` tasks of random token ids drawn from std::mt19937(seed): per task a gold index, then a shared
+/// prefix (`bos` first when ≥ 0, then prefix_len tokens) and four endings of ending_len tokens each;
+/// token ids, prefix and ending lengths uniform over the given closed ranges.
+std::vector<HellaswagSequences> random_token_tasks(int n, unsigned seed, std::pair<int, int> token_ids,
+                                                   std::pair<int, int> prefix_len, std::pair<int, int> ending_len,
+                                                   int32_t bos = -1) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> tok(token_ids.first, token_ids.second), plen(prefix_len.first, prefix_len.second),
+      elen(ending_len.first, ending_len.second), gold(0, 3);
+  std::vector<HellaswagSequences> v;
+  for (int i = 0; i < n; ++i) {
+    HellaswagSequences s;
+    s.index = i;
+    s.gold = gold(rng);
+    std::vector<int32_t> prefix;
+    if (bos >= 0) prefix.push_back(bos);
+    for (int k = plen(rng); k > 0; --k) prefix.push_back(tok(rng));
+    s.common_prefix = int64_t(prefix.size());
+    for (auto& t : s.tokens) {
+      t = prefix;
+      for (int k = elen(rng); k > 0; --k) t.push_back(tok(rng));
+    }
+    v.push_back(std::move(s));
+  }
+  return v;
+}
+
 // ---- KVCache::truncate -----------------------------------------------------------------------
 
 TEST(KVCacheTruncate, DropsTheTailAndReusesItsSlotsAndTextPositions) {
@@ -317,25 +344,10 @@ class StoriesHellaswag : public ::testing::Test {
     delete model_;
     delete checkpoint_;
   }
-  /// Random tasks of token ids: a shared prefix of 20-40 tokens and four endings of 1-12 tokens.
+  /// Random tasks for stories260K (vocabulary 512): BOS, a shared prefix of 20-40 tokens and four
+  /// endings of 1-12 tokens.
   static std::vector<HellaswagSequences> random_tasks(int n, unsigned seed) {
-    std::mt19937 rng(seed);
-    std::uniform_int_distribution<int> tok(3, 511), plen(20, 40), elen(1, 12), gold(0, 3);
-    std::vector<HellaswagSequences> v;
-    for (int i = 0; i < n; ++i) {
-      HellaswagSequences s;
-      s.index = i;
-      s.gold = gold(rng);
-      std::vector<int32_t> prefix = {1};
-      for (int k = plen(rng); k > 0; --k) prefix.push_back(tok(rng));
-      s.common_prefix = int64_t(prefix.size());
-      for (auto& t : s.tokens) {
-        t = prefix;
-        for (int k = elen(rng); k > 0; --k) t.push_back(tok(rng));
-      }
-      v.push_back(std::move(s));
-    }
-    return v;
+    return random_token_tasks(n, seed, {3, 511}, {20, 40}, {1, 12}, /*bos=*/1);
   }
   static Checkpoint* checkpoint_;
   static Decoder* model_;
@@ -473,21 +485,7 @@ TEST_P(HellaswagArchitecture, BatchedScoresEqualWholeSequenceForwards) {
   const LoadedModel lm = load_model(test::hf_tiny(GetParam()));
   const Decoder& m = *lm.model;
   const int V = m.config().vocab_size;
-  std::mt19937 rng(4);
-  std::uniform_int_distribution<int> tok(1, V - 1), plen(3, 9), elen(1, 5);
-  std::vector<HellaswagSequences> tasks;
-  for (int i = 0; i < 5; ++i) {
-    HellaswagSequences s;
-    s.index = i;
-    std::vector<int32_t> prefix;
-    for (int k = plen(rng); k > 0; --k) prefix.push_back(tok(rng));
-    s.common_prefix = int64_t(prefix.size());
-    for (auto& t : s.tokens) {
-      t = prefix;
-      for (int k = elen(rng); k > 0; --k) t.push_back(tok(rng));
-    }
-    tasks.push_back(std::move(s));
-  }
+  const std::vector<HellaswagSequences> tasks = random_token_tasks(5, 4, {1, V - 1}, {3, 9}, {1, 5});
   const HellaswagResult r = evaluate_hellaswag(m, tasks, {});
   for (size_t i = 0; i < tasks.size(); ++i)
     for (size_t e = 0; e < 4; ++e) {

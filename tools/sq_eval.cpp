@@ -301,6 +301,11 @@ int main(int argc, char** argv) {
     opt.kv = kvq.spec;
     opt.kv_params = &kvq.params;
 
+    // Names every broken quality gate on stderr; the exit status (3 when one is broken).
+    auto finish = [&](const std::vector<std::string>& broken) {
+      for (const std::string& b : broken) std::fprintf(stderr, "sq-eval: quality gate: %s\n", b.c_str());
+      return broken.empty() ? int(sq::kExitOk) : int(sq::kExitGate);
+    };
     if (task_mode) {  // HellaSwag accuracy (eval/hellaswag.h, docs/protocols.md "HellaSwag")
       const std::vector<sq::HellaswagTask> all = sq::read_hellaswag_tasks(text_path);
       const std::vector<sq::HellaswagTask> chosen = sq::select_hellaswag_tasks(all, task_count, order);
@@ -396,8 +401,7 @@ int main(int argc, char** argv) {
         j["sqkit_version"] = SQ_VERSION;
         sq::write_json_report(json_path, j.dump(2) + "\n");
       }
-      for (const std::string& b : broken) std::fprintf(stderr, "sq-eval: quality gate: %s\n", b.c_str());
-      return broken.empty() ? int(sq::kExitOk) : int(sq::kExitGate);
+      return finish(broken);
     }
 
     std::string text;
@@ -461,10 +465,6 @@ int main(int argc, char** argv) {
       g["passed"] = broken.empty();
       g["broken"] = broken;
       j["gates"] = g;
-    };
-    auto finish = [&](const std::vector<std::string>& broken) {
-      for (const std::string& b : broken) std::fprintf(stderr, "sq-eval: quality gate: %s\n", b.c_str());
-      return broken.empty() ? int(sq::kExitOk) : int(sq::kExitGate);
     };
     if (streaming && on_cuda)
       throw sq::UnsupportedError("--device cuda: --protocol streaming (KV eviction) runs on the CPU only; use --device cpu");

@@ -224,25 +224,32 @@ void score_group(const std::vector<HellaswagSequences>& tasks, const Group& g, c
     out.result.gold = t.gold;
     out.tokens = t.common_prefix;
     const size_t c = static_cast<size_t>(t.common_prefix), f = (i - g.begin) * static_cast<size_t>(vocab);
+    // The prefix's last row predicts every ending's first token: its log-sum-exp and KLD once.
+    const float* first = test.first.data() + f;
+    const float* ref_first = ref ? ref->first.data() + f : nullptr;
+    const double lse0 = ops::log_sum_exp(first, vocab), ref_lse0 = ref ? ops::log_sum_exp(ref_first, vocab) : 0.0;
+    const double kld0 = ref ? compare_token_logits(ref_first, first, vocab, t.tokens[0][c]).kld : 0.0;
+    auto add_kld = [&](double k) {
+      out.kld += k;
+      out.kld2 += k * k;
+      out.kld_max = std::max(out.kld_max, k);
+      ++out.predictions;
+    };
     std::array<double, 4> ref_scores{};
     for (size_t e = 0; e < 4; ++e) {
       const std::vector<int32_t>& seq = t.tokens[e];
       const size_t m = seq.size() - c - 1;
       out.tokens += static_cast<int64_t>(m);
-      // Row j (0 = the prefix's last) predicts token c + j of the ending's sequence.
-      auto row_of = [&](const ModelRun& run, size_t j) {
-        return j == 0 ? run.first.data() + f : run.rows.data() + (row + j - 1) * static_cast<size_t>(vocab);
-      };
-      double sum = 0, ref_sum = 0;
-      for (size_t j = 0; j <= m; ++j) {
-        sum += log_prob(row_of(test, j), vocab, seq[c + j]);
+      double sum = double(first[seq[c]]) - lse0, ref_sum = ref ? double(ref_first[seq[c]]) - ref_lse0 : 0.0;
+      if (ref) add_kld(kld0);
+      // Ending row j predicts token c + 1 + j of the ending's sequence.
+      for (size_t j = 0; j < m; ++j) {
+        const size_t off = (row + j) * static_cast<size_t>(vocab);
+        const int32_t target = seq[c + 1 + j];
+        sum += log_prob(test.rows.data() + off, vocab, target);
         if (!ref) continue;
-        ref_sum += log_prob(row_of(*ref, j), vocab, seq[c + j]);
-        const double k = compare_token_logits(row_of(*ref, j), row_of(test, j), vocab, seq[c + j]).kld;
-        out.kld += k;
-        out.kld2 += k * k;
-        out.kld_max = std::max(out.kld_max, k);
-        ++out.predictions;
+        ref_sum += log_prob(ref->rows.data() + off, vocab, target);
+        add_kld(compare_token_logits(ref->rows.data() + off, test.rows.data() + off, vocab, target).kld);
       }
       out.result.scores[e] = sum / static_cast<double>(m + 1);
       ref_scores[e] = ref_sum / static_cast<double>(m + 1);

@@ -226,6 +226,23 @@ KVCache::View KVCache::read(int l, int64_t rows, std::vector<float>& kbuf, std::
   return {kbuf.data(), vbuf.data()};
 }
 
+void KVCache::free_row_slot(int64_t r) {
+  const int32_t s = slot_[static_cast<size_t>(r)];
+  if (s < 0) {
+    free_sink_.push_back(-1 - s);
+    --rows_sink_;
+    return;
+  }
+  free_.push_back(s);
+  --rows_dense_;
+  if (sparse_)
+    for (LayerStore& L : layers_) {
+      outliers_ -= static_cast<int64_t>(L.sparse_k[size_t(s)].size() + L.sparse_v[size_t(s)].size());
+      L.sparse_k[size_t(s)].clear();
+      L.sparse_v[size_t(s)].clear();
+    }
+}
+
 void KVCache::keep_rows(const std::vector<int64_t>& rows) {
   if (pending_ != 0) throw std::logic_error("KVCache::keep_rows during a forward pass");
   std::vector<char> kept(static_cast<size_t>(length_), 0);
@@ -234,23 +251,8 @@ void KVCache::keep_rows(const std::vector<int64_t>& rows) {
       throw std::invalid_argument("KVCache::keep_rows: row indices must be ascending and < " + std::to_string(length_));
     kept[static_cast<size_t>(rows[i])] = 1;
   }
-  for (int64_t r = 0; r < length_; ++r) {
-    if (kept[static_cast<size_t>(r)]) continue;
-    const int32_t s = slot_[static_cast<size_t>(r)];
-    if (s < 0) {
-      free_sink_.push_back(-1 - s);
-      --rows_sink_;
-      continue;
-    }
-    free_.push_back(s);
-    --rows_dense_;
-    if (sparse_)
-      for (LayerStore& L : layers_) {
-        outliers_ -= static_cast<int64_t>(L.sparse_k[size_t(s)].size() + L.sparse_v[size_t(s)].size());
-        L.sparse_k[size_t(s)].clear();
-        L.sparse_v[size_t(s)].clear();
-      }
-  }
+  for (int64_t r = 0; r < length_; ++r)
+    if (!kept[static_cast<size_t>(r)]) free_row_slot(r);
   for (size_t i = 0; i < rows.size(); ++i) {
     const size_t from = static_cast<size_t>(rows[i]);
     slot_[i] = slot_[from];
@@ -271,22 +273,7 @@ void KVCache::truncate(int64_t n) {
                                 std::to_string(length_));
   // Rows written since the last advance hold slots too. Freed from the last row down, so the free
   // stacks hand the lowest slot (row n's) out first.
-  for (int64_t r = length_ + pending_ - 1; r >= n; --r) {
-    const int32_t s = slot_[static_cast<size_t>(r)];
-    if (s < 0) {
-      free_sink_.push_back(-1 - s);
-      --rows_sink_;
-      continue;
-    }
-    free_.push_back(s);
-    --rows_dense_;
-    if (sparse_)
-      for (LayerStore& L : layers_) {
-        outliers_ -= static_cast<int64_t>(L.sparse_k[size_t(s)].size() + L.sparse_v[size_t(s)].size());
-        L.sparse_k[size_t(s)].clear();
-        L.sparse_v[size_t(s)].clear();
-      }
-  }
+  for (int64_t r = length_ + pending_ - 1; r >= n; --r) free_row_slot(r);
   length_ = n;
   pending_ = 0;
   tokens_seen_ = n == 0 ? 0 : text_pos_[static_cast<size_t>(n - 1)] + 1;

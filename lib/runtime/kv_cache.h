@@ -159,6 +159,8 @@ class KVCache {
   void allocate_layer(LayerStore& L);
   void init(const ModelConfig& config, const std::vector<NuqLayerParams>* nuq);
   void assign_rows(int64_t n);
+  /// Returns row r's slot to its free stack (dense or sink) and drops its outliers and byte counts.
+  void free_row_slot(int64_t r);
 
   KVSpec spec_;
   int64_t capacity_ = 0, width_ = 0, length_ = 0, pending_ = 0, tokens_seen_ = 0;
