@@ -120,7 +120,7 @@ const DenseLinear& dense(const Linear& lin, const std::string& name) {
 }
 
 template <typename T>
-void bind(Proj<T>& p, const Linear& lin, const std::string& name) {
+void bind_projection(Proj<T>& p, const Linear& lin, const std::string& name) {
   const DenseLinear& d = dense(lin, name);
   p.out = d.out_features();
   p.in = d.in_features();
@@ -612,23 +612,23 @@ DecoderKVBackward<T>::DecoderKVBackward(const Decoder& model) : model_(model), w
     W.ffn_post_norm.b.bind(L.ffn_post_norm_bias);
     W.q_norm.bind(L.q_norm);
     W.k_norm.bind(L.k_norm);
-    bind(W.q, *L.q_proj, p + "q_proj");
-    bind(W.k, *L.k_proj, p + "k_proj");
-    bind(W.v, *L.v_proj, p + "v_proj");
-    bind(W.o, *L.o_proj, p + "o_proj");
+    bind_projection(W.q, *L.q_proj, p + "q_proj");
+    bind_projection(W.k, *L.k_proj, p + "k_proj");
+    bind_projection(W.v, *L.v_proj, p + "v_proj");
+    bind_projection(W.o, *L.o_proj, p + "o_proj");
     if (sp.n_experts > 0) {
-      bind(W.router, *L.router, p + "router");
+      bind_projection(W.router, *L.router, p + "router");
       W.experts.resize(L.experts.size());
       for (size_t e = 0; e < L.experts.size(); ++e) {
         const std::string x = p + "expert " + std::to_string(e) + " ";
-        bind(W.experts[e].gate, *L.experts[e].gate_proj, x + "gate_proj");
-        bind(W.experts[e].up, *L.experts[e].up_proj, x + "up_proj");
-        bind(W.experts[e].down, *L.experts[e].down_proj, x + "down_proj");
+        bind_projection(W.experts[e].gate, *L.experts[e].gate_proj, x + "gate_proj");
+        bind_projection(W.experts[e].up, *L.experts[e].up_proj, x + "up_proj");
+        bind_projection(W.experts[e].down, *L.experts[e].down_proj, x + "down_proj");
       }
     } else {
-      if (sp.mlp_gated) bind(W.gate, *L.gate_proj, p + "gate_proj");
-      bind(W.up, *L.up_proj, p + "up_proj");
-      bind(W.down, *L.down_proj, p + "down_proj");
+      if (sp.mlp_gated) bind_projection(W.gate, *L.gate_proj, p + "gate_proj");
+      bind_projection(W.up, *L.up_proj, p + "up_proj");
+      bind_projection(W.down, *L.down_proj, p + "down_proj");
     }
     W.inv_freq = rope_inv_freq<T>(c, l);
     W.window = c.window(l);
@@ -639,7 +639,7 @@ DecoderKVBackward<T>::DecoderKVBackward(const Decoder& model) : model_(model), w
   M.embed_norm.b.bind(model.globals().embed_norm_bias);
   M.final_norm.w.bind(model.final_norm());
   M.final_norm.b.bind(model.globals().final_norm_bias);
-  bind(M.head, model.lm_head(), "the LM head");
+  bind_projection(M.head, model.lm_head(), "the LM head");
   M.slopes.assign(model.alibi_slopes().begin(), model.alibi_slopes().end());
   // Decoder: s = spec.attn_scale, or 1/√hd computed in FP32
   M.attn_scale = sp.attn_scale > 0.0f ? static_cast<T>(sp.attn_scale) : T(1) / std::sqrt(static_cast<T>(c.head_dim));
