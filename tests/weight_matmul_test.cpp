@@ -70,19 +70,26 @@ TEST(WeightMatmul, PlainAndPackedEqualAnFp64ProductAtManyRowCounts) {
   }
 }
 
-TEST(WeightMatmul, RefusesRowCountsBeyondTheCacheAndStaysCorrectForTheCachedOnes) {
-  const int64_t out = 48, in = 40;
+// Row counts run as a body (a multiple of kRowStep) plus a zero-padded kRowStep-row tail: after
+// kMaxShapes distinct bodies a new body is refused, while any count made of kept bodies and the tail
+// is still served, and correct.
+TEST(WeightMatmul, RefusesBodiesBeyondTheCacheAndStaysCorrectForTheCachedOnes) {
+  const int64_t out = 48, in = 40, step = ops::WeightMatmul::kRowStep, shapes = ops::WeightMatmul::kMaxShapes;
   const auto w = normal(out * in, 2);
-  const ops::WeightMatmul mm(w.data(), out, in, ops::WeightLayout::Packed, 8);  // the hint is the first cached count
-  std::vector<float> y(static_cast<size_t>(64 * out));
-  const auto x = normal(64 * in, 3);
-  for (int64_t n = 8; n < 8 + ops::WeightMatmul::kMaxShapes; ++n) ASSERT_TRUE(mm.forward(x.data(), n, y.data())) << n;
-  EXPECT_FALSE(mm.forward(x.data(), 8 + ops::WeightMatmul::kMaxShapes, y.data()));
-  ASSERT_TRUE(mm.forward(x.data(), 9, y.data()));
-  std::vector<double> ref, mag;
-  reference(std::vector<float>(x.begin(), x.begin() + 9 * in), w, 9, out, in, ref, mag);
-  y.resize(static_cast<size_t>(9 * out));
-  EXPECT_LT(rel_error(y, ref, mag), 1e-5);
+  const ops::WeightMatmul mm(w.data(), out, in, ops::WeightLayout::Packed, 8);  // 8: no multiple of kRowStep, not kept
+  const int64_t max_rows = (shapes + 1) * step + step - 1;
+  std::vector<float> y(static_cast<size_t>(max_rows * out));
+  const auto x = normal(max_rows * in, 3);
+  for (int64_t k = 1; k <= shapes; ++k) ASSERT_TRUE(mm.forward(x.data(), k * step, y.data())) << k * step;
+  EXPECT_FALSE(mm.forward(x.data(), (shapes + 1) * step, y.data()));
+  EXPECT_FALSE(mm.forward(x.data(), (shapes + 1) * step + 3, y.data()));
+  for (const int64_t n : {int64_t(9), 5 * step + 7, shapes * step + step - 1}) {
+    std::vector<float> yn(static_cast<size_t>(n * out), std::nanf(""));
+    ASSERT_TRUE(mm.forward(x.data(), n, yn.data())) << n;
+    std::vector<double> ref, mag;
+    reference(std::vector<float>(x.begin(), x.begin() + n * in), w, n, out, in, ref, mag);
+    EXPECT_LT(rel_error(yn, ref, mag), 1e-5) << n;  // the FP32 bound of the test above
+  }
 }
 
 TEST(WeightMatmul, RejectsAnEmptyShape) {

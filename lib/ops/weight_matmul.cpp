@@ -4,6 +4,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <set>
@@ -97,7 +98,7 @@ WeightMatmul::WeightMatmul(const float* w, int64_t out, int64_t in, WeightLayout
     dnnl::reorder(user, s_->weights).execute(st, user, s_->weights);
     st.wait();
     s_->packed_bytes = static_cast<int64_t>(s_->wdesc.get_size());
-    s_->prims.emplace(rows_hint, State::Primitive{dnnl::matmul(pd), pd.scratchpad_desc()});
+    if (rows_hint % kRowStep == 0) s_->prims.emplace(rows_hint, State::Primitive{dnnl::matmul(pd), pd.scratchpad_desc()});
   } catch (const dnnl::error& e) {
     throw std::runtime_error("WeightMatmul: oneDNN has no FP32 matmul for " + shape_text(rows_hint, out, in) + ": " + e.what());
   }
@@ -107,15 +108,32 @@ WeightMatmul::~WeightMatmul() = default;
 
 bool WeightMatmul::forward(const float* x, int64_t n, float* y) const {
   if (n <= 0) return true;
-  const State::Primitive* prim = s_->primitive(n);
-  if (!prim) return false;
-  try {
-    memory src(rows_desc(n, s_->in), cpu_engine(), const_cast<float*>(x));
-    memory dst(rows_desc(n, s_->out), cpu_engine(), y);
-    memory scratch(prim->scratchpad, cpu_engine(), thread_scratchpad(prim->scratchpad.get_size()));
+  // The body, the largest multiple of kRowStep rows, runs on the caller's rows; the tail (fewer than
+  // kRowStep rows) runs as a kRowStep-row product on zero-padded copies. So any row count needs at
+  // most two primitives, from a set that depends on n alone (never on which counts came before).
+  const int64_t body = n / kRowStep * kRowStep, tail = n - body;
+  const State::Primitive* body_prim = body > 0 ? s_->primitive(body) : nullptr;
+  const State::Primitive* tail_prim = tail > 0 ? s_->primitive(kRowStep) : nullptr;
+  if ((body > 0 && !body_prim) || (tail > 0 && !tail_prim)) return false;
+  const auto run = [&](const State::Primitive& prim, const float* src_rows, int64_t rows, float* dst_rows) {
+    memory src(rows_desc(rows, s_->in), cpu_engine(), const_cast<float*>(src_rows));
+    memory dst(rows_desc(rows, s_->out), cpu_engine(), dst_rows);
+    memory scratch(prim.scratchpad, cpu_engine(), thread_scratchpad(prim.scratchpad.get_size()));
     dnnl::stream st(cpu_engine());
-    prim->matmul.execute(st, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, s_->weights}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratch}});
+    prim.matmul.execute(st, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, s_->weights}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratch}});
     st.wait();
+  };
+  try {
+    if (body > 0) run(*body_prim, x, body, y);
+    if (tail > 0) {
+      thread_local std::vector<float> src_pad, dst_pad;
+      float* src = aligned_buffer(src_pad, kRowStep * s_->in);
+      float* dst = aligned_buffer(dst_pad, kRowStep * s_->out);
+      std::copy(x + body * s_->in, x + n * s_->in, src);
+      std::fill(src + tail * s_->in, src + kRowStep * s_->in, 0.0f);
+      run(*tail_prim, src, kRowStep, dst);
+      std::copy(dst, dst + tail * s_->out, y + body * s_->out);
+    }
   } catch (const dnnl::error& e) {
     throw std::runtime_error("WeightMatmul: oneDNN failed on " + shape_text(n, s_->out, s_->in) + ": " + e.what());
   }

@@ -8,9 +8,14 @@
 // to 393–456 (a scratch program cycling 30 matrices of each shape; docs/benchmarks.md, run D).
 //
 // A primitive is compiled for one shape (oneDNN's runtime-dimension variant falls back to the
-// dnnl_sgemm kernels), so each distinct row count n costs one primitive creation (≈ 0.2–0.5 ms)
-// the first time; up to kMaxShapes are kept, further row counts are refused (forward returns false,
-// the caller uses ops::sgemm). Prefill, evaluation and calibration use a handful of row counts.
+// dnnl_sgemm kernels), so row counts are bounded: n rows run as a body of the largest multiple of
+// kRowStep rows plus, for the remaining n mod kRowStep rows, one kRowStep-row product on zero-padded
+// copies. Each distinct body costs one primitive creation (≈ 0.2–0.5 ms) the first time; up to
+// kMaxShapes are kept, further ones are refused (forward returns false, the caller uses
+// ops::sgemm). Before 2026-11-29 every distinct n took a primitive of its own and only 16 were kept:
+// HellaSwag's batches (lib/eval/hellaswag.cpp), whose row counts vary from batch to batch, then fell
+// to dnnl_sgemm, which packs W again on every call — Gemma 3's 262,144 × 640 LM head included —
+// and 16 Gemma 3 tasks took 26.4 s, 16.5 s with bodies and tails (2 threads, AVX2-only machine, under load).
 #pragma once
 
 #include <cstdint>
@@ -30,11 +35,14 @@ enum class WeightLayout {
 /// parallel region.
 class WeightMatmul {
  public:
-  /// Row counts with a compiled primitive kept per matrix.
-  static constexpr int kMaxShapes = 16;
+  /// Granularity of the compiled row counts (see the file comment).
+  static constexpr int64_t kRowStep = 16;
+  /// Compiled row counts (multiples of kRowStep) kept per matrix: every n up to 1,024 fits.
+  static constexpr int kMaxShapes = 64;
 
   /// w: [out, in] row-major. Packed copies W now (the layout is the one oneDNN picks for
-  /// `rows_hint` rows; every row count seen so far got the same layout). Throws std::runtime_error
+  /// `rows_hint` rows; every row count seen so far got the same layout; a multiple of kRowStep
+  /// also keeps that primitive). Throws std::runtime_error
   /// naming the shape when oneDNN has no matmul for it or out/in are not positive.
   WeightMatmul(const float* w, int64_t out, int64_t in, WeightLayout layout, int64_t rows_hint = 512);
   ~WeightMatmul();
@@ -42,8 +50,9 @@ class WeightMatmul {
   WeightMatmul& operator=(const WeightMatmul&) = delete;
 
   /// y[n, out] = x[n, in] · Wᵀ (y overwritten). Returns false, computing nothing, when no primitive
-  /// is available for n (kMaxShapes row counts already compiled, or oneDNN offers none with the
-  /// packed layout for this n); the caller then uses another GEMM. Throws std::runtime_error when
+  /// is available for n's body or tail (kMaxShapes row counts already compiled, or oneDNN offers
+  /// none with the packed layout for that count); the caller then uses another GEMM. Row r of y
+  /// depends on row r of x alone, computed by the primitive of n's body or of the tail. Throws std::runtime_error when
   /// oneDNN fails while executing.
   bool forward(const float* x, int64_t n, float* y) const;
 
