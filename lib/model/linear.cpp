@@ -51,7 +51,7 @@ void DenseLinear::forward(const float* x, int64_t n, float* y) const {
   } else {
     // y[n, out] = x[n, in] · W[out, in]ᵀ
     const ops::WeightMatmul* mm = n >= kMatmulMinRows && n * out * in >= ops::kOneDnnMinMacs ? matmul(n) : nullptr;
-    if (!mm || !mm->forward(x, n, y)) ops::sgemm(false, true, n, out, in, 1.0f, x, in, weight_.data(), in, 0.0f, y, out);
+    if (!mm || !mm->forward(x, n, y)) ops::linear_sgemm(x, n, weight_.data(), out, in, y);
   }
   if (!bias_.empty()) {
     const float* b = bias_.data();
@@ -64,6 +64,7 @@ const ops::WeightMatmul* DenseLinear::matmul(int64_t rows) const {
   std::lock_guard<std::mutex> lock(packed_->mu);
   if (!packed_->tried) {
     packed_->tried = true;
+    if (!ops::weight_matmul_pays()) return nullptr;  // no brgemm kernels: ops::sgemm on W is faster
     try {
       packed_->mm = std::make_unique<ops::WeightMatmul>(weight_.data(), out_features(), in_features(),
                                                          prepack_ ? ops::WeightLayout::Packed : ops::WeightLayout::Plain, rows);

@@ -32,13 +32,15 @@ class Linear {
 /// FP32 linear. W: [out, in] row-major (PyTorch nn.Linear layout); optional bias b: [out].
 ///
 /// Single rows (decode steps) run a GEMV on W (serial dot products for small W, OpenBLAS sgemv
-/// otherwise). Several rows run oneDNN's matmul primitive (ops/weight_matmul.h), by default on a
-/// copy of W reordered once, at the first multi-row call, into the primitive's blocked layout
-/// (faster than sgemm on plain W, above all when W streams from DRAM, as a model's weights do); the
-/// copy holds out·in more floats. set_prepack(false) runs the primitive on W itself (no copy; the
-/// same kernels, bit-identical results). Products of fewer than 32 rows or below
-/// ops::kOneDnnMinMacs, and row counts without a primitive (WeightMatmul::kMaxShapes), use
-/// ops::sgemm on W (a short prompt does not pay for packing the model).
+/// otherwise). Several rows, on CPUs where ops::weight_matmul_pays() (oneDNN's brgemm kernels:
+/// AVX-512), run oneDNN's matmul primitive (ops/weight_matmul.h), by default on a copy of W
+/// reordered once, at the first multi-row call, into the primitive's blocked layout (faster than
+/// sgemm on plain W, above all when W streams from DRAM, as a model's weights do); the copy holds
+/// out·in more floats. set_prepack(false) runs the primitive on W itself (no copy; the same
+/// kernels, bit-identical results). Products of fewer than 32 rows or below ops::kOneDnnMinMacs, row
+/// counts without a primitive (WeightMatmul::kMaxShapes), and every product on CPUs where the
+/// primitive does not pay (AVX2: no copy is made) use ops::linear_sgemm on W (a short prompt does
+/// not pay for packing the model).
 /// W's values must not change after the first multi-row forward (the packed copy would not see it).
 class DenseLinear final : public Linear {
  public:
@@ -59,7 +61,8 @@ class DenseLinear final : public Linear {
   /// would add its size to the peak. Call before the first multi-row forward.
   void set_prepack(bool on) { prepack_ = on; }
   bool prepack() const { return prepack_; }
-  /// Bytes of the packed copy made so far (0 before the first multi-row forward or when off).
+  /// Bytes of the packed copy made so far (0 before the first multi-row forward, when off, and on
+  /// CPUs where !ops::weight_matmul_pays()).
   int64_t packed_bytes() const;
 
  private:

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ops/aligned_buffer.h"
+#include "ops/sgemm.h"
 #include "formats/safetensors.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__F16C__)
@@ -544,11 +545,7 @@ void W4A16Linear::forward(const float* x, int64_t n, float* y) const {
     return;
   }
   if (in_ != w_.in) x = padded_input(x, n, in_, w_.in, scratch<float, 4>(n * w_.in));
-#if SQ_W4_AVX512
   gemm(x, n, y);
-#else
-  forward_scalar(x, n, y);
-#endif
   add_bias(bias_, n, w_.out, y);
 }
 
@@ -715,7 +712,31 @@ void W4A16Linear::gemm(const float* x, int64_t n, float* y) const {
 
 #else
 
-void W4A16Linear::gemm(const float* x, int64_t n, float* y) const { forward_scalar(x, n, y); }
+void W4A16Linear::gemm(const float* x, int64_t n, float* y) const {
+  const int64_t in = w_.in, out = w_.out, g = w_.group, ng = in / g;
+  if (n * in * out < kParallelMinMacs) {
+    forward_scalar(x, n, y);
+    return;
+  }
+  // Blocks of ops::kLinearBlockRows output rows, as ops::linear_sgemm: the partition depends on the
+  // shape alone and each block's sgemm runs on one thread, so results do not depend on the thread
+  // count.
+  const int64_t rows = ops::kLinearBlockRows;
+  const int64_t blocks = (out + rows - 1) / rows;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t o0 = b * rows, m = std::min(rows, out - o0);
+    float* W = scratch<float, 3>(m * in);
+    for (int64_t o = 0; o < m; ++o)
+      for (int64_t j = 0; j < ng; ++j) {
+        const float d = int4_scale(w_, o0 + o, j);
+        const int z = int4_zero(w_, o0 + o, j);
+        float* wrow = W + o * in + j * g;
+        for (int64_t k = 0; k < g; ++k) wrow[k] = d * static_cast<float>(int4_code(w_, o0 + o, j * g + k) - z);  // exact
+      }
+    ops::sgemm(false, true, n, m, in, 1.0f, x, in, W, in, 0.0f, y + o0, out);  // y[:, o0 .. o0+m) = x · W_blockᵀ
+  }
+}
 
 #endif
 

@@ -28,7 +28,12 @@
 //     exact: Δ·u − Δ·z in one FMA) into a per-thread transposed FP32 buffer Wt[128][64] (32 KiB,
 //     L1-resident), then a 6-token × 64-output register-blocked micro-kernel accumulates into y.
 //     Each weight is dequantized once per call, independent of n.
-//   - builds without AVX-512: scalar fallback (one dequantized row at a time in a per-thread buffer).
+//   - builds without AVX-512: n == 1 and products below 2^16 multiply-adds run a scalar loop (one
+//     dequantized row at a time in a per-thread buffer); larger products dequantize blocks of
+//     ops::kLinearBlockRows output rows (exact) into a per-thread FP32 buffer and multiply each
+//     with ops::sgemm on the calling thread, blocks spread over the threads. Each weight is dequantized
+//     once per call. On a 2-core AVX2-only AMD EPYC (2026-11-29) this took SmolLM2-135M W4A16 g128
+//     HellaSwag from about 8 to 310 tokens/s (docs/benchmarks.md, "HellaSwag against llama.cpp").
 // Threading: OpenMP over output rows when the product has at least 2^16 multiply-adds, otherwise the
 // calling thread. GEMV: 4-row blocks, static (each thread streams one contiguous slice of the
 // weights, which the hardware prefetchers follow; software prefetch runs kPrefetchBytes ahead);

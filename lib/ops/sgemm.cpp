@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -22,6 +23,18 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
     throw std::runtime_error("sgemm: oneDNN failed (status " + std::to_string(static_cast<int>(st)) + ") on m=" + std::to_string(m) +
                              " n=" + std::to_string(n) + " k=" + std::to_string(k) + " lda=" + std::to_string(lda) +
                              " ldb=" + std::to_string(ldb) + " ldc=" + std::to_string(ldc));
+}
+
+void linear_sgemm(const float* x, int64_t n, const float* W, int64_t out, int64_t in, float* y) {
+  if (n <= 0 || out <= 0) return;
+  const int64_t blocks = (out + kLinearBlockRows - 1) / kLinearBlockRows;
+  // Inside the region (active or not) each sgemm runs on its own thread: the library's threading
+  // does not nest into an active region, and an inactive one has a single thread.
+#pragma omp parallel for schedule(dynamic, 1) if (n * out * in >= kOneDnnMinMacs)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t o0 = b * kLinearBlockRows, m = std::min(kLinearBlockRows, out - o0);
+    sgemm(false, true, n, m, in, 1.0f, x, in, W + o0 * in, in, 0.0f, y + o0, out);
+  }
 }
 
 }  // namespace sq::ops

@@ -47,6 +47,21 @@ void* thread_scratchpad(size_t bytes) {
 }
 }  // namespace
 
+bool weight_matmul_pays() {
+  static const bool pays = [] {
+    try {
+      const int64_t n = 512, in = 2048, out = 2048;
+      const memory::desc any{{in, out}, memory::data_type::f32, memory::format_tag::any};
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(rows_desc(n, in), any, rows_desc(n, out)), user_scratchpad(),
+                                            cpu_engine());
+      return std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
+    } catch (const dnnl::error&) {
+      return false;  // no matmul at all: ops::sgemm serves every product
+    }
+  }();
+  return pays;
+}
+
 struct WeightMatmul::State {
   int64_t out = 0, in = 0;
   memory::desc wdesc;  ///< the layout every primitive of this matrix reads W in

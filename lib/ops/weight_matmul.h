@@ -23,6 +23,16 @@
 
 namespace sq::ops {
 
+/// Whether a WeightMatmul outruns ops::sgemm on this CPU, i.e. whether oneDNN runs its FP32 matmul
+/// primitive with the brgemm kernels (oneDNN 2.x has them for AVX-512 only; decided once per
+/// process from the implementation oneDNN picks for a probe shape, 512 × 2048 → 2048, packed
+/// weights). Without them the primitive is a jit sgemm reading W in the packed layout ("gemm:jit"),
+/// slower than dnnl_sgemm on plain W: on a 2-core AMD EPYC with AVX2 only (2026-11-29, one thread,
+/// x[n, 640] · W[262144, 640]ᵀ, Gemma 3's LM head) 10–19 GFLOP/s for n = 16…256 where dnnl_sgemm
+/// ran 14–47; Gemma 3 HellaSwag, 16 tasks, 2 threads: 30.7 s with the primitive, 17.1 s without.
+/// DenseLinear then uses ops::sgemm for every product and keeps no packed copy.
+bool weight_matmul_pays();
+
 /// How the weight matrix is held.
 enum class WeightLayout {
   Plain,   ///< the caller's W[out, in] row-major, not copied (must outlive the WeightMatmul)

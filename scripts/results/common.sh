@@ -12,12 +12,16 @@
 #   --samples N                  calibration windows of 512 tokens from the C4 sample (default 128)
 #   --quick                      CI size: --chunks 2 --windows-chunks 0 --samples 16, and no separate
 #                                speed run (tokens/s then includes the reference model)
+#   --hellaswag N                a HellaSwag column: accuracy ± standard error on the first N tasks
+#                                of ../shared/data/hellaswag/hellaswag_val_full.txt in file order
+#                                (sq-eval --task hellaswag, llama.cpp's scoring; issue 40 asks for
+#                                1000); default 0 = no column
 # Environment: SPEED_RUNS=N  measure each row's tokens/s N times and keep the fastest (default 1).
 # OUT_DIR defaults to build/results/MODEL; everything measured there is reused when newer than its
 # model file, so an interrupted run resumes and the tables of one model share one calibration.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[1]}")/../.."
-MODEL=smollm2 CHUNKS=20 WCHUNKS=3 SAMPLES=128 QUICK=0
+MODEL=smollm2 CHUNKS=20 WCHUNKS=3 SAMPLES=128 QUICK=0 HS_TASKS=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --model) MODEL=$2; shift 2 ;;
@@ -25,6 +29,7 @@ while [[ $# -gt 0 ]]; do
     --windows-chunks) WCHUNKS=$2; shift 2 ;;
     --samples) SAMPLES=$2; shift 2 ;;
     --quick) CHUNKS=2 WCHUNKS=0 SAMPLES=16 QUICK=1; shift ;;
+    --hellaswag) HS_TASKS=$2; shift 2 ;;
     -h|--help) sed -n '2,/^[^#]/p' "${BASH_SOURCE[1]}" | grep '^#' | cut -c3-
                sed -n '/^# Shared options/,/^set -euo/p' "${BASH_SOURCE[0]}" | grep '^#' | cut -c3-; exit 0 ;;
     -*) echo "$(basename "${BASH_SOURCE[1]}"): unknown option $1" >&2; exit 2 ;;
@@ -43,6 +48,7 @@ mkdir -p "$OUT"
 DATA=../shared/data
 C4=$DATA/c4/c4-sample-1480.txt
 WIKI=$DATA/wikitext2/wiki.test.raw
+HELLASWAG=$DATA/hellaswag/hellaswag_val_full.txt
 B=build/bin
 # The protocols every row is measured under: "NAME CTX CHUNKS".
 PROTOCOLS=("llamacpp 512 $CHUNKS")
@@ -92,10 +98,21 @@ sys.exit(t(sys.argv[1]) <= t(sys.argv[2]))' "$run" "$s" && mv "$run" "$s"
   rm -f "$run"
 }
 
+# task_accuracy NAME FILE [sq-eval args...]: HellaSwag accuracy of FILE on the first $HS_TASKS tasks
+# (file order) into $OUT/NAME.hellaswag-$HS_TASKS.json; measured once (no reference model: the column
+# is each row's own accuracy).
+task_accuracy() {
+  local name=$1 file=$2; shift 2
+  local j=$OUT/$name.hellaswag-$HS_TASKS.json
+  fresh "$j" "$file" && return 0
+  $B/sq-eval -m "$file" --task hellaswag "$HELLASWAG" --tasks "$HS_TASKS" --task-order file -q --json "$j" --force "$@" >/dev/null
+}
+
 # table_header TITLE EXTRA_COLUMNS...: a Markdown table head with the standard columns.
 table_header() {
   local title=$1; shift
-  local cols=("$title" PPL ΔPPL "KLD (mean ± se)" "KLD p99" "top-1 %" "$@" "tokens/s")
+  local hs=(); [[ $HS_TASKS != 0 ]] && hs=("HellaSwag acc ($HS_TASKS tasks)")
+  local cols=("$title" PPL ΔPPL "KLD (mean ± se)" "KLD p99" "top-1 %" "$@" "${hs[@]}" "tokens/s")
   local IFS='|'; echo "|${cols[*]}|" | sed 's/|/ | /g; s/^ //; s/ $//'
   printf '|'; for _ in "${cols[@]}"; do printf -- '---|'; done; echo
 }
@@ -106,13 +123,17 @@ table_header() {
 ROW_COLUMNS=${ROW_COLUMNS:-lbpw bpw bytes}
 row() {
   local name=$1 file=$2; shift 2
-  local pc proto ctx chunks
+  local pc proto ctx chunks hs=()
+  local slug; slug=$(echo "$name" | tr -c 'A-Za-z0-9.\n' '_')
+  if [[ $HS_TASKS != 0 ]]; then
+    task_accuracy "$slug" "$file" "$@"
+    hs=(--hellaswag "$OUT/$slug.hellaswag-$HS_TASKS.json")
+  fi
   for pc in "${PROTOCOLS[@]}"; do
     read -r proto ctx chunks <<<"$pc"
-    local slug; slug=$(echo "$name" | tr -c 'A-Za-z0-9.\n' '_')
     measure "$slug" "$file" "$proto" "$ctx" "$chunks" "$@"
     python3 scripts/results/row.py --name "$name" --json "$OUT/$slug.$proto-${chunks/#0/all}.json" --speed "$OUT/$slug.speed.json" \
-      --model "$file" --columns $ROW_COLUMNS --state "$OUT/rows.$proto.state" | tee -a "$OUT/rows.$proto.md" >&2
+      --model "$file" --columns $ROW_COLUMNS "${hs[@]}" --state "$OUT/rows.$proto.state" | tee -a "$OUT/rows.$proto.md" >&2
   done
 }
 

@@ -7,7 +7,8 @@ for bits per weight). Columns, in order: name, PPL ± stderr, ΔPPL vs the refer
 tokens, mean KLD ± stderr, KLD p99, top-1 agreement %, the --columns asked for, tokens/s.
 Extra columns: lbpw (bits per weight of the quantized linears), bpw (the whole file), bytes (file
 size), kv (KV-cache bytes per token measured by sq-eval), dprev (PPL minus the previous row's PPL of
-the same --state file).
+the same --state file). With --hellaswag, a HellaSwag column before tokens/s: the accuracy ± its
+standard error from that sq-eval --task hellaswag JSON.
 """
 import argparse
 import json
@@ -32,6 +33,7 @@ def main():
     ap.add_argument("--model", required=True, help="the evaluated model file")
     ap.add_argument("--columns", nargs="*", default=[])
     ap.add_argument("--state", help="file keeping the previous row's PPL (for dprev)")
+    ap.add_argument("--hellaswag", help="sq-eval --task hellaswag JSON (adds the HellaSwag column)")
     a = ap.parse_args()
     j = json.load(open(a.json))
     s = json.load(open(a.speed))
@@ -57,6 +59,9 @@ def main():
             raise SystemExit("row.py: unknown column " + c)
     if a.state:
         open(a.state, "w").write("%r\n" % j["ppl"])
+    if a.hellaswag:
+        h = json.load(open(a.hellaswag))
+        cells.append("%.4f ± %.4f" % (h["accuracy"], h["accuracy_stderr"]))
     cells.append("%.0f" % s["tokens_per_second"])
     print("| " + " | ".join(cells) + " |")
 

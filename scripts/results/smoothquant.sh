@@ -5,7 +5,7 @@
 # Calibration: C4 sample (scripts/results/common.sh); evaluation: WikiText-2 against the FP32 model.
 # --quick (CI) leaves out the α auto rows (their grid search is most of the conversion time).
 # Usage: scripts/results/smoothquant.sh [--model smollm2|gemma3|PATH] [--chunks N] [--windows-chunks N]
-#        [--samples N] [--quick] [OUT_DIR]   (prints Markdown tables; --help for the options)
+#        [--samples N] [--quick] [--hellaswag N] [OUT_DIR]   (prints Markdown tables; --help for the options)
 source "$(dirname "$0")/common.sh"
 calibrate calib --hessian
 convert f32 --scheme f32

@@ -5,7 +5,7 @@
 # (--gptq-hessians file) and the default dampening (1% of the mean diagonal): nothing is tuned on
 # WikiText-2.
 # Usage: scripts/results/w4a16.sh [--model smollm2|gemma3|PATH] [--chunks N] [--windows-chunks N]
-#        [--samples N] [--quick] [OUT_DIR]   (prints Markdown tables; --help for the options)
+#        [--samples N] [--quick] [--hellaswag N] [OUT_DIR]   (prints Markdown tables; --help for the options)
 source "$(dirname "$0")/common.sh"
 calibrate calib --hessian
 convert f32 --scheme f32
