@@ -6,7 +6,8 @@
 #   - the FP32 row against itself: KLD exactly 0 (mean, p99, max), top-1 agreement exactly 1, PPL
 #     equal to the reference's;
 #   - every quantized row: finite PPL, KLD > 0, top-1 agreement in (0, 1);
-#   - every row's PPL and mean KLD equal to scripts/results/quick-expected.json within the
+#   - every row's PPL and mean KLD equal to scripts/results/quick-expected.json (the figures of this
+#     CPU class: AVX-512 or AVX2 only) within the
 #     tolerances written there (why: see that file), so a change that moves any recipe shows;
 #   - the quality gates: sq-eval --max-kld below / above the measured KLD exits 3 / 0.
 # Usage: bash scripts/test-results.sh [--record]   (needs build/bin and scripts/fetch-models.sh
