@@ -50,6 +50,7 @@ std::vector<Int8Backend> backends() {
   std::vector<Int8Backend> b = {Int8Backend::Reference};
   if (int8_backend_available(Int8Backend::OneDnn)) b.push_back(Int8Backend::OneDnn);  // exact only with INT8 dot products
   if (int8_backend_available(Int8Backend::Vnni)) b.push_back(Int8Backend::Vnni);
+  if (int8_backend_available(Int8Backend::Avx2)) b.push_back(Int8Backend::Avx2);
   return b;
 }
 

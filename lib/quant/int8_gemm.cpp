@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "quant/gemm_common.h"
+#include "quant/int8_gemm_avx2.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #define SQ_INT8_VNNI 1
@@ -45,12 +46,7 @@ void check_gemm_sizes(const char* what, int64_t m, int64_t n, int64_t k) {
 }
 
 /// The one dequantization expression every backend evaluates (see Int8Dequant).
-inline float dequant_one(int32_t acc, int64_t i, int64_t j, const Int8Dequant& dq) {
-  const float sa = dq.a_scales ? dq.a_scales[dq.a_per_row ? i : 0] : 1.0f;
-  const float sb = dq.b_scales ? dq.b_scales[dq.b_per_col ? j : 0] : 1.0f;
-  const float s = sa * sb;
-  return dq.bias ? std::fma(static_cast<float>(acc), s, dq.bias[j]) : static_cast<float>(acc) * s;
-}
+inline float dequant_one(int32_t acc, int64_t i, int64_t j, const Int8Dequant& dq) { return int8_dequant_one(acc, i, j, dq); }
 
 // ---------------------------------------------------------------------------------------------
 // VNNI backend
@@ -201,6 +197,7 @@ const char* to_string(Int8Backend b) {
     case Int8Backend::Auto: return "auto";
     case Int8Backend::Vnni: return "vnni";
     case Int8Backend::OneDnn: return "onednn";
+    case Int8Backend::Avx2: return "avx2";
     case Int8Backend::Reference: return "reference";
   }
   return "unknown";
@@ -209,13 +206,15 @@ const char* to_string(Int8Backend b) {
 bool int8_backend_available(Int8Backend b) {
   if (b == Int8Backend::Vnni) return cpu_has_vnni();
   if (b == Int8Backend::OneDnn) return cpu_has_int8_dot_product();
+  if (b == Int8Backend::Avx2) return int8_avx2::available();
   return true;
 }
 
 Int8Backend resolve_int8_backend(Int8Backend b) {
   if (b != Int8Backend::Auto) return b;
   if (cpu_has_vnni()) return Int8Backend::Vnni;
-  return cpu_has_int8_dot_product() ? Int8Backend::OneDnn : Int8Backend::Reference;
+  if (cpu_has_int8_dot_product()) return Int8Backend::OneDnn;
+  return int8_avx2::available() ? Int8Backend::Avx2 : Int8Backend::Reference;
 }
 
 namespace {
@@ -477,6 +476,7 @@ void PackedInt8Weights::gemm_s32(const int8_t* A, int64_t m, int32_t* C) const {
   switch (w.backend) {
     case Int8Backend::Vnni: w.run_vnni<false>(w.to_biased(A, m), w.kpad, m, C, Int8Dequant{}); break;
     case Int8Backend::OneDnn: w.run_onednn(A, false, w.k, m, C); break;
+    case Int8Backend::Avx2: int8_avx2::gemm_s32(A, w.k, w.packed.data, m, w.n, w.k, C); break;
     default: int8_gemm_reference(A, w.packed.data, C, m, w.n, w.k); break;
   }
 }
@@ -511,6 +511,7 @@ void PackedInt8Weights::gemm_f32(const int8_t* A, int64_t m, const Int8Dequant& 
       w.run_onednn(A, false, w.k, m, reinterpret_cast<int32_t*>(y));
       dequant_inplace(y, m, w.n, nullptr, dq);
       break;
+    case Int8Backend::Avx2: int8_avx2::gemm_f32(A, w.k, w.packed.data, m, w.n, w.k, dq, y); break;
     default: int8_gemm_dequant_reference(A, w.packed.data, dq, y, m, w.n, w.k); break;
   }
 }
@@ -537,6 +538,7 @@ void PackedInt8Weights::gemm_f32_biased(const uint8_t* Au, int64_t lda, int64_t 
       w.run_onednn(Au, true, lda, m, reinterpret_cast<int32_t*>(y));
       dequant_inplace(y, m, w.n, w.comp.data(), dq);
       break;
+    case Int8Backend::Avx2: int8_avx2::gemm_f32_biased(Au, lda, w.packed.data, m, w.n, w.k, dq, y); break;
     default: {
       const int8_t* B = w.packed.data;
       const int64_t n = w.n, k = w.k;
