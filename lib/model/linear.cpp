@@ -18,7 +18,7 @@ struct DenseLinear::Packed {
 namespace {
 /// Weight matrices below this many elements use the serial GEMV for single-token steps.
 constexpr int64_t kSmallGemv = int64_t(1) << 18;
-/// Products of fewer rows use ops::sgemm on W: with so few rows each weight is used a handful of
+/// Products of fewer rows use ops::linear_sgemm on W: with so few rows each weight is used a handful of
 /// times, the packed layout gains little, and a short prompt (sq-run) would pay for packing the
 /// whole model (a reordered copy of every weight matrix: 0.5 GB for SmolLM2) before its first token.
 constexpr int64_t kMatmulMinRows = 32;
