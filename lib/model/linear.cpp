@@ -64,7 +64,7 @@ const ops::WeightMatmul* DenseLinear::matmul(int64_t rows) const {
   std::lock_guard<std::mutex> lock(packed_->mu);
   if (!packed_->tried) {
     packed_->tried = true;
-    if (!ops::weight_matmul_pays()) return nullptr;  // no brgemm kernels: ops::sgemm on W is faster
+    if (!ops::weight_matmul_pays()) return nullptr;  // no brgemm kernels: ops::linear_sgemm on W is faster
     try {
       packed_->mm = std::make_unique<ops::WeightMatmul>(weight_.data(), out_features(), in_features(),
                                                          prepack_ ? ops::WeightLayout::Packed : ops::WeightLayout::Plain, rows);

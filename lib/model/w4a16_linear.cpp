@@ -40,6 +40,16 @@ T* scratch(int64_t count) {
   return aligned_buffer(buf, count);
 }
 
+/// Row o of the dequantized weight matrix into row[w.in]: Δ[o, j] · (q[o, k] − z[o, j]), exact (an
+/// FP16 step times an integer of at most 4 bits).
+void dequant_row(const Int4Weights& w, int64_t o, float* row) {
+  for (int64_t j = 0; j < w.in / w.group; ++j) {
+    const float d = int4_scale(w, o, j);
+    const int z = int4_zero(w, o, j);
+    for (int64_t k = j * w.group; k < (j + 1) * w.group; ++k) row[k] = d * static_cast<float>(int4_code(w, o, k) - z);
+  }
+}
+
 Int4Weights quantize_tensor(const Tensor& weight, int64_t group, bool asym) {
   if (weight.rank() != 2 || weight.empty())
     throw std::invalid_argument("W4A16Linear: weight must be a non-empty rank-2 tensor, got " + weight.shape_string());
@@ -662,15 +672,11 @@ void W4A16Linear::forward_batch1(std::span<const std::pair<const W4A16Linear*, f
 }
 
 void W4A16Linear::forward_scalar(const float* x, int64_t n, float* y) const {
-  const int64_t in = w_.in, out = w_.out, ng = in / w_.group;
+  const int64_t in = w_.in, out = w_.out;
 #pragma omp parallel for schedule(static) if (n * in * out >= kParallelMinMacs && out > 1)
   for (int64_t o = 0; o < out; ++o) {
     float* row = scratch<float, 0>(in);
-    for (int64_t j = 0; j < ng; ++j) {
-      const float d = int4_scale(w_, o, j);
-      const int z = int4_zero(w_, o, j);
-      for (int64_t k = j * w_.group; k < (j + 1) * w_.group; ++k) row[k] = d * static_cast<float>(int4_code(w_, o, k) - z);
-    }
+    dequant_row(w_, o, row);
     for (int64_t i = 0; i < n; ++i) {
       const float* xi = x + i * in;
       float acc = 0.0f;
@@ -713,7 +719,7 @@ void W4A16Linear::gemm(const float* x, int64_t n, float* y) const {
 #else
 
 void W4A16Linear::gemm(const float* x, int64_t n, float* y) const {
-  const int64_t in = w_.in, out = w_.out, g = w_.group, ng = in / g;
+  const int64_t in = w_.in, out = w_.out;
   if (n * in * out < kParallelMinMacs) {
     forward_scalar(x, n, y);
     return;
@@ -727,13 +733,7 @@ void W4A16Linear::gemm(const float* x, int64_t n, float* y) const {
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t o0 = b * rows, m = std::min(rows, out - o0);
     float* W = scratch<float, 3>(m * in);
-    for (int64_t o = 0; o < m; ++o)
-      for (int64_t j = 0; j < ng; ++j) {
-        const float d = int4_scale(w_, o0 + o, j);
-        const int z = int4_zero(w_, o0 + o, j);
-        float* wrow = W + o * in + j * g;
-        for (int64_t k = 0; k < g; ++k) wrow[k] = d * static_cast<float>(int4_code(w_, o0 + o, j * g + k) - z);  // exact
-      }
+    for (int64_t o = 0; o < m; ++o) dequant_row(w_, o0 + o, W + o * in);
     ops::sgemm(false, true, n, m, in, 1.0f, x, in, W, in, 0.0f, y + o0, out);  // y[:, o0 .. o0+m) = x · W_blockᵀ
   }
 }

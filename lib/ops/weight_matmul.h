@@ -29,8 +29,8 @@ namespace sq::ops {
 /// weights). Without them the primitive is a jit sgemm reading W in the packed layout ("gemm:jit"),
 /// slower than dnnl_sgemm on plain W: on a 2-core AMD EPYC with AVX2 only (2026-11-29, one thread,
 /// x[n, 640] · W[262144, 640]ᵀ, Gemma 3's LM head) 10–19 GFLOP/s for n = 16…256 where dnnl_sgemm
-/// ran 14–47; Gemma 3 HellaSwag, 16 tasks, 2 threads: 30.7 s with the primitive, 17.1 s without.
-/// DenseLinear then uses ops::sgemm for every product and keeps no packed copy.
+/// ran 14–48; Gemma 3 HellaSwag, 16 tasks, 2 threads: 30.7 s with the primitive, 17.1 s without.
+/// DenseLinear then uses ops::linear_sgemm for every product and keeps no packed copy.
 bool weight_matmul_pays();
 
 /// How the weight matrix is held.

@@ -45,8 +45,6 @@ void check_gemm_sizes(const char* what, int64_t m, int64_t n, int64_t k) {
                                 " (INT32 accumulators could overflow)");
 }
 
-/// The one dequantization expression every backend evaluates (see Int8Dequant).
-inline float dequant_one(int32_t acc, int64_t i, int64_t j, const Int8Dequant& dq) { return int8_dequant_one(acc, i, j, dq); }
 
 // ---------------------------------------------------------------------------------------------
 // VNNI backend
@@ -256,7 +254,7 @@ void int8_gemm_reference(const int8_t* A, const int8_t* B, int32_t* C, int64_t m
 void int8_gemm_dequant_reference(const int8_t* A, const int8_t* B, const Int8Dequant& dq, float* y, int64_t m, int64_t n,
                                  int64_t k) {
   check_gemm_sizes("int8_gemm_dequant_reference", m, n, k);
-  for_each_output(m, n, k, [&](int64_t i, int64_t j) { y[i * n + j] = dequant_one(dot_s8(A + i * k, B + j * k, k), i, j, dq); });
+  for_each_output(m, n, k, [&](int64_t i, int64_t j) { y[i * n + j] = int8_dequant_one(dot_s8(A + i * k, B + j * k, k), i, j, dq); });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -493,7 +491,7 @@ void dequant_inplace(float* y, int64_t m, int64_t n, const int32_t* comp, const 
       int32_t acc;
       std::memcpy(&acc, row + j, sizeof acc);
       if (comp) acc += comp[j];
-      row[j] = dequant_one(acc, i, j, dq);
+      row[j] = int8_dequant_one(acc, i, j, dq);
     }
   }
 }
@@ -543,7 +541,7 @@ void PackedInt8Weights::gemm_f32_biased(const uint8_t* Au, int64_t lda, int64_t 
       const int8_t* B = w.packed.data;
       const int64_t n = w.n, k = w.k;
       for_each_output(m, n, k, [&](int64_t i, int64_t j) {
-        y[i * n + j] = dequant_one(dot_u8_biased_s8(Au + i * lda, B + j * k, k), i, j, dq);
+        y[i * n + j] = int8_dequant_one(dot_u8_biased_s8(Au + i * lda, B + j * k, k), i, j, dq);
       });
       break;
     }
