@@ -18,6 +18,13 @@
 #else
 #define SQ_W4_AVX512 0
 #endif
+// AVX2 builds without AVX-512 (e.g. AMD Zen 2/3): an 8-lane FP32 GEMV for decode.
+#if !SQ_W4_AVX512 && defined(__AVX2__) && defined(__FMA__)
+#define SQ_W4_AVX2 1
+#include "core/immintrin_quiet.h"
+#else
+#define SQ_W4_AVX2 0
+#endif
 #if SQ_W4_AVX512 && defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
 #define SQ_W4_VNNI 1
 #else
@@ -508,6 +515,81 @@ void permute_activation(const float* x, int64_t in, int64_t g, float* xp, float*
 }
 #endif
 
+
+#if SQ_W4_AVX2
+/// The AVX2 GEMV's activation order: per 16-column chunk, even columns then odd columns (xp [in],
+/// matching the low and high nibbles of the chunk's 8 packed bytes); xsum [in/g][8]: lane-wise Σ of
+/// xp over each group.
+void permute_activation_avx2(const float* x, int64_t in, int64_t g, float* xp, float* xsum) {
+  const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);  // per 8 columns: evens | odds
+  for (int64_t j = 0; j < in / g; ++j) {
+    __m256 s = _mm256_setzero_ps();
+    for (int64_t col = j * g; col < (j + 1) * g; col += 16) {
+      const __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + col), even);      // a0 a2 a4 a6 | a1 a3 a5 a7
+      const __m256 b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + col + 8), even);  // b0 b2 b4 b6 | b1 b3 b5 b7
+      const __m256 lo = _mm256_permute2f128_ps(a, b, 0x20), hi = _mm256_permute2f128_ps(a, b, 0x31);
+      _mm256_store_ps(xp + col, lo);
+      _mm256_store_ps(xp + col + 8, hi);
+      s = _mm256_add_ps(s, _mm256_add_ps(lo, hi));
+    }
+    _mm256_store_ps(xsum + j * 8, s);
+  }
+}
+
+inline float hsum256(__m256 v) {
+  __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+  return _mm_cvtss_f32(_mm_add_ss(a, _mm_movehdup_ps(a)));
+}
+
+/// AVX2 GEMV over R consecutive rows starting at r0 (xp, xsum from permute_activation_avx2). Each
+/// 8-byte load of a packed row (16 weights) is widened to 8 dwords; the low nibbles (even columns)
+/// and high nibbles (odd columns) become floats by an int→float conversion of the unsigned code u
+/// (symmetric codes are stored two's complement: u = q + 8 = nibble ^ 8, one XOR per load), so the
+/// FMAs accumulate Σ x·u per group and each group is closed as Δ · (Σ x·u − z · Σ x) with z = 8
+/// (symmetric) or the group's zero point. Four rows share each activation load.
+template <int R>
+void gemv_rows_avx2(const Int4Weights& w, const float* xp, const float* xsum, int64_t r0, float* y) {
+  const int64_t in = w.in, g = w.group, ng = in / g, half_in = in / 2;
+  const __m256i nib = _mm256_set1_epi32(0xF);
+  const __m128i flip = _mm_set1_epi8(w.asym ? 0 : static_cast<char>(0x88));
+  __m256 tot[R];
+  const uint8_t* rows[R];
+  for (int r = 0; r < R; ++r) {
+    tot[r] = _mm256_setzero_ps();
+    rows[r] = w.packed.data() + (r0 + r) * half_in;
+  }
+  for (int64_t j = 0; j < ng; ++j) {
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t col = j * g; col < (j + 1) * g; col += 16) {
+      const __m256 xl = _mm256_load_ps(xp + col), xh = _mm256_load_ps(xp + col + 8);
+      for (int r = 0; r < R; ++r) {
+        const __m128i b = _mm_xor_si128(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rows[r] + col / 2)), flip);
+        const __m256i v = _mm256_cvtepu8_epi32(b);
+        acc[r] = _mm256_fmadd_ps(xl, _mm256_cvtepi32_ps(_mm256_and_si256(v, nib)), acc[r]);
+        acc[r] = _mm256_fmadd_ps(xh, _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4)), acc[r]);
+      }
+    }
+    const __m256 xs = _mm256_load_ps(xsum + j * 8);
+    for (int r = 0; r < R; ++r) {
+      const __m256 z = _mm256_set1_ps(static_cast<float>(w.asym ? int4_zero(w, r0 + r, j) : 8));
+      tot[r] = _mm256_fmadd_ps(_mm256_set1_ps(int4_scale(w, r0 + r, j)), _mm256_fnmadd_ps(z, xs, acc[r]), tot[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r0 + r] = hsum256(tot[r]);
+}
+
+void gemv_block_avx2(const Int4Weights& w, const float* xp, const float* xsum, int64_t r0, float* y) {
+  switch (std::min<int64_t>(4, w.out - r0)) {
+    case 4: gemv_rows_avx2<4>(w, xp, xsum, r0, y); break;
+    case 3: gemv_rows_avx2<3>(w, xp, xsum, r0, y); break;
+    case 2: gemv_rows_avx2<2>(w, xp, xsum, r0, y); break;
+    default: gemv_rows_avx2<1>(w, xp, xsum, r0, y); break;
+  }
+}
+#endif
+
 }  // namespace
 
 W4A16Linear::W4A16Linear(const Tensor& weight, int64_t group, bool asym) : W4A16Linear(quantize_tensor(weight, group, asym)) {}
@@ -660,6 +742,36 @@ void W4A16Linear::forward_batch1(std::span<const std::pair<const W4A16Linear*, f
       const int64_t r0 = (b - s.first_block) * 4;
       if (b == b_begin || b == s.first_block) prime_rows(w, r0);
       run_block(s, w, r0);
+    }
+  }
+#elif SQ_W4_AVX2
+  // As the AVX-512 path: the linears' 4-row blocks in one region, one contiguous range per thread.
+  static thread_local std::vector<float> fbuf[kMax][3];
+  const float* xps[kMax];
+  const float* xsums[kMax];
+  int64_t first_block[kMax + 1] = {0};
+  int64_t macs = 0;
+  for (size_t i = 0; i < linears.size(); ++i) {
+    const W4A16Linear* lin = linears[i].first;
+    const Int4Weights& w = lin->w_;
+    const float* xk = lin->in_ == w.in ? x : padded_input(x, 1, lin->in_, w.in, aligned_buffer(fbuf[i][0], w.in));
+    float* xp = aligned_buffer(fbuf[i][1], w.in);
+    float* xsum = aligned_buffer(fbuf[i][2], w.in / w.group * 8);
+    permute_activation_avx2(xk, w.in, w.group, xp, xsum);
+    xps[i] = xp;
+    xsums[i] = xsum;
+    first_block[i + 1] = first_block[i] + (w.out + 3) / 4;
+    macs += w.in * w.out;
+  }
+  const size_t ns = linears.size();
+  const int64_t blocks = first_block[ns];
+#pragma omp parallel if (macs >= kParallelMinMacs && blocks > 1)
+  {
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    size_t i = 0;
+    for (int64_t b = blocks * t / nt; b < blocks * (t + 1) / nt; ++b) {
+      while (i + 1 < ns && b >= first_block[i + 1]) ++i;
+      gemv_block_avx2(linears[i].first->w_, xps[i], xsums[i], (b - first_block[i]) * 4, linears[i].second);
     }
   }
 #else
