@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "runtime/thread_governor.h"
+
 namespace sq {
 namespace {
 
@@ -213,6 +215,7 @@ struct LayerSolver {
       solve(lo, hi, optlo, opthi);
       return;
     }
+    threads::adapt();  // the team for this layer's tasks (runtime/thread_governor.h)
 #pragma omp parallel default(none) shared(lo, hi, optlo, opthi)
 #pragma omp single
     {

@@ -16,6 +16,7 @@
 #include "model/w8a8_linear.h"
 #include "ops/ops.h"
 #include "ops/sgemm.h"
+#include "runtime/thread_governor.h"
 
 namespace sq {
 
@@ -356,6 +357,7 @@ void Decoder::forward_batch(const std::vector<SequenceBlock>& blocks, BatchRows 
 
 void Decoder::run_layer(int l, const DecoderLayer& L, float* x, int64_t n, const LayerBlock* blocks, size_t n_blocks,
                         Workspace& ws, ActivationObserver* obs) const {
+  threads::adapt();  // the team size for this layer's regions (runtime/thread_governor.h)
   const ModelConfig& c = config_;
   const DecoderSpec& sp = c.spec;
   const int dd = c.dim;

@@ -3,6 +3,8 @@
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
 
+#include "runtime/thread_governor.h"
+
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -12,6 +14,7 @@ namespace sq::ops {
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* A, int64_t lda, const float* B,
            int64_t ldb, float beta, float* C, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
+  threads::adapt();  // outside parallel regions only (runtime/thread_governor.h)
   if (m * n * k < kOneDnnMinMacs) {
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
                 static_cast<blasint>(n), static_cast<blasint>(k), alpha, A, static_cast<blasint>(lda), B, static_cast<blasint>(ldb),
@@ -27,6 +30,7 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 
 void linear_sgemm(const float* x, int64_t n, const float* W, int64_t out, int64_t in, float* y) {
   if (n <= 0 || out <= 0) return;
+  threads::adapt();
   const int64_t blocks = (out + kLinearBlockRows - 1) / kLinearBlockRows;
   // Inside the region (active or not) each sgemm runs on its own thread: the library's threading
   // does not nest into an active region, and an inactive one has a single thread.

@@ -1,6 +1,5 @@
 #include "tool_cli.h"
 
-#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +10,7 @@
 #include "core/error.h"
 #include "core/tool_main.h"
 #include "formats/atomic_file.h"
+#include "runtime/thread_governor.h"
 
 namespace sq {
 
@@ -25,7 +25,7 @@ int apply_thread_option(int threads, const char* tool) {
     std::fprintf(stderr, "%s: warning: -t %d runs more threads than the %d core(s) available to this process; expect it to be slower\n",
                  tool, threads, cores);
   const int n = threads > 0 ? threads : cores;
-  omp_set_num_threads(n);
+  threads::govern(n);  // at most n threads; fewer while other processes keep the cores busy
   return n;
 }
 
