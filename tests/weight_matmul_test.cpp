@@ -191,5 +191,29 @@ TEST(DenseLinearPacked, ConcurrentCallsGiveTheSerialResult) {
     }
 }
 
+// ops::sgemm called outside parallel regions (GPTQ's lazy-batch update, the decoder's backward pass,
+// Hessians) runs on the current team, which the thread governor (runtime/thread_governor.h) changes
+// with the load: its results must not depend on the team size. Shapes of SmolLM2's GPTQ update
+// (out × remaining columns × a 128-column block) and backward products (K up to 1536).
+TEST(Sgemm, ResultsDoNotDependOnTheTeamSize) {
+  struct Mnk {
+    int64_t m, n, k;
+  };
+  for (const Mnk s : {Mnk{576, 1408, 128}, Mnk{1536, 448, 128}, Mnk{512, 576, 1536}, Mnk{576, 1536, 512}, Mnk{96, 4096, 576}}) {
+    SCOPED_TRACE(std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k));
+    const auto a = normal(s.m * s.k, 41), b = normal(s.k * s.n, 42);
+    std::vector<std::vector<float>> c;
+    const int saved = omp_get_max_threads();
+    for (const int t : {1, 2, 3}) {
+      omp_set_num_threads(t);
+      c.emplace_back(static_cast<size_t>(s.m * s.n), NAN);
+      ops::sgemm(false, false, s.m, s.n, s.k, 1.0f, a.data(), s.k, b.data(), s.n, 0.0f, c.back().data(), s.n);
+    }
+    omp_set_num_threads(saved);
+    EXPECT_EQ(c[0], c[1]);
+    EXPECT_EQ(c[0], c[2]);
+  }
+}
+
 }  // namespace
 }  // namespace sq

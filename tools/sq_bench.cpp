@@ -28,6 +28,7 @@
 #include "formats/safetensors.h"
 #include "model/synthetic.h"
 #include "tool_cli.h"
+#include "runtime/thread_governor.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"sq-bench: sqkit speed benchmarks (each result is a ratio measured in the same run).\n"
@@ -140,7 +141,7 @@ int main(int argc, char** argv) {
     if (want.count("cuda-gemm")) sq::require_cuda("sq-bench --suite cuda-gemm");
     sq::StdoutToStderr text_to_stderr(json_path == "-");  // --json -: the tables go to stderr, the JSON alone to stdout
     nlohmann::json all;
-    all["threads"] = omp_get_max_threads();
+    all["threads"] = sq::threads::max_threads();
     if (want.count("fp32")) all["fp32"] = sq::bench::run_fp32_bench(fp32);
     if (want.count("decoder")) {
       sq::bench::DecoderBenchOptions d;

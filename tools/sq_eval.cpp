@@ -29,6 +29,7 @@
 #include "model/model_loader.h"
 #include "model/quantize_in_memory.h"
 #include "tool_cli.h"
+#include "runtime/thread_governor.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"sq-eval: measure perplexity of a model on a text file, or on token ids (--token-ids); --json reports nll_mean too.\n"
@@ -259,7 +260,7 @@ int main(int argc, char** argv) {
       std::optional<sq::ModelFootprint> ref_fp;
       if (with_reference) ref_fp = sq::model_footprint(reference_path);
       const int64_t window = ctx > 0 ? ctx : std::min(512, fp.config.max_seq_len);
-      sq::check_memory_fits(sq::estimate_eval(fp, ref_fp ? &*ref_fp : nullptr, window, omp_get_max_threads()),
+      sq::check_memory_fits(sq::estimate_eval(fp, ref_fp ? &*ref_fp : nullptr, window, sq::threads::max_threads()),
                             sq::current_memory_budget(), "sq-eval of " + model_path + (with_reference ? " with --reference-model" : ""),
                             with_reference ? "compare with --reference-ppl instead, or use fewer threads (-t 1)" : "use fewer threads (-t 1)");
     }
@@ -330,7 +331,7 @@ int main(int argc, char** argv) {
       std::fprintf(out, "accuracy  %.4f +/- %.4f (%lld correct; 95%% Wilson interval [%.4f, %.4f])\n", r.accuracy,
                    r.accuracy_stderr, static_cast<long long>(r.tasks_correct), r.ci95_low, r.ci95_high);
       std::fprintf(out, "speed     %s tokens/s (%lld tokens in %.2f s, %d threads)\n", sq::format_rate(r.tokens_per_second).c_str(),
-                   static_cast<long long>(r.tokens_processed), r.seconds, omp_get_max_threads());
+                   static_cast<long long>(r.tokens_processed), r.seconds, sq::threads::max_threads());
       const sq::HellaswagComparison* c = r.comparison ? &*r.comparison : nullptr;
       if (c) {
         std::fprintf(out, "reference %s (%s; dense, FP32 KV cache): accuracy %.4f (change %+.4f)\n", reference_path.c_str(),
@@ -367,7 +368,7 @@ int main(int argc, char** argv) {
         j["tokens_processed"] = r.tokens_processed;
         j["tokens_per_second"] = r.tokens_per_second;
         j["seconds"] = r.seconds;
-        j["threads"] = omp_get_max_threads();
+        j["threads"] = sq::threads::max_threads();
         j["kv_cache"] = {{"format", sq::kv_spec_name(opt.kv)}, {"spec", sq::kv_spec_to_json(opt.kv)}};
         j["model"] = {{"path", model_path}, {"format", loaded.format}, {"parameter_count", cfg.parameter_count()}};
         j["tasks_file"] = {{"path", text_path}, {"tasks", all.size()}};
@@ -492,7 +493,7 @@ int main(int argc, char** argv) {
       std::fprintf(out, "PPL       %.4f\n", r.ppl);
       std::fprintf(out, "KV cache  %s: peak %lld bytes (%lld tokens)\n", sq::kv_spec_name(opt.kv).c_str(),
                   static_cast<long long>(r.peak_kv_bytes), static_cast<long long>(r.peak_kv_rows));
-      std::fprintf(out, "speed     %s tokens/s (%.2f s, %d threads)\n", sq::format_rate(r.tokens_per_second).c_str(), r.seconds, omp_get_max_threads());
+      std::fprintf(out, "speed     %s tokens/s (%.2f s, %d threads)\n", sq::format_rate(r.tokens_per_second).c_str(), r.seconds, sq::threads::max_threads());
       std::fprintf(out, "segments  (stream positions, PPL, KV bytes at segment end)\n");
       for (size_t i = 0; i < r.segment_ppl.size(); ++i)
         std::fprintf(out, "  %7lld-%-7lld %10.4f %12lld\n", static_cast<long long>(int64_t(i) * segment),
@@ -507,7 +508,7 @@ int main(int argc, char** argv) {
         j["tokens_scored"] = r.tokens_scored;
         j["tokens_per_second"] = r.tokens_per_second;
         j["seconds"] = r.seconds;
-        j["threads"] = omp_get_max_threads();
+        j["threads"] = sq::threads::max_threads();
         j["protocol"] = {{"name", "streaming"},
                          {"kv_policy", sq::kv_policy_name(sq::resolve_kv_policy(policy, r.stream_length))},
                          {"streams", r.streams},
@@ -548,7 +549,7 @@ int main(int argc, char** argv) {
                    static_cast<long long>(cfg.parameter_count()), sr.ppl_ref);
       std::fprintf(out, "protocol  %s, ctx %d, %lld tokens scored; one unit quantized %s at a time (%.1f s, %d threads)\n",
                    sq::protocol_name(opt.protocol), opt.ctx, static_cast<long long>(sr.tokens_scored),
-                   sq::sensitivity_scheme_name(sens_scheme), sr.seconds, omp_get_max_threads());
+                   sq::sensitivity_scheme_name(sens_scheme), sr.seconds, sq::threads::max_threads());
       auto table = [&](const char* title, const std::vector<sq::SensitivityRow>& rows) {
         if (rows.empty()) return;
         std::fprintf(out, "%-10s %7s %12s %12s %10s %12s %12s\n", title, "linears", "KLD mean", "KLD p99", "top-1", "PPL",
@@ -610,7 +611,7 @@ int main(int argc, char** argv) {
                   static_cast<long long>(r.tokens_processed), r.seconds, device_desc.c_str());
     else
       std::fprintf(out, "speed     %s tokens/s (%lld tokens in %.2f s, %d threads)\n", sq::format_rate(r.tokens_per_second).c_str(),
-                  static_cast<long long>(r.tokens_processed), r.seconds, omp_get_max_threads());
+                  static_cast<long long>(r.tokens_processed), r.seconds, sq::threads::max_threads());
     if (r.comparison) print_comparison(r.ppl, *r.comparison);
     const std::vector<std::string> broken = gate_results(r.ppl, r.comparison);
 
@@ -623,7 +624,7 @@ int main(int argc, char** argv) {
       j["tokens_processed"] = r.tokens_processed;
       j["tokens_per_second"] = r.tokens_per_second;
       j["seconds"] = r.seconds;
-      j["threads"] = omp_get_max_threads();
+      j["threads"] = sq::threads::max_threads();
       j["device"] = device_desc;
       j["kv_cache"] = {{"format", sq::kv_spec_name(opt.kv)},
                        {"spec", sq::kv_spec_to_json(opt.kv)},

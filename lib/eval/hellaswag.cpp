@@ -15,6 +15,7 @@
 #include "eval/kl_divergence.h"
 #include "model/nonfinite.h"
 #include "ops/ops.h"
+#include "runtime/thread_governor.h"
 
 namespace sq {
 
@@ -287,7 +288,7 @@ HellaswagResult evaluate_hellaswag(const Decoder& model, const std::vector<Hella
   // Small models: one group per thread (ops inside single-threaded, also for a single group, so
   // that the figures never depend on the thread count); large models: groups in order, each op
   // parallel (the cut-off of evaluate_perplexity).
-  const bool group_parallel = cfg.dim < 1024 && omp_get_max_threads() > 1;
+  const bool group_parallel = cfg.dim < 1024 && threads::max_threads() > 1;
   std::atomic<int64_t> done{0}, tokens{0};
   // The first group (in order) that threw; later groups are skipped, its exception is rethrown.
   std::atomic<int64_t> first_bad{INT64_MAX};

@@ -12,6 +12,7 @@
 #include "core/finite.h"
 #include "model/nonfinite.h"
 #include "ops/ops.h"
+#include "runtime/thread_governor.h"
 
 namespace sq {
 
@@ -149,7 +150,7 @@ ChunkSums score_chunk(const Decoder& model, const std::vector<int32_t>& tokens, 
   logits.resize(static_cast<size_t>(o.ctx - first) * vocab);
   // A small model with a reference: both forwards at once, each on one thread (ops inside run
   // single-threaded, as in the chunk-parallel path); otherwise one after the other, ops parallel.
-  const bool pair = ref && model.config().dim < 1024 && omp_get_max_threads() > 1 && !omp_in_parallel();
+  const bool pair = ref && model.config().dim < 1024 && threads::max_threads() > 1 && !omp_in_parallel();
   if (pair) {
 #pragma omp parallel sections num_threads(2)
     {
@@ -243,7 +244,7 @@ PerplexityResult evaluate_perplexity(const Decoder& model, const std::vector<int
   // order, each op parallel. The cut-off is where per-op parallelism becomes efficient.
   // With a reference model chunks run in order (one chunk's logits of each model at a time).
   const bool chunk_parallel =
-      !o.reference && model.config().dim < 1024 && omp_get_max_threads() > 1 && chunks > 1;
+      !o.reference && model.config().dim < 1024 && threads::max_threads() > 1 && chunks > 1;
   int64_t done = 0;
   // The first chunk (in text order) whose logits are not finite; later chunks are skipped.
   std::atomic<int64_t> first_bad{INT64_MAX};

@@ -12,6 +12,7 @@
 #include "model/nonfinite.h"
 #include "ops/ops.h"
 #include "runtime/kv_cache.h"
+#include "runtime/thread_governor.h"
 
 namespace sq {
 
@@ -290,7 +291,7 @@ StreamingResult evaluate_streaming(const Decoder& model, const std::vector<int32
     if (o.on_progress && omp_get_thread_num() == 0 && (now % 64 == 0 || now == total)) o.on_progress(now, total);
   };
   const bool recompute = policy.kind == KVPolicyKind::Recompute;
-  if (streams > 1 && !recompute && omp_get_max_threads() > 1) {
+  if (streams > 1 && !recompute && threads::max_threads() > 1) {
     int64_t shared_done = 0;
 #pragma omp parallel for schedule(dynamic)
     for (int64_t s = 0; s < streams; ++s) {

@@ -5,16 +5,20 @@
 
 #include "runtime/thread_governor.h"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <exception>
 #include <stdexcept>
 #include <string>
 
 namespace sq::ops {
 
-void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* A, int64_t lda, const float* B,
-           int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (m <= 0 || n <= 0) return;
-  threads::adapt();  // outside parallel regions only (runtime/thread_governor.h)
+namespace {
+
+/// One library call: OpenBLAS below kOneDnnMinMacs multiply-adds, else oneDNN (file comment of the header).
+void sgemm_call(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* A, int64_t lda, const float* B,
+                int64_t ldb, float beta, float* C, int64_t ldc) {
   if (m * n * k < kOneDnnMinMacs) {
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
                 static_cast<blasint>(n), static_cast<blasint>(k), alpha, A, static_cast<blasint>(lda), B, static_cast<blasint>(ldb),
@@ -28,17 +32,64 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
                              " ldb=" + std::to_string(ldb) + " ldc=" + std::to_string(ldc));
 }
 
+}  // namespace
+
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* A, int64_t lda, const float* B,
+           int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  threads::adapt();  // outside parallel regions only (runtime/thread_governor.h)
+  if (m * n * k < kOneDnnMinMacs || omp_get_level() > 0) {
+    sgemm_call(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  // Blocks of kSgemmBlock rows or columns of C (along the longer side), each one single-threaded
+  // library call: oneDNN's own threading gives results that depend on the thread count (seen at 1
+  // vs 3 threads, 96 x 4096 x 576), and the team size changes with the load.
+  const bool rows = m >= n;
+  const int64_t len = rows ? m : n, blocks = (len + kSgemmBlock - 1) / kSgemmBlock;
+  std::exception_ptr error;
+#pragma omp parallel
+  {
+    omp_set_num_threads(1);  // this thread's library calls plan for one thread
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t at = b * kSgemmBlock, len_b = std::min(kSgemmBlock, len - at);
+      try {
+        if (rows)  // C[at .. at+len_b, :] = op(A)[at .. , :] · op(B)
+          sgemm_call(trans_a, trans_b, len_b, n, k, alpha, trans_a ? A + at : A + at * lda, lda, B, ldb, beta, C + at * ldc, ldc);
+        else  // C[:, at .. at+len_b] = op(A) · op(B)[:, at ..]
+          sgemm_call(trans_a, trans_b, m, len_b, k, alpha, A, lda, trans_b ? B + at * ldb : B + at, ldb, beta, C + at, ldc);
+      } catch (...) {
+#pragma omp critical(sq_sgemm_error)
+        if (!error) error = std::current_exception();
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
 void linear_sgemm(const float* x, int64_t n, const float* W, int64_t out, int64_t in, float* y) {
   if (n <= 0 || out <= 0) return;
   threads::adapt();
   const int64_t blocks = (out + kLinearBlockRows - 1) / kLinearBlockRows;
   // Inside the region (active or not) each sgemm runs on its own thread: the library's threading
   // does not nest into an active region, and an inactive one has a single thread.
-#pragma omp parallel for schedule(dynamic, 1) if (n * out * in >= kOneDnnMinMacs)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t o0 = b * kLinearBlockRows, m = std::min(kLinearBlockRows, out - o0);
-    sgemm(false, true, n, m, in, 1.0f, x, in, W + o0 * in, in, 0.0f, y + o0, out);
+  std::exception_ptr error;
+#pragma omp parallel if (n * out * in >= kOneDnnMinMacs)
+  {
+    omp_set_num_threads(1);  // this thread's library calls plan for one thread
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t o0 = b * kLinearBlockRows, m = std::min(kLinearBlockRows, out - o0);
+      try {
+        sgemm_call(false, true, n, m, in, 1.0f, x, in, W + o0 * in, in, 0.0f, y + o0, out);
+      } catch (...) {
+#pragma omp critical(sq_sgemm_error)
+        if (!error) error = std::current_exception();
+      }
+    }
   }
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace sq::ops

@@ -10,9 +10,13 @@
 //     prefill shapes, m = 512: OpenBLAS 214–256 GFLOP/s, oneDNN 396–493 GFLOP/s; docs/benchmarks.md).
 //   - OpenBLAS cblas_sgemm below that size, where oneDNN's per-call dispatch (≈ 1.8 µs) costs more
 //     than the product (decode-step attention: a 1 × 64 query against a few hundred keys).
-// Threading: both use OpenMP (omp_get_max_threads()); called inside a parallel region they run on
-// the calling thread. Results may differ in the last bits between the two libraries, thread counts
-// and sizes (summation order), never beyond FP32 rounding of the same sum.
+// Threading: products of at least kOneDnnMinMacs called outside a parallel region are cut into
+// blocks of kSgemmBlock rows or columns of C (the longer side), spread over the OpenMP threads, each
+// block one single-threaded library call; called inside a parallel region they run on the calling
+// thread. The partition depends on the shape alone, so the result does not depend on the thread
+// count (the thread governor changes it with the load, runtime/thread_governor.h). Results may
+// differ in the last bits between the two libraries and between sizes (summation order), never
+// beyond FP32 rounding of the same sum.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +33,9 @@ inline constexpr int64_t kOneDnnMinMacs = int64_t(1) << 16;
 /// naming the shape when the library reports a failure (bad leading dimension).
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* A, int64_t lda, const float* B,
            int64_t ldb, float beta, float* C, int64_t ldc);
+
+/// Rows or columns of C per block of sgemm outside parallel regions (file comment).
+inline constexpr int64_t kSgemmBlock = 128;
 
 /// Output rows of W per block of linear_sgemm: balanced over 2 threads at small widths (SmolLM2's
 /// 192-row k/v projections: 3 blocks) and as fast as one whole call at Gemma 3's LM head shape

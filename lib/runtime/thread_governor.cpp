@@ -83,7 +83,7 @@ struct ProcessGovernor {
   Clock::time_point epoch, sample_start;
   uint64_t delay_at_start = 0;
   int max_threads = 1;
-  bool trace = false;  // SQ_GOVERNOR_TRACE=1: one stderr line per sample
+  bool trace = false;  // SQ_GOVERNOR_TRACE=1: one stderr line per change of the team
 };
 
 ProcessGovernor& state() {
@@ -130,12 +130,16 @@ void adapt() {
   if (length < s.governor.policy().sample_seconds) return;
   const std::optional<uint64_t> delay = process_run_delay_ns();
   if (!delay) return;
-  // A thread that exited takes its run delay with it: such a sample says nothing.
-  const double waiting = *delay >= s.delay_at_start ? double(*delay - s.delay_at_start) * 1e-9 / length : 0.0;
+  if (*delay < s.delay_at_start) {  // a thread exited and took its run delay with it: no decision
+    s.sample_start = now;
+    s.delay_at_start = *delay;
+    return;
+  }
+  const double waiting = double(*delay - s.delay_at_start) * 1e-9 / length;
   const int before = s.governor.team();
   const int team = s.governor.on_sample(seconds_since(s.epoch, now), waiting);
   if (team != before) omp_set_num_threads(team);
-  if (s.trace)
+  if (s.trace && (team != before || s.governor.probing()))
     std::fprintf(stderr, "thread governor: t=%.3f s sample %.1f ms, %.3f threads waiting: team %d -> %d%s\n",
                  seconds_since(s.epoch, now), length * 1e3, waiting, before, team, s.governor.probing() ? " (probe)" : "");
   s.sample_start = now;
@@ -143,6 +147,11 @@ void adapt() {
 }
 
 bool governing() { return state().on.load(); }
+
+int max_threads() {
+  const ProcessGovernor& s = state();
+  return s.on ? s.max_threads : omp_get_max_threads();
+}
 
 int current_team() {
   const ProcessGovernor& s = state();

@@ -11,8 +11,9 @@
 //   - below the maximum (the -t value), a probe adds one thread after `probe_first_seconds`; if the
 //     probe's sample is contended the thread goes again and the next probe waits twice as long (up
 //     to `probe_max_seconds`); an uncontended probe keeps the thread and resets the wait.
-// Results do not change with the team size: every kernel sqkit runs gives the same bits for any
-// thread count (tests: ThreadGovernor.*, LinearSgemm.*, *DoesNotDependOnTheThreads).
+// Results do not change with the team size: the kernels give the same bits for any thread count
+// (ops::sgemm outside parallel regions included; tests: MoreThreadsThanCores.*, Sgemm.*,
+// LinearSgemm.*, *DoesNotDependOnThe*). Choices of how to split work use max_threads().
 #pragma once
 
 #include <cstdint>
@@ -72,5 +73,11 @@ void adapt();
 /// Whether the process-wide governor is on, and its current team size (the maximum when off).
 bool governing();
 int current_team();
+
+/// The most threads this process may use: the governor's maximum (the tools' -t) when governing,
+/// else omp_get_max_threads(). For choices that must not depend on the load at one instant (how an
+/// evaluation splits its work, per-thread memory estimates, the thread count a report prints);
+/// regions still get the current team.
+int max_threads();
 
 }  // namespace sq::threads
