@@ -145,6 +145,9 @@ TEST_F(W4A16Cli, BadInputsAreOneLineExitTwo) {
   expect_error(convert({"--act-order"}, out), "need --gptq", out);
   expect_error(run_process({tool("sq-convert"), "-m", stories_model(), "--group-size", "64", "-o", out, "-q"}), "apply to --scheme w4a16 or w4a4-atom only",
                out);
+  // W8A8-only flags were accepted and ignored before (the file was the same without them).
+  expect_error(convert({"--quantize-head"}, out), "apply to --scheme w8a8 only", out);
+  expect_error(convert({"--preset", "O1"}, out), "apply to --scheme w8a8 only", out);
   // A calibration file without Hessians, where they must come from the file.
   const std::string plain = dir_->file("plain.h5");
   auto r = run_process({tool("sq-calibrate"), "-m", stories_model(), "--tokenizer", stories_tokenizer(), "-f", tinystories_valid(),

@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
   app.add_flag("--compress", o.write.compress, "zstd-compress tensors (per tensor, kept when smaller)");
   app.add_flag("--force", o.write.force, "Replace an existing output file");
   app.add_option("-o,--output", out_path, "Output .sqm file")->required();
-  app.add_option("-t,--threads", threads, "Threads at most (default: one per core available to this process: affinity and cgroup CPU quota); fewer while other processes keep the cores busy (docs/threading.md; SQ_ADAPTIVE_THREADS=0: always this many)");
+  app.add_option("-t,--threads", threads, "Threads at most (default: one per core available to this process: affinity and cgroup CPU quota); with SQ_ADAPTIVE_THREADS=1, fewer while other processes keep the cores busy (docs/threading.md)");
   app.add_flag("-q,--quiet", quiet, "No progress (a bar on a terminal, else a line with rate and ETA every 30 s)");
   app.add_flag("--report-memory", report_memory, "Print the peak anonymous resident memory (sampled RssAnon) on stderr");
   sq::add_version_flag(app, "sq-convert");
@@ -117,6 +117,10 @@ int main(int argc, char** argv) {
     if (atom && (sym || o.int4.asym)) throw sq::UsageError("--scheme w4a4-atom is symmetric only (Atom §4.3): drop --sym/--asym");
     const bool int4_flags = app.count("--group-size") || sym || o.int4.asym || o.int4.gptq || app.count("--damp") ||
                             o.int4.act_order || app.count("--gptq-hessians");
+    const bool w8a8_flags = app.count("--alpha") || app.count("--no-smooth") || app.count("--smooth-vo") || app.count("--preset") ||
+                            app.count("--weight") || app.count("--act") || app.count("--quantize-head");
+    if (w8a8_flags && o.scheme != sq::ConvertScheme::W8A8)
+      throw sq::UsageError("--alpha/--no-smooth/--smooth-vo/--preset/--weight/--act/--quantize-head apply to --scheme w8a8 only");
     if (int4_flags && o.scheme != sq::ConvertScheme::W4A16 && !atom)
       throw sq::UsageError("--group-size/--sym/--asym/--gptq/--act-order/--damp apply to --scheme w4a16 or w4a4-atom only");
     if (atom) {
