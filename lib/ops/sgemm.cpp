@@ -32,6 +32,28 @@ void sgemm_call(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
                              " ldb=" + std::to_string(ldb) + " ldc=" + std::to_string(ldc));
 }
 
+/// Runs block(b) for b = 0 … blocks−1 over the OpenMP threads (dynamic; in parallel only when
+/// `parallel`), each thread's library calls planned for one thread, so results depend on the
+/// partition alone. The first exception thrown by a block is rethrown on the caller's thread.
+template <typename Block>
+void for_each_block(int64_t blocks, bool parallel, const Block& block) {
+  std::exception_ptr error;
+#pragma omp parallel if (parallel)
+  {
+    omp_set_num_threads(1);  // this thread's library calls plan for one thread
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t b = 0; b < blocks; ++b) {
+      try {
+        block(b);
+      } catch (...) {
+#pragma omp critical(sq_sgemm_error)
+        if (!error) error = std::current_exception();
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
 }  // namespace
 
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* A, int64_t lda, const float* B,
@@ -47,25 +69,13 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
   // vs 3 threads, 96 x 4096 x 576), and the team size changes with the load.
   const bool rows = m >= n;
   const int64_t len = rows ? m : n, blocks = (len + kSgemmBlock - 1) / kSgemmBlock;
-  std::exception_ptr error;
-#pragma omp parallel
-  {
-    omp_set_num_threads(1);  // this thread's library calls plan for one thread
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t at = b * kSgemmBlock, len_b = std::min(kSgemmBlock, len - at);
-      try {
-        if (rows)  // C[at .. at+len_b, :] = op(A)[at .. , :] · op(B)
-          sgemm_call(trans_a, trans_b, len_b, n, k, alpha, trans_a ? A + at : A + at * lda, lda, B, ldb, beta, C + at * ldc, ldc);
-        else  // C[:, at .. at+len_b] = op(A) · op(B)[:, at ..]
-          sgemm_call(trans_a, trans_b, m, len_b, k, alpha, A, lda, trans_b ? B + at * ldb : B + at, ldb, beta, C + at, ldc);
-      } catch (...) {
-#pragma omp critical(sq_sgemm_error)
-        if (!error) error = std::current_exception();
-      }
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  for_each_block(blocks, true, [&](int64_t b) {
+    const int64_t at = b * kSgemmBlock, len_b = std::min(kSgemmBlock, len - at);
+    if (rows)  // C[at .. at+len_b, :] = op(A)[at .. , :] · op(B)
+      sgemm_call(trans_a, trans_b, len_b, n, k, alpha, trans_a ? A + at : A + at * lda, lda, B, ldb, beta, C + at * ldc, ldc);
+    else  // C[:, at .. at+len_b] = op(A) · op(B)[:, at ..]
+      sgemm_call(trans_a, trans_b, m, len_b, k, alpha, A, lda, trans_b ? B + at * ldb : B + at, ldb, beta, C + at, ldc);
+  });
 }
 
 void linear_sgemm(const float* x, int64_t n, const float* W, int64_t out, int64_t in, float* y) {
@@ -74,22 +84,10 @@ void linear_sgemm(const float* x, int64_t n, const float* W, int64_t out, int64_
   const int64_t blocks = (out + kLinearBlockRows - 1) / kLinearBlockRows;
   // Inside the region (active or not) each sgemm runs on its own thread: the library's threading
   // does not nest into an active region, and an inactive one has a single thread.
-  std::exception_ptr error;
-#pragma omp parallel if (n * out * in >= kOneDnnMinMacs)
-  {
-    omp_set_num_threads(1);  // this thread's library calls plan for one thread
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t o0 = b * kLinearBlockRows, m = std::min(kLinearBlockRows, out - o0);
-      try {
-        sgemm_call(false, true, n, m, in, 1.0f, x, in, W + o0 * in, in, 0.0f, y + o0, out);
-      } catch (...) {
-#pragma omp critical(sq_sgemm_error)
-        if (!error) error = std::current_exception();
-      }
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  for_each_block(blocks, n * out * in >= kOneDnnMinMacs, [&](int64_t b) {
+    const int64_t o0 = b * kLinearBlockRows, m = std::min(kLinearBlockRows, out - o0);
+    sgemm_call(false, true, n, m, in, 1.0f, x, in, W + o0 * in, in, 0.0f, y + o0, out);
+  });
 }
 
 }  // namespace sq::ops

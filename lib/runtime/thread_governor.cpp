@@ -118,13 +118,6 @@ void govern(int max_threads) {
   s.on = true;
 }
 
-void stop_governing() {
-  ProcessGovernor& s = state();
-  if (!s.on) return;
-  s.on = false;
-  omp_set_num_threads(s.max_threads);
-}
-
 void adapt() {
   ProcessGovernor& s = state();
   if (!s.on.load(std::memory_order_relaxed) || omp_get_level() != 0 || std::this_thread::get_id() != s.owner) return;
@@ -149,16 +142,9 @@ void adapt() {
   s.delay_at_start = *delay;
 }
 
-bool governing() { return state().on.load(); }
-
 int max_threads() {
   const ProcessGovernor& s = state();
   return s.on ? s.max_threads : omp_get_max_threads();
-}
-
-int current_team() {
-  const ProcessGovernor& s = state();
-  return s.on ? s.governor.team() : s.max_threads;
 }
 
 }  // namespace sq::threads

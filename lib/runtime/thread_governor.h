@@ -63,17 +63,10 @@ std::optional<uint64_t> process_run_delay_ns();
 /// Libraries and tests that never call it keep the fixed OpenMP thread count.
 void govern(int max_threads);
 
-/// Stops governing and restores omp_set_num_threads(the maximum). For tests.
-void stop_governing();
-
 /// Called at work boundaries (a decoder layer, a GEMM): when governing, on the governing thread,
 /// outside any parallel region, and a sample is due, reads the run delay and applies the
 /// governor's team size with omp_set_num_threads. Otherwise returns at once (a clock read).
 void adapt();
-
-/// Whether the process-wide governor is on, and its current team size (the maximum when off).
-bool governing();
-int current_team();
 
 /// The most threads this process may use: the governor's maximum (the tools' -t) when governing,
 /// else omp_get_max_threads(). For choices that must not depend on the load at one instant (how an
