@@ -36,6 +36,16 @@ void validate(int64_t out, int64_t in, const GptqOptions& o) {
   if (!(o.clip > 0.0f && o.clip <= 1.0f)) throw UsageError("GPTQ/RTN: clipping ratio must be in (0, 1], got " + std::to_string(o.clip));
   if (o.tail_columns < 0 || (in > 0 && o.tail_columns >= in) || (in == 0 && o.tail_columns != 0))
     throw UsageError("GPTQ/RTN: tail columns must be in [0, in = " + std::to_string(in) + "), got " + std::to_string(o.tail_columns));
+  if (o.scale_search && o.clip != 1.0f) throw UsageError("GPTQ/RTN: the scale search does not combine with clipping (clip " + std::to_string(o.clip) + ")");
+  if (o.importance) {
+    if (static_cast<int64_t>(o.importance->size()) != in)
+      throw UsageError("GPTQ/RTN" + (o.name.empty() ? std::string() : ": " + o.name) + ": the importance vector has " +
+                       std::to_string(o.importance->size()) + " entries, expected in = " + std::to_string(in));
+    for (double v : *o.importance)
+      if (!(v >= 0) || !std::isfinite(v))
+        throw UsageError("GPTQ/RTN" + (o.name.empty() ? std::string() : ": " + o.name) + ": an importance entry is " +
+                         std::to_string(v) + ", expected finite and ≥ 0");
+  }
 }
 
 /// Quantizer parameters of one row of one group (file comment of gptq.h).
@@ -74,6 +84,80 @@ inline int quant_code(float w, const QParams& p, int maxq) {
 
 inline float dequant(int code, const QParams& p) { return p.scale * static_cast<float>(code - p.zero); }
 
+/// Σ_j a_j (w_j − ŵ_j)² of one group coded with p (a = null: uniform), in double.
+double weighted_error(const float* w, const double* a, int64_t len, const QParams& p, int maxq) {
+  double e = 0;
+  for (int64_t j = 0; j < len; ++j) {
+    const double d = double(w[j]) - double(dequant(quant_code(w[j], p, maxq), p));
+    e += (a ? a[j] : 1.0) * d * d;
+  }
+  return e;
+}
+
+/// The importance-weighted scale search of gptq.h's file comment. `a` [len] (null or all zero:
+/// uniform). Starts from the min/max rule's parameters, so the result's error is never larger.
+QParams search_params(const float* w, const double* a, int64_t len, int bits, bool symmetric, bool fp16) {
+  const int maxq = (1 << bits) - 1;
+  if (a) {
+    double sum = 0;
+    for (int64_t j = 0; j < len; ++j) sum += a[j];
+    if (!(sum > 0)) a = nullptr;
+  }
+  QParams best = find_params(w, len, bits, symmetric, fp16, 1.0f);
+  double best_err = weighted_error(w, a, len, best, maxq);
+  const auto rounded = [fp16](double d) { return fp16 ? half_to_float(float_to_half(static_cast<float>(d))) : static_cast<float>(d); };
+  const auto consider = [&](const QParams& p) {
+    if (!(p.scale != 0.0f) || !std::isfinite(p.scale)) return;
+    const double e = weighted_error(w, a, len, p, maxq);
+    if (e < best_err) {
+      best_err = e;
+      best = p;
+    }
+  };
+  if (symmetric) {
+    float m = 0.0f;  // the signed extreme
+    for (int64_t j = 0; j < len; ++j)
+      if (std::fabs(w[j]) > std::fabs(m)) m = w[j];
+    if (m == 0.0f) return best;
+    const int half = 1 << (bits - 1);
+    const auto with_refinement = [&](double step) {
+      QParams p;
+      p.zero = half;
+      p.scale = rounded(step);
+      if (!(p.scale != 0.0f) || !std::isfinite(p.scale)) return;
+      // One pass: this step's error and the least-squares step for its codes, Σ a w q / Σ a q².
+      double e = 0, num = 0, den = 0;
+      for (int64_t j = 0; j < len; ++j) {
+        const int c = quant_code(w[j], p, maxq);
+        const double q = c - half, aj = a ? a[j] : 1.0, d = double(w[j]) - double(dequant(c, p));
+        e += aj * d * d;
+        num += aj * double(w[j]) * q;
+        den += aj * q * q;
+      }
+      if (e < best_err) {
+        best_err = e;
+        best = p;
+      }
+      if (den > 0) {
+        QParams r = p;
+        r.scale = rounded(num / den);
+        consider(r);
+      }
+    };
+    for (int k = 0; k <= 20; ++k) with_refinement(-double(m) / (half - 1 + 0.1 * k));
+    for (int k = 0; k <= 10; ++k) with_refinement(double(m) / (half - 1.5 + 0.1 * k));
+  } else {
+    for (int k = 1; k <= 20; ++k) consider(find_params(w, len, bits, false, fp16, 1.0f - 0.01f * float(k)));
+  }
+  return best;
+}
+
+/// A group's parameters by the options' rule: the search (a: its importance, or null) or min/max.
+QParams group_params(const float* w, const double* a, int64_t len, const GptqOptions& o) {
+  return o.scale_search ? search_params(w, a, len, o.bits, o.symmetric, o.fp16_scales)
+                        : find_params(w, len, o.bits, o.symmetric, o.fp16_scales, o.clip);
+}
+
 GptqResult empty_result(int64_t out, int64_t in, const GptqOptions& o) {
   GptqResult r;
   r.out = out;
@@ -108,12 +192,15 @@ GptqResult rtn_quantize(const float* W, int64_t out, int64_t in, const GptqOptio
   GptqResult r = empty_result(out, in, o);
   const int maxq = (1 << o.bits) - 1;
   const int64_t g = r.group_size, qc = in - o.tail_columns;
+  // Rows are independent (the result does not depend on the thread count); the scale search costs
+  // ~60 passes over each group, so it runs in parallel from small matrices on.
+#pragma omp parallel for schedule(dynamic, 16) if (out * in >= (o.scale_search ? (int64_t(1) << 14) : (int64_t(1) << 22)))
   for (int64_t row = 0; row < out; ++row) {
     for (int64_t c = qc; c < in; ++c) r.dequantized[static_cast<size_t>(row * in + c)] = W[row * in + c];  // kept tail
     for (int64_t G = 0; G < r.n_groups; ++G) {
       const int64_t c0 = G * g, len = std::min(g, qc - c0);
       const float* w = W + row * in + c0;
-      const QParams p = find_params(w, len, o.bits, o.symmetric, o.fp16_scales, o.clip);
+      const QParams p = group_params(w, o.importance ? o.importance->data() + c0 : nullptr, len, o);
       r.scales[static_cast<size_t>(row * r.n_groups + G)] = p.scale;
       r.zeros[static_cast<size_t>(row * r.n_groups + G)] = p.zero;
       for (int64_t j = 0; j < len; ++j) {
@@ -208,14 +295,22 @@ GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, const std::vec
       for (int64_t row = 0; row < out; ++row) Wc[static_cast<size_t>(row * in + i)] = 0.0f;
     }
 
+  // The scale search's importance: diag(H) as given (dead columns 0), original column order.
+  std::vector<double> diag;
+  if (o.scale_search) {
+    diag.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) diag[size_t(i)] = std::max(0.0, H0[at(i, i)]);
+  }
+
   // Static groups: every group's parameters from the (dead-column-zeroed) weights, natural order.
   std::vector<QParams> static_params;
   if (o.static_groups) {
     static_params.resize(static_cast<size_t>(out * r.n_groups));
+#pragma omp parallel for schedule(dynamic, 16) if (o.scale_search && out * in >= 4096)
     for (int64_t row = 0; row < out; ++row)
       for (int64_t G = 0; G < r.n_groups; ++G) {
         const int64_t c0 = G * g, len = std::min(g, qc - c0);
-        const QParams p = find_params(Wc.data() + row * in + c0, len, o.bits, o.symmetric, o.fp16_scales, o.clip);
+        const QParams p = group_params(Wc.data() + row * in + c0, o.scale_search ? diag.data() + c0 : nullptr, len, o);
         static_params[static_cast<size_t>(row * r.n_groups + G)] = p;
         r.scales[static_cast<size_t>(row * r.n_groups + G)] = p.scale;
         r.zeros[static_cast<size_t>(row * r.n_groups + G)] = p.zero;
@@ -272,6 +367,7 @@ GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, const std::vec
   std::vector<uint8_t> codes_p(static_cast<size_t>(out * in));
   std::vector<float> deq_p(static_cast<size_t>(out * in));
   std::vector<float> W1(static_cast<size_t>(out * B)), E(static_cast<size_t>(out * B)), cur(static_cast<size_t>(g));
+  std::vector<double> acur(static_cast<size_t>(g));
   std::vector<QParams> params(static_cast<size_t>(out));
   double loss = 0;
   for (int64_t i1 = 0; i1 < n; i1 += B) {
@@ -293,6 +389,10 @@ GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, const std::vec
         for (int64_t row = 0; row < out; ++row) params[size_t(row)] = static_params[static_cast<size_t>(row * r.n_groups + G)];
       } else if (col % g == 0) {  // entering a group: parameters from the current (error-updated) weights
         const int64_t G = col / g, len = std::min(g, qc - col);
+        if (o.scale_search)
+          for (int64_t j = 0; j < len; ++j) acur[size_t(j)] = diag[size_t(perm[size_t(col + j)])];
+        // Rows are independent; the scale search (~60 passes per group) runs them in parallel.
+#pragma omp parallel for schedule(static) firstprivate(cur) if (o.scale_search && out * len >= 4096)
         for (int64_t row = 0; row < out; ++row) {
           for (int64_t j = 0; j < len; ++j) {
             const int64_t c = col + j;
@@ -304,7 +404,7 @@ GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, const std::vec
               cur[size_t(j)] = v;
             }
           }
-          const QParams p = find_params(cur.data(), len, o.bits, o.symmetric, o.fp16_scales, o.clip);
+          const QParams p = group_params(cur.data(), o.scale_search ? acur.data() : nullptr, len, o);
           params[size_t(row)] = p;
           r.scales[static_cast<size_t>(row * r.n_groups + G)] = p.scale;
           r.zeros[static_cast<size_t>(row * r.n_groups + G)] = p.zero;

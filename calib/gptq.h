@@ -21,6 +21,22 @@
 // symmetric Δ = (c · max|w|) / (2^(b−1) − 1); asymmetric lo, hi are multiplied by c. Weights beyond
 // the clipped range saturate at the end codes.
 //
+// Scale search (`scale_search`, the "mse" observer; llama.cpp's make_qx_quants and
+// llm-compressor's MSE observer are the peers): instead of the min/max rule above, each group's
+// (Δ, z) minimizes the importance-weighted squared error E(Δ, z) = Σ_j a_j (w_j − ŵ_j)² over a set of
+// candidates that always contains the min/max rule's own (Δ, z), so the search is never worse than
+// it (a_j ≥ 0 per column: the calibration's Σx² of the linear's input channel, i.e. the diagonal of
+// the Hessian XᵀX up to a constant, as llama.cpp's imatrix; uniform when none is given).
+//   symmetric (full range, as GGML's Q4_0): m = the group's signed extreme (largest |w|); Δ may be
+//     negative, so m can take the lone end code −2^(b−1) whatever its sign. Candidates
+//     Δ = −m / t, t ∈ {2^(b−1) − 1, … + 0.1 …, 2^(b−1) + 1}   (m near code −2^(b−1); t = 2^(b−1) is Q4_0)
+//     Δ = +m / t, t ∈ {2^(b−1) − 1.5, …, 2^(b−1) − 0.5}        (m near code 2^(b−1) − 1; includes absmax/7)
+//     and for each, the least-squares step Σ a w q / Σ a q² of its codes q (llama.cpp's refinement).
+//   asymmetric: the range [lo, hi] shrunk by p ∈ {1, 0.99, …, 0.80} (llm-compressor's grid), Δ and z
+//     from the shrunk range by the min/max rule.
+// Every candidate is evaluated with its FP16-rounded Δ when fp16_scales is set (the stored value).
+// Codes are always clamp(round(w/Δ) + z): a negative Δ only flips which end of the grid is longer.
+//
 // Kept tail columns (Atom's mixed precision, §4.1 and the reference's GPTQ with "keeper" channels):
 // with tail_columns = t > 0 the last t columns are not quantized here. They come after every other
 // column (act_order permutes only the first in − t), receive the error feedback of all quantized
@@ -55,6 +71,13 @@ struct GptqOptions {
   bool static_groups = false;
   /// Clipping ratio c ∈ (0, 1] of the quantizer's range (file comment; 1 = no clipping).
   float clip = 1.0f;
+  /// Choose each group's (Δ, z) by the importance-weighted error search of the file comment
+  /// instead of the min/max rule (requires clip = 1).
+  bool scale_search = false;
+  /// Per-column importance a_j ≥ 0 for scale_search ([in] doubles, e.g. the calibration's Σx² of
+  /// the linear's input); null = uniform. gptq_quantize ignores it and uses diag(H) (the same
+  /// quantity up to the constant 2/N). Groups whose importance is all zero use uniform weights.
+  const std::vector<double>* importance = nullptr;
   /// Trailing columns kept unquantized but error-compensated (file comment), 0 ≤ t < in (t = 0 when in = 0).
   int64_t tail_columns = 0;
   std::string name;       ///< layer/tensor name used in error messages, e.g. "model.layers.0.mlp.up_proj"
@@ -99,7 +122,8 @@ struct GptqResult {
 ///     one sgemm).
 ///  6. the codes are un-permuted to the original column order.
 /// Throws UsageError for invalid options (bits ∉ [2, 8], group_size < 0, block_size < 1, damp < 0
-/// or not finite, clip ∉ (0, 1], tail_columns ∉ [0, in)); std::invalid_argument when H.size() != in·in or out/in < 0; InputError naming
+/// or not finite, clip ∉ (0, 1], tail_columns ∉ [0, in), scale_search with clip < 1, an importance
+/// vector not [in] long or with a negative / non-finite entry); std::invalid_argument when H.size() != in·in or out/in < 0; InputError naming
 /// options.name when H has non-finite entries or is not positive definite after dampening.
 /// Memory: one working copy of H (8·in² bytes) besides the caller's, plus an FP32 copy of its
 /// Cholesky factor (4·in²) and a few FP32 copies of W; the error is computed from the caller's H.

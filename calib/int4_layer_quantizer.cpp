@@ -1,5 +1,7 @@
 #include "calib/int4_layer_quantizer.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "model/decoder_linears.h"
 
@@ -11,7 +13,8 @@ void validate_int4_options(const Int4Options& o) {
   if (!(o.damp >= 0.0 && o.damp < 1e6)) throw UsageError("--damp must be a finite value ≥ 0, got " + std::to_string(o.damp));
 }
 
-Int4Projection quantize_linear_int4(const Tensor& W, const std::string& name, const Int4Options& o, const std::vector<double>* H) {
+Int4Projection quantize_linear_int4(const Tensor& W, const std::string& name, const Int4Options& o, const std::vector<double>* H,
+                                    const std::vector<double>* importance) {
   const int64_t rows = W.dim(0), in = W.dim(1);
   GptqOptions g;
   g.bits = 4;
@@ -24,6 +27,7 @@ Int4Projection quantize_linear_int4(const Tensor& W, const std::string& name, co
   // static scales from the original weights clip the updated ones.
   g.static_groups = o.act_order;
   g.fp16_scales = true;
+  g.scale_search = o.scale_search;
   g.name = name;
   if (H && static_cast<int64_t>(H->size()) != in * in)
     throw InputError(name + ": the input Hessian has " + std::to_string(H->size()) + " entries, expected " + std::to_string(in) +
@@ -36,6 +40,13 @@ Int4Projection quantize_linear_int4(const Tensor& W, const std::string& name, co
     p.hessian_error = r.hessian_error;
     p.weights = to_int4_weights(r, !o.asym);
   } else {
+    std::vector<double> diag;
+    if (o.scale_search && !importance && H) {
+      diag.resize(static_cast<size_t>(in));
+      for (int64_t i = 0; i < in; ++i) diag[size_t(i)] = std::max(0.0, (*H)[size_t(i * in + i)]);
+      importance = &diag;
+    }
+    if (o.scale_search) g.importance = importance;
     GptqResult r = rtn_quantize(W.data(), rows, in, g);
     if (H) p.hessian_error = hessian_weighted_error(W.data(), r.dequantized.data(), rows, in, *H);
     p.weights = to_int4_weights(r, !o.asym);

@@ -21,6 +21,10 @@ struct Int4Options {
   bool gptq = false;     ///< GPTQ (needs Hessians) instead of RTN
   bool act_order = false;  ///< GPTQ: columns by descending diag(H), with static groups (gptq.h)
   double damp = 0.01;    ///< GPTQ dampening λ = damp · mean(diag H)
+  /// Each group's scale (and zero point) by the importance-weighted error search of calib/gptq.h
+  /// (sq-convert --observer mse, the default: full-range symmetric codes −8…7 with a signed Δ, as
+  /// GGML's Q4_0) instead of the min/max rule Δ = absmax/7 (--observer minmax).
+  bool scale_search = true;
 };
 
 /// Result of quantizing one projection.
@@ -35,7 +39,11 @@ void validate_int4_options(const Int4Options& o);
 
 /// Quantizes one linear's weight W [out, in] (`name` for messages) by RTN or GPTQ with the input
 /// Hessian H (width² doubles; required with options.gptq, optional for RTN: then hessian_error).
-Int4Projection quantize_linear_int4(const Tensor& W, const std::string& name, const Int4Options& o, const std::vector<double>* H);
+/// `importance` [in]: the scale search's per-column weights for RTN (the calibration's Σx² of the
+/// linear's input); without it RTN uses diag(H) when H is given, else uniform weights. GPTQ always
+/// uses diag(H). Ignored with scale_search off.
+Int4Projection quantize_linear_int4(const Tensor& W, const std::string& name, const Int4Options& o, const std::vector<double>* H,
+                                    const std::vector<double>* importance = nullptr);
 
 /// Quantizes every quantized linear of decoder layer `layer` of `ck` (canonical names,
 /// core/checkpoint.h), in decoder_layer_linears order (the seven projections in kProjections order

@@ -24,6 +24,19 @@ void write_int4_linear(SqmWriter& w, const Int4Projection& p, const Tensor* bias
   if (bias) write_float(w, p.name + ".bias", *bias, ConvertScheme::F32);
 }
 
+/// The scale search's importance of linear `s` of layer l for RTN: the calibration file's Σx² of
+/// its input site (null without a calibration file or with --observer minmax). Throws InputError
+/// when the recorded width differs from the linear's.
+const std::vector<double>* importance(const ConvertInputs& in, int l, const LinearSlot& s) {
+  const LayerStats* st = in.stats(l);
+  if (!st || !in.o.int4.scale_search || in.o.int4.gptq) return nullptr;
+  const ChannelStats& c = st->inputs.at(size_t(s.site));
+  if (static_cast<int64_t>(c.sum_sq.size()) != s.in)
+    throw InputError(in.o.calib_path + ": layer " + std::to_string(l) + " site " + activation_site_name(s.site) + " records " +
+                     std::to_string(c.sum_sq.size()) + " channels, " + s.name + " reads " + std::to_string(s.in));
+  return &c.sum_sq;
+}
+
 class Int4Quantizer final : public LinearQuantizer {
  public:
   void check(const ConvertInputs& in) const override {
@@ -69,7 +82,8 @@ class Int4Quantizer final : public LinearQuantizer {
         if (sequential) linear_slot(converted, s) = dense_linear(w.tensors, s);
         continue;
       }
-      Int4Projection p = quantize_linear_int4(w.tensors.get(s.name + ".weight", {s.out, s.in}), s.name, in.o.int4, H[size_t(s.site)]);
+      Int4Projection p = quantize_linear_int4(w.tensors.get(s.name + ".weight", {s.out, s.in}), s.name, in.o.int4, H[size_t(s.site)],
+                                              importance(in, w.layer, s));
       w.release_weight(s);
       if (last_use[size_t(s.site)] == i + 1) {
         if (sequential) inputs_->release_hessian(s.site);
@@ -89,6 +103,9 @@ class Int4Quantizer final : public LinearQuantizer {
     q["group_size"] = o.int4.group_size;
     q["symmetric"] = !o.int4.asym;
     q["method"] = o.int4.gptq ? "gptq" : "rtn";
+    q["observer"] = o.int4.scale_search ? "mse" : "minmax";
+    if (o.int4.scale_search)
+      q["importance"] = o.int4.gptq ? "hessian diagonal" : (in.calib.layers.empty() ? "uniform" : "calibration sum of squares");
     if (o.int4.gptq)
       q["gptq"] = {{"act_order", o.int4.act_order}, {"damp", o.int4.damp}, {"static_groups", o.int4.act_order}, {"hessians", summary.hessian_source}};
     return q;

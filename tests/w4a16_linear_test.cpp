@@ -194,7 +194,8 @@ TEST(W4A16Linear, ExactOnDyadicData) {
           w.packed.resize(out * in / 2);
           for (auto& b : w.packed) b = uint8_t(rng());  // every code, incl. −8 for symmetric
           w.scales_f16.resize(out * in / g);
-          for (auto& h : w.scales_f16) h = float_to_half(std::ldexp(1.0f, -2 - int(rng() % 3)));
+          // symmetric steps of either sign (the scale search's full range, int4_quantize.h)
+          for (auto& h : w.scales_f16) h = float_to_half((!asym && rng() % 2 ? -1.0f : 1.0f) * std::ldexp(1.0f, -2 - int(rng() % 3)));
           if (asym) {
             w.zeros_packed.resize((out * in / g + 1) / 2);
             for (auto& b : w.zeros_packed) b = uint8_t(rng());
@@ -344,7 +345,10 @@ TEST(W4A16Linear, Int8DecodeIsTheExactDotOfTheRoundedActivation) {
         // for g = 128 (the kernels' copy is zero-padded to whole groups)
         const int64_t out = 37, ng = (in + g - 1) / g;
         const auto wf = normal_vector(out * in, uint32_t(in + g), 0.02f);
-        W4A16Linear lin(Tensor::from_vector({out, in}, wf), g, asym);
+        Int4Weights w0 = W4A16Linear(Tensor::from_vector({out, in}, wf), g, asym).weights();
+        if (!asym)  // symmetric steps of either sign (the scale search's full range): negate every third
+          for (size_t f = 0; f < w0.scales_f16.size(); f += 3) w0.scales_f16[f] ^= 0x8000;
+        W4A16Linear lin(w0);
         lin.set_decode_activations(W4DecodeActivations::Int8);
         ASSERT_EQ(lin.decode_activations(), W4DecodeActivations::Int8);
         auto x = normal_vector(in, uint32_t(in + 1));
@@ -363,7 +367,7 @@ TEST(W4A16Linear, Int8DecodeIsTheExactDotOfTheRoundedActivation) {
             const double d = double(int4_scale(w, o, k / g));
             const int qk = int4_code(w, o, k) - int4_zero(w, o, k / g);  // the signed 4-bit value
             ref += d * s[k / 32] * qk * q[k];
-            mag += d * s[k / 32] * (std::abs(qk) + 8) * std::abs(q[k]);
+            mag += std::fabs(d) * s[k / 32] * (std::abs(qk) + 8) * std::abs(q[k]);
           }
           ASSERT_LE(std::fabs(double(y[o]) - ref), gamma * mag + 1e-30) << "asym " << asym << " g " << g << " in " << in << " row " << o;
         }

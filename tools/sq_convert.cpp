@@ -56,6 +56,12 @@ int main(int argc, char** argv) {
   app.add_flag("--sym", sym, "W4A16: symmetric INT4 (the default)");
   app.add_flag("--asym", o.int4.asym, "W4A16: asymmetric INT4 with a zero point per group");
   app.add_flag("--gptq", o.int4.gptq, "W4A16 / W4A4: GPTQ (needs --calib) instead of round-to-nearest");
+  std::string observer = "mse";
+  app.add_option("--observer", observer,
+                 "W4A16: how each group's scale is chosen: mse = search minimizing the weighted squared error, full-range "
+                 "codes -8..7 with a signed scale as GGML Q4_0 (weights: --calib's per-channel sum of squares, GPTQ's Hessian "
+                 "diagonal, else uniform) | minmax = absmax/7 (asym: min/max)")
+      ->capture_default_str();
   std::string outliers = "auto", outlier_format = "int8";
   app.add_option("--outlier-channels", outliers,
                  "W4A4: outlier channels per linear input, by calibration sum of squares: N, or auto = min(128, width/16)")
@@ -117,6 +123,9 @@ int main(int argc, char** argv) {
     if (atom && (sym || o.int4.asym)) throw sq::UsageError("--scheme w4a4-atom is symmetric only (Atom §4.3): drop --sym/--asym");
     const bool int4_flags = app.count("--group-size") || sym || o.int4.asym || o.int4.gptq || app.count("--damp") ||
                             o.int4.act_order || app.count("--gptq-hessians");
+    if (observer != "mse" && observer != "minmax") throw sq::UsageError("--observer must be mse or minmax, got '" + observer + "'");
+    if (app.count("--observer") && o.scheme != sq::ConvertScheme::W4A16) throw sq::UsageError("--observer applies to --scheme w4a16 only");
+    o.int4.scale_search = observer == "mse";
     const bool w8a8_flags = app.count("--alpha") || app.count("--no-smooth") || app.count("--smooth-vo") || app.count("--preset") ||
                             app.count("--weight") || app.count("--act") || app.count("--quantize-head");
     if (w8a8_flags && o.scheme != sq::ConvertScheme::W8A8)
@@ -153,8 +162,8 @@ int main(int argc, char** argv) {
     }
     if ((o.int4.act_order || app.count("--damp") || app.count("--gptq-hessians")) && !o.int4.gptq)
       throw sq::UsageError("--act-order/--damp/--gptq-hessians need --gptq");
-    if (o.scheme == sq::ConvertScheme::W4A16 && !o.calib_path.empty() && !o.int4.gptq)
-      throw sq::UsageError("--calib has no effect on --scheme w4a16 without --gptq (round-to-nearest needs no calibration)");
+    if (o.scheme == sq::ConvertScheme::W4A16 && !o.calib_path.empty() && !o.int4.gptq && !o.int4.scale_search)
+      throw sq::UsageError("--calib has no effect on --scheme w4a16 --observer minmax without --gptq (round-to-nearest needs no calibration)");
     const bool kv_flags = kv_group >= 0 || kv_outliers >= 0 || kv_qnorm || kv_sink >= 0 || !kv_keys.empty() || !kv_key_axis.empty();
     if (kv_flags && kv.empty()) throw sq::UsageError("--kv-group/--kv-outliers/--kv-qnorm/--kv-sink-fp16/--kv-keys/--kv-key-axis need --kv");
     sq::KVSpec kv_spec;

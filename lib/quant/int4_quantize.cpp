@@ -100,8 +100,8 @@ void validate_int4(const Int4Weights& w) {
   if (static_cast<int64_t>(w.zeros_packed.size()) != nz) fail("zeros_packed", w.zeros_packed.size(), nz);
   for (const uint16_t h : w.scales_f16) {
     const float d = half_to_float(h);
-    if (!std::isfinite(d) || d < 0.0f)
-      throw std::invalid_argument("Int4Weights: scale " + std::to_string(d) + " is negative or not finite");
+    if (!std::isfinite(d) || (w.asym && d < 0.0f))
+      throw std::invalid_argument("Int4Weights: scale " + std::to_string(d) + (w.asym ? " is negative or not finite" : " is not finite"));
   }
 }
 

@@ -16,6 +16,10 @@
 // exactly what the error bound |w − ŵ| ≤ Δ/2 refers to (up to the clamp at the ends of the grid,
 // where the FP16 rounding of Δ can add at most 15 · Δ · 2⁻¹¹).
 // A group of zeros gets Δ = 0 (q = 0, z = 0) and dequantizes to exact zeros.
+// This function is the min/max reference; sq-convert's default quantizer (calib/gptq.h, the scale
+// search) uses the full symmetric range: Δ may then be NEGATIVE, so that a group's signed extreme
+// takes the lone end code −8 whatever its sign (as GGML's Q4_0, whose d = max / −8). Symmetric
+// containers therefore accept any finite Δ; asymmetric ones require Δ ≥ 0.
 //
 // Ragged last group: when g does not divide `in` (e.g. stories260K's FFN width 172, or in = 64 < g =
 // 128) the row has ⌈in/g⌉ groups and the last one covers the remaining in mod g columns, as in the
@@ -74,7 +78,8 @@ inline int64_t int4_groups_per_row(const Int4Weights& w) { return w.group > 0 ? 
 Int4Weights quantize_int4(const float* w, int64_t out, int64_t in, int64_t group, bool asym);
 
 /// Throws std::invalid_argument when `w`'s vectors do not have the sizes its out/in/group/asym
-/// imply, or its shape is invalid (check_int4_shape), or a scale is negative / not finite.
+/// imply, or its shape is invalid (check_int4_shape), or a scale is not finite, or (asymmetric
+/// only) negative.
 void validate_int4(const Int4Weights& w);
 
 /// Signed integer code of element (r, c): q ∈ [−8, 7] (symmetric) or q ∈ [0, 15] (asymmetric).

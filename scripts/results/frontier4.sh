@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The 4-bit frontier of docs/results.md (issue #36): sqkit's W4A16 recipes at ≤ 4.5 bits per weight
+# of the quantized linears, from the min/max rule (the rule before --observer) to the importance-
+# weighted full-range scale search with the calibration's Σx² and GPTQ act-order on top; and, when
+# LLAMA_CPP_BIN names a llama.cpp build directory (llama-quantize, llama-imatrix, llama-perplexity;
+# built by hand as docs/benchmarks.md says), llama.cpp's Q4_0, Q4_K_M and Q8_0 of the same weights,
+# each with and without an imatrix from the same C4 windows, measured on the same tokens.
+# The llamacpp protocol only (-c 512). Calibration: the table-2 file ($OUT/calib.h5, with Hessians).
+# Usage: [LLAMA_CPP_BIN=DIR] scripts/results/frontier4.sh [--model smollm2|gemma3|PATH] [--chunks N]
+#        [--samples N] [OUT_DIR]   (prints Markdown tables; --help for the options)
+source "$(dirname "$0")/common.sh"
+PROTOCOLS=("llamacpp 512 $CHUNKS")
+calibrate calib --hessian
+convert f32 --scheme f32
+G32=(--scheme w4a16 --group-size 32)
+convert rtn-g32-minmax "${G32[@]}" --observer minmax
+convert rtn-g32-mse "${G32[@]}"
+convert rtn-g32-mse-calib "${G32[@]}" --calib "$OUT/calib.h5"
+convert gptqao-g32-mse "${G32[@]}" --gptq --act-order --calib "$OUT/calib.h5" --gptq-hessians file
+convert rtn-g128-mse-calib --scheme w4a16 --group-size 128 --calib "$OUT/calib.h5"
+convert gptqao-g128-mse --scheme w4a16 --group-size 128 --gptq --act-order --calib "$OUT/calib.h5" --gptq-hessians file
+begin_table
+row "FP32" "$OUT/f32.sqm"
+row "RTN g32 sym, minmax (absmax/7)" "$OUT/rtn-g32-minmax.sqm"
+row "RTN g32 sym, mse (uniform)" "$OUT/rtn-g32-mse.sqm"
+row "RTN g32 sym, mse (calibration Σx²)" "$OUT/rtn-g32-mse-calib.sqm"
+row "GPTQ act-order g32 sym, mse (diag H)" "$OUT/gptqao-g32-mse.sqm"
+row "RTN g128 sym, mse (calibration Σx²)" "$OUT/rtn-g128-mse-calib.sqm"
+row "GPTQ act-order g128 sym, mse (diag H)" "$OUT/gptqao-g128-mse.sqm"
+print_tables "sqkit W4A16 recipe" "linear bits/w" "file bits/w" "file bytes"
+
+[[ -n ${LLAMA_CPP_BIN:-} ]] || exit 0
+# llama.cpp on the same weights: F32 re-quantized from the original file, an imatrix from the first
+# $SAMPLES 512-token chunks of the C4 sample, KLD against the F32 logits on the same chunks.
+L=$LLAMA_CPP_BIN
+P=$OUT/llamacpp
+mkdir -p "$P"
+[[ -s $P/F32.gguf ]] || "$L/llama-quantize" --allow-requantize "$M" "$P/F32.gguf" F32 >"$P/F32.log" 2>&1
+[[ -s $P/imatrix.gguf ]] || "$L/llama-imatrix" -m "$P/F32.gguf" -f "$C4" -c 512 --chunks "$SAMPLES" -t 2 -o "$P/imatrix.gguf" >"$P/imatrix.log" 2>&1
+[[ -s $P/F32.kld ]] || "$L/llama-perplexity" -m "$P/F32.gguf" -f "$WIKI" -c 512 --chunks "$CHUNKS" -t 2 --kl-divergence-base "$P/F32.kld" >"$P/F32.ppl.log" 2>&1
+echo
+echo "llama.cpp (\`llama-perplexity -c 512 --chunks $CHUNKS --kl-divergence\`, same tokens), base: F32 of $(basename "$M"):"
+echo
+echo "| llama.cpp file | PPL | KLD (mean ± se) | KLD p99 | top-1 % | file bits/w | file bytes |"
+echo "|---|---|---|---|---|---|---|"
+for t in Q4_0 Q4_K_M Q8_0; do
+  for im in "" imatrix; do
+    f=$P/$t${im:+-$im}.gguf
+    [[ -s $f ]] || "$L/llama-quantize" ${im:+--imatrix "$P/imatrix.gguf"} "$P/F32.gguf" "$f" $t >"${f%.gguf}.q.log" 2>&1
+    [[ -s ${f%.gguf}.kld.log ]] || "$L/llama-perplexity" -m "$f" -f "$WIKI" -c 512 --chunks "$CHUNKS" -t 2 \
+      --kl-divergence-base "$P/F32.kld" --kl-divergence >"${f%.gguf}.kld.log" 2>&1
+    python3 scripts/results/llamacpp_row.py --name "$t${im:+ + imatrix}" --log "${f%.gguf}.kld.log" --model "$f"
+  done
+done
