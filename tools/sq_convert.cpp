@@ -37,7 +37,9 @@ int main(int argc, char** argv) {
   int threads = 0;
   app.add_option("-m,--model", model_path, "Model: llama2.c .bin, GGUF file or Hugging Face checkpoint directory")->required();
   app.add_option("--tokenizer", o.tokenizer_path, "Tokenizer to embed in the output (default: the model's own, if any)");
-  app.add_option("--calib", o.calib_path, "Calibration file from sq-calibrate (needed for smoothing and O3)");
+  app.add_option("--calib", o.calib_path,
+                 "Calibration file from sq-calibrate (needed for smoothing and O3, GPTQ and Atom; W4A16 RTN: the per-channel "
+                 "importance of the scale search)");
   app.add_option("--calib-text", o.calib_text,
                  "The calibration text, for --alpha auto, sequential GPTQ and --clip search (default: the path the calibration "
                  "file records; its SHA-256 must match)");
