@@ -38,13 +38,12 @@ void validate(int64_t out, int64_t in, const GptqOptions& o) {
     throw UsageError("GPTQ/RTN: tail columns must be in [0, in = " + std::to_string(in) + "), got " + std::to_string(o.tail_columns));
   if (o.scale_search && o.clip != 1.0f) throw UsageError("GPTQ/RTN: the scale search does not combine with clipping (clip " + std::to_string(o.clip) + ")");
   if (o.importance) {
+    const std::string who = "GPTQ/RTN" + (o.name.empty() ? std::string() : ": " + o.name);
     if (static_cast<int64_t>(o.importance->size()) != in)
-      throw UsageError("GPTQ/RTN" + (o.name.empty() ? std::string() : ": " + o.name) + ": the importance vector has " +
-                       std::to_string(o.importance->size()) + " entries, expected in = " + std::to_string(in));
+      throw UsageError(who + ": the importance vector has " + std::to_string(o.importance->size()) + " entries, expected in = " +
+                       std::to_string(in));
     for (double v : *o.importance)
-      if (!(v >= 0) || !std::isfinite(v))
-        throw UsageError("GPTQ/RTN" + (o.name.empty() ? std::string() : ": " + o.name) + ": an importance entry is " +
-                         std::to_string(v) + ", expected finite and ≥ 0");
+      if (!(v >= 0) || !std::isfinite(v)) throw UsageError(who + ": an importance entry is " + std::to_string(v) + ", expected finite and ≥ 0");
   }
 }
 
@@ -253,6 +252,13 @@ Int4Weights to_int4_weights(const GptqResult& r, bool symmetric) {
   return w;
 }
 
+std::vector<double> hessian_diagonal(const std::vector<double>& H, int64_t in) {
+  if (static_cast<int64_t>(H.size()) != in * in) throw std::invalid_argument("hessian_diagonal: H must be [in, in]");
+  std::vector<double> d(static_cast<size_t>(in));
+  for (int64_t i = 0; i < in; ++i) d[size_t(i)] = std::max(0.0, H[size_t(i * in + i)]);
+  return d;
+}
+
 double hessian_weighted_error(const float* W, const float* W_hat, int64_t out, int64_t in, const std::vector<double>& H) {
   if (static_cast<int64_t>(H.size()) != in * in) throw std::invalid_argument("hessian_weighted_error: H must be [in, in]");
   if (out == 0 || in == 0) return 0.0;
@@ -296,11 +302,7 @@ GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, const std::vec
     }
 
   // The scale search's importance: diag(H) as given (dead columns 0), original column order.
-  std::vector<double> diag;
-  if (o.scale_search) {
-    diag.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) diag[size_t(i)] = std::max(0.0, H0[at(i, i)]);
-  }
+  const std::vector<double> diag = o.scale_search ? hessian_diagonal(H0, n) : std::vector<double>();
 
   // Static groups: every group's parameters from the (dead-column-zeroed) weights, natural order.
   std::vector<QParams> static_params;

@@ -141,6 +141,10 @@ Int4Weights to_int4_weights(const GptqResult& r, bool symmetric);
 /// are 0 (use hessian_weighted_error). Throws UsageError / std::invalid_argument as gptq_quantize.
 GptqResult rtn_quantize(const float* W, int64_t out, int64_t in, const GptqOptions& options);
 
+/// diag(H) of H [in, in] row-major, negative entries as 0: the scale search's importance from a
+/// Hessian (gptq_quantize, and RTN given one). Throws std::invalid_argument when H.size() != in·in.
+std::vector<double> hessian_diagonal(const std::vector<double>& H, int64_t in);
+
 /// Σ_r (W−Ŵ)[r,:] · H · (W−Ŵ)[r,:]ᵀ for W, W_hat [out, in] FP32 row-major and H [in, in] row-major
 /// double (accumulated in double). With H = (2/N)·XᵀX this is (2/N)·‖(W − Ŵ)Xᵀ‖²_F.
 /// Throws std::invalid_argument when H.size() != in·in.

@@ -1,7 +1,5 @@
 #include "calib/int4_layer_quantizer.h"
 
-#include <algorithm>
-
 #include "core/error.h"
 #include "model/decoder_linears.h"
 
@@ -42,8 +40,7 @@ Int4Projection quantize_linear_int4(const Tensor& W, const std::string& name, co
   } else {
     std::vector<double> diag;
     if (o.scale_search && !importance && H) {
-      diag.resize(static_cast<size_t>(in));
-      for (int64_t i = 0; i < in; ++i) diag[size_t(i)] = std::max(0.0, (*H)[size_t(i * in + i)]);
+      diag = hessian_diagonal(*H, in);
       importance = &diag;
     }
     if (o.scale_search) g.importance = importance;
