@@ -146,7 +146,40 @@ QParams search_params(const float* w, const double* a, int64_t len, int bits, bo
     for (int k = 0; k <= 20; ++k) with_refinement(-double(m) / (half - 1 + 0.1 * k));
     for (int k = 0; k <= 10; ++k) with_refinement(double(m) / (half - 1.5 + 0.1 * k));
   } else {
+    // The min/max range shrunk evenly (p = 0.99 … 0.80), then each end pulled in on its own
+    // (lo·(1 − 0.05 i), hi·(1 − 0.05 k), i, k = 0 … 5; z = round(−lo'/Δ) kept), each also refined
+    // to the least-squares step Σ a w (u − z) / Σ a (u − z)² of its codes (z fixed; a step must be > 0).
     for (int k = 1; k <= 20; ++k) consider(find_params(w, len, bits, false, fp16, 1.0f - 0.01f * float(k)));
+    float lo = 0.0f, hi = 0.0f;
+    for (int64_t j = 0; j < len; ++j) {
+      lo = std::min(lo, w[j]);
+      hi = std::max(hi, w[j]);
+    }
+    for (int i = 0; i <= 5; ++i)
+      for (int k = 0; k <= 5; ++k) {
+        const double l = double(lo) * (1.0 - 0.05 * i), h = double(hi) * (1.0 - 0.05 * k);
+        QParams p;
+        p.scale = rounded((h - l) / maxq);
+        if (!(p.scale > 0.0f) || !std::isfinite(p.scale)) continue;
+        p.zero = static_cast<int32_t>(std::clamp(std::nearbyint(-l / p.scale), 0.0, double(maxq)));
+        double e = 0, num = 0, den = 0;
+        for (int64_t j = 0; j < len; ++j) {
+          const int c = quant_code(w[j], p, maxq);
+          const double q = c - p.zero, aj = a ? a[j] : 1.0, d = double(w[j]) - double(dequant(c, p));
+          e += aj * d * d;
+          num += aj * double(w[j]) * q;
+          den += aj * q * q;
+        }
+        if (e < best_err) {
+          best_err = e;
+          best = p;
+        }
+        if (den > 0 && num > 0) {
+          QParams r = p;
+          r.scale = rounded(num / den);
+          if (r.scale > 0.0f) consider(r);
+        }
+      }
   }
   return best;
 }

@@ -33,7 +33,9 @@
 //     Δ = +m / t, t ∈ {2^(b−1) − 1.5, …, 2^(b−1) − 0.5}        (m near code 2^(b−1) − 1; includes absmax/7)
 //     and for each, the least-squares step Σ a w q / Σ a q² of its codes q (llama.cpp's refinement).
 //   asymmetric: the range [lo, hi] shrunk by p ∈ {1, 0.99, …, 0.80} (llm-compressor's grid), Δ and z
-//     from the shrunk range by the min/max rule.
+//     from the shrunk range by the min/max rule; then [lo·(1 − 0.05i), hi·(1 − 0.05k)], i, k = 0 … 5
+//     (each end on its own, z = round(−lo'/Δ)), each also with the least-squares step
+//     Σ a w (u − z) / Σ a (u − z)² of its codes (z fixed, kept only when > 0).
 // Every candidate is evaluated with its FP16-rounded Δ when fp16_scales is set (the stored value).
 // Codes are always clamp(round(w/Δ) + z): a negative Δ only flips which end of the grid is longer.
 //

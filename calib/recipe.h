@@ -145,9 +145,17 @@ class LinearQuantizer {
   virtual void prepare(ConvertInputs& in, ConvertSummary& summary) {}
   /// Whether the W8A8 smoothing transform runs (and its statistics are needed).
   virtual bool smooths() const { return false; }
-  /// Writes the token embedding (default: the float tensor).
+  /// Whether write_embedding / write_head round each INT8 row's step Δ = absmax/127 to FP16 before
+  /// coding (write_int8_rows_fp16_steps: the GGUF Q8_0 export then holds exactly the runner's
+  /// weights). True for the weight-only schemes; W8A8 keeps FP32 steps (its documented files).
+  virtual bool int8_head_fp16_steps() const { return true; }
+  /// Writes the token embedding: the float tensor, or with --quantize-head INT8 rows with one FP32
+  /// step per row (per-channel of a tied head; dequantized on lookup), whatever the scheme.
   virtual void write_embedding(const ConvertInputs& in, SqmWriter& out);
-  /// Writes an untied LM head (default: the float tensor).
+  /// Writes an untied LM head: the float tensor, or with --quantize-head a per-channel INT8 linear,
+  /// whatever the scheme. The runner runs an INT8 head (tied or not) as W8A16 (FP32 activations,
+  /// model/w8a16_linear.h) when describe() records head_activations "fp32" (w4a16, w4a4-atom),
+  /// else as W8A8 with the file's activation mode.
   virtual void write_head(const ConvertInputs& in, SqmWriter& out);
   /// Converts and writes layer `w`'s linears (its other tensors are already written).
   virtual void convert_layer(ConvertInputs& in, LayerWork& w, SqmWriter& out, ConvertSummary& summary) = 0;
@@ -161,6 +169,16 @@ std::unique_ptr<LinearQuantizer> make_linear_quantizer(ConvertScheme scheme);
 // --- shared helpers of the steps ---
 /// Writes a float tensor in the scheme's float dtype (F32 for any non-float scheme).
 void write_float(SqmWriter& w, const std::string& name, const Tensor& t, ConvertScheme encoding);
+/// Writes an INT8 linear (SmoothQuant Eq. 3.1 weights): `base`.weight I8 [out, in], `base`.weight_scale
+/// F32 [out] (per-channel) or [1] (per-tensor), `base`.input_scale F32 [1] = `step` when `act` is
+/// per-tensor static, `base`.bias F32 [out] when `bias` is given. W: [out, in] FP32.
+void write_int8_linear(SqmWriter& w, const Tensor& W, const Tensor* bias, const std::string& base, WeightGranularity weight,
+                       ActQuant act, float step);
+/// Writes W [out, in] as INT8 rows `base`.weight I8 [out, in] with `base`.weight_scale F32 [out]: per
+/// row Δ = FP16(absmax / 127) (an FP16 value stored as F32; 0 for a zero row), q = clamp(round(w/Δ),
+/// −127, 127) (Eq. 3.1 per channel with an FP16-exact step, as GGML's Q8_0 stores d). Throws
+/// InputError naming the tensor and row for a non-finite weight or a step beyond FP16.
+void write_int8_rows_fp16_steps(SqmWriter& w, const Tensor& W, const std::string& base);
 /// Writes linear `s` unquantized (weight and bias) in `encoding`.
 void write_float_linear(SqmWriter& w, const Checkpoint& ck, const LinearSlot& s, ConvertScheme encoding);
 /// FP32 DenseLinear of `s` from `ck` (weight + bias): unquantized linears of a converted layer

@@ -12,19 +12,6 @@ namespace sq {
 
 namespace {
 
-/// Writes weight I8 [out, in], weight_scale F32 [out] or [1], (static) input_scale F32 [1], bias F32.
-void write_int8_linear(SqmWriter& w, const Tensor& W, const Tensor* bias, const std::string& base, WeightGranularity weight,
-                       ActQuant act, float step) {
-  const int64_t out = W.dim(0), in = W.dim(1);
-  std::vector<int8_t> q(size_t(out * in));
-  std::vector<float> scales(weight == WeightGranularity::PerChannel ? size_t(out) : 1);
-  quantize_weight(W.data(), out, in, weight, q.data(), scales.data());
-  w.add_tensor(base + ".weight", SqmDType::I8, {out, in}, q.data(), q.size());
-  w.add_tensor(base + ".weight_scale", SqmDType::F32, {int64_t(scales.size())}, scales.data(), scales.size() * 4);
-  if (act == ActQuant::PerTensorStatic) w.add_tensor(base + ".input_scale", SqmDType::F32, {1}, &step, 4);
-  if (bias) write_float(w, base + ".bias", *bias, ConvertScheme::F32);
-}
-
 /// Σ_j imp_j · Σ_i (W_ij − Δ_i·q_ij)²: the rounding error of W [out, in] quantized with `g`
 /// (Eq. 3.1), each input column j weighted by imp[j] (empty: 1). With imp = the calibration's Σ_t x_j²
 /// of the linear's (smoothed) input this is the diagonal approximation of the calibration-set output
@@ -50,6 +37,7 @@ double weighted_rounding_error(const Tensor& W, WeightGranularity g, const std::
 class W8A8Quantizer final : public LinearQuantizer {
  public:
   bool smooths() const override { return smooth_; }
+  bool int8_head_fp16_steps() const override { return false; }
   void check(const ConvertInputs& in) const override {
     const ConvertOptions& o = in.o;
     const bool needs_calib = o.smooth || o.act == ActQuant::PerTensorStatic;
@@ -62,14 +50,8 @@ class W8A8Quantizer final : public LinearQuantizer {
   bool rereads_calibration_text(const ConvertInputs& in) const override { return in.o.smooth && in.o.alpha_auto; }
   void prepare(ConvertInputs& in, ConvertSummary&) override { smooth_ = in.o.smooth; }
 
-  void write_embedding(const ConvertInputs& in, SqmWriter& out) override {
-    if (!in.o.quantize_head) return LinearQuantizer::write_embedding(in, out);
-    // INT8 embedding rows with per-row scales (per-channel of the tied head). Weight granularity
-    // is per-channel regardless of --weight: one outlier token must not coarsen every row; no
-    // input_scale tensor for the embedding.
-    write_int8_linear(out, in.base.tensors.at(names::kEmbed), nullptr, "model.embed_tokens", WeightGranularity::PerChannel,
-                      ActQuant::PerToken, 0.0f);
-  }
+  // The embedding: LinearQuantizer's (per-channel INT8 with --quantize-head, whatever --weight: one
+  // outlier token must not coarsen every row). An untied head follows --weight and --act.
   void write_head(const ConvertInputs& in, SqmWriter& out) override {
     if (!in.o.quantize_head) return LinearQuantizer::write_head(in, out);
     write_int8_linear(out, in.lm_head(), nullptr, "lm_head", in.o.weight, in.o.act, 0.0f);

@@ -1,5 +1,8 @@
 #include "calib/recipe_writer.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/error.h"
 #include "formats/fingerprint.h"
 #include "formats/gguf_tokenizer.h"
@@ -30,12 +33,51 @@ std::unique_ptr<Linear> dense_linear(const Checkpoint& ck, const LinearSlot& s) 
   return d;
 }
 
+void write_int8_linear(SqmWriter& w, const Tensor& W, const Tensor* bias, const std::string& base, WeightGranularity weight,
+                       ActQuant act, float step) {
+  const int64_t out = W.dim(0), in = W.dim(1);
+  std::vector<int8_t> q(size_t(out * in));
+  std::vector<float> scales(weight == WeightGranularity::PerChannel ? size_t(out) : 1);
+  quantize_weight(W.data(), out, in, weight, q.data(), scales.data());
+  w.add_tensor(base + ".weight", SqmDType::I8, {out, in}, q.data(), q.size());
+  w.add_tensor(base + ".weight_scale", SqmDType::F32, {int64_t(scales.size())}, scales.data(), scales.size() * 4);
+  if (act == ActQuant::PerTensorStatic) w.add_tensor(base + ".input_scale", SqmDType::F32, {1}, &step, 4);
+  if (bias) write_float(w, base + ".bias", *bias, ConvertScheme::F32);
+}
+
+void write_int8_rows_fp16_steps(SqmWriter& w, const Tensor& W, const std::string& base) {
+  const int64_t out = W.dim(0), in = W.dim(1);
+  std::vector<int8_t> q(size_t(out * in));
+  std::vector<float> steps(static_cast<size_t>(out));
+  for (int64_t r = 0; r < out; ++r) {
+    const float* row = W.data() + r * in;
+    float absmax = 0.0f;
+    for (int64_t k = 0; k < in; ++k) {
+      if (!std::isfinite(row[k])) throw InputError("tensor '" + base + ".weight' row " + std::to_string(r) + " holds a non-finite value");
+      absmax = std::max(absmax, std::fabs(row[k]));
+    }
+    const float d = half_to_float(float_to_half(absmax / 127.0f));  // 0 for a zero row (or one below FP16's range)
+    if (!std::isfinite(d)) throw InputError("tensor '" + base + ".weight' row " + std::to_string(r) + ": step " + std::to_string(absmax / 127.0f) + " overflows FP16");
+    steps[size_t(r)] = d;
+    for (int64_t k = 0; k < in; ++k)
+      q[size_t(r * in + k)] = d > 0.0f ? int8_t(std::clamp(std::nearbyint(row[k] / d), -127.0f, 127.0f)) : int8_t(0);
+  }
+  w.add_tensor(base + ".weight", SqmDType::I8, {out, in}, q.data(), q.size());
+  w.add_tensor(base + ".weight_scale", SqmDType::F32, {out}, steps.data(), steps.size() * 4);
+}
+
 void LinearQuantizer::write_embedding(const ConvertInputs& in, SqmWriter& out) {
-  write_float(out, names::kEmbed, in.base.tensors.at(names::kEmbed), float_encoding());
+  if (!in.o.quantize_head) return write_float(out, names::kEmbed, in.base.tensors.at(names::kEmbed), float_encoding());
+  if (int8_head_fp16_steps()) return write_int8_rows_fp16_steps(out, in.base.tensors.at(names::kEmbed), "model.embed_tokens");
+  // No input_scale: the rows are looked up (and, tied, run as the head with per-token activations).
+  write_int8_linear(out, in.base.tensors.at(names::kEmbed), nullptr, "model.embed_tokens", WeightGranularity::PerChannel,
+                    ActQuant::PerToken, 0.0f);
 }
 
 void LinearQuantizer::write_head(const ConvertInputs& in, SqmWriter& out) {
-  write_float(out, names::kLmHead, in.lm_head(), float_encoding());
+  if (!in.o.quantize_head) return write_float(out, names::kLmHead, in.lm_head(), float_encoding());
+  if (int8_head_fp16_steps()) return write_int8_rows_fp16_steps(out, in.lm_head(), "lm_head");
+  write_int8_linear(out, in.lm_head(), nullptr, "lm_head", WeightGranularity::PerChannel, ActQuant::PerToken, 0.0f);
 }
 
 void write_embedding_globals(SqmWriter& out, const ConvertInputs& in, ConvertScheme encoding) {

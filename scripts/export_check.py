@@ -120,18 +120,28 @@ def cmd_ct(args):
         fail("config.json has no quantization_config", report)
     else:
         groups = qc["config_groups"]
-        if len(groups) != 1:
-            fail(f"expected one config group, found {len(groups)}", report)
-        group = dict(next(iter(groups.values())))
-        scheme = QuantizationScheme.model_validate(group)
-        compressor = BaseCompressor.get_value_from_registry(qc["format"])
+        # One group targeting "Linear", plus (W4A16 with the INT8 head) groups naming modules: a
+        # module takes the group that names it, as compressed-tensors' most specific target.
+        by_name, by_class = {}, None
+        for g in groups.values():
+            g = dict(g)
+            entry = (QuantizationScheme.model_validate(g), BaseCompressor.get_value_from_registry(g.get("format") or qc["format"]))
+            for t in g["targets"]:
+                if t == "Linear":
+                    by_class = entry
+                else:
+                    by_name[t] = entry
+        if by_class is None:
+            fail("no config group targets Linear", report)
         modules = sorted({k[: -len(".weight_scale")] for k in tensors if k.endswith(".weight_scale")})
         worst, count = 0.0, 0
         for m in modules:
+            scheme, compressor = by_name.get(m, by_class)
             local = {k[len(m) + 1:]: v for k, v in tensors.items() if k.startswith(m + ".") and k[len(m) + 1:].startswith(("weight", "input"))}
             out = compressor.decompress(local, scheme)
             w = out["weight"].float()
-            r = ref[m + ".weight"].float()
+            # A tied head (the INT8 embedding run as lm_head) is the embedding in the plain export.
+            r = (ref[m + ".weight"] if m + ".weight" in ref else ref["model.embed_tokens.weight"]).float()
             if w.shape != r.shape:
                 fail(f"{m}: decompressed shape {tuple(w.shape)} vs sqkit {tuple(r.shape)}", report)
                 continue

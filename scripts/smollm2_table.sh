@@ -54,8 +54,8 @@ conv w8a8-naive-O1 --no-smooth --preset O1
 conv w8a8-naive-O3 --no-smooth --preset O3
 conv w8a8-sq0.5-O1 --alpha 0.5 --preset O1
 conv w8a8-sq0.5-O3 --alpha 0.5 --preset O3
-conv w4a16-gptq-g128 --scheme w4a16 --observer minmax --gptq --gptq-hessians file --group-size 128
-conv w4a16-gptq-g128-actorder --scheme w4a16 --observer minmax --gptq --gptq-hessians file --act-order --group-size 128
+conv w4a16-gptq-g128 --scheme w4a16 --observer minmax --no-quantize-head --gptq --gptq-hessians file --group-size 128
+conv w4a16-gptq-g128-actorder --scheme w4a16 --observer minmax --no-quantize-head --gptq --gptq-hessians file --act-order --group-size 128
 
 echo "| model | protocol | PPL | ΔPPL | tokens scored | tokens/s | file bytes |"
 echo "|---|---|---|---|---|---|---|"

@@ -18,14 +18,14 @@ echo "|---|---|---|---|---|"
 row "FP32" $OUT/f32.sqm
 for g in 128 32; do
   for sa in sym asym; do
-    $B/sq-convert -m $M --tokenizer $T --scheme w4a16 --group-size $g --$sa --observer minmax -o $OUT/rtn_${g}_$sa.sqm --force -q >/dev/null
+    $B/sq-convert -m $M --tokenizer $T --scheme w4a16 --group-size $g --$sa --observer minmax --no-quantize-head -o $OUT/rtn_${g}_$sa.sqm --force -q >/dev/null
     row "W4A16 g$g $sa RTN" $OUT/rtn_${g}_$sa.sqm
     for h in sequential file; do
-      $B/sq-convert -m $M --tokenizer $T --scheme w4a16 --group-size $g --$sa --observer minmax --gptq --calib $OUT/calib.h5 --gptq-hessians $h \
+      $B/sq-convert -m $M --tokenizer $T --scheme w4a16 --group-size $g --$sa --observer minmax --no-quantize-head --gptq --calib $OUT/calib.h5 --gptq-hessians $h \
         -o $OUT/gptq_${g}_${sa}_$h.sqm --force -q >/dev/null
       row "W4A16 g$g $sa GPTQ ($h H)" $OUT/gptq_${g}_${sa}_$h.sqm
     done
-    $B/sq-convert -m $M --tokenizer $T --scheme w4a16 --group-size $g --$sa --observer minmax --gptq --act-order --calib $OUT/calib.h5 \
+    $B/sq-convert -m $M --tokenizer $T --scheme w4a16 --group-size $g --$sa --observer minmax --no-quantize-head --gptq --act-order --calib $OUT/calib.h5 \
       -o $OUT/gptqao_${g}_$sa.sqm --force -q >/dev/null
     row "W4A16 g$g $sa GPTQ act-order (sequential H)" $OUT/gptqao_${g}_$sa.sqm
   done

@@ -257,7 +257,41 @@ TEST_F(ExportFixture, CompressedTensorsW4A16SymmetricPacksCodesAndScales) {
   const ProcessResult r = run_export("w4a16-sym", "compressed-tensors", out);
   ASSERT_EQ(r.exit_status, 0) << r.err;
   const nlohmann::json qc = read_json(out + "/config.json").at("quantization_config");
+  // The default INT8 head (--quantize-head, W8A16) is its own group, targeted by module name, and
+  // packed 8-bit (compressed-tensors' pack_to_int32: q + 128, four per word, low byte first).
   EXPECT_EQ(qc.at("format"), "pack-quantized");
+  EXPECT_EQ(qc.at("config_groups").at("group_0").at("format"), "pack-quantized");
+  EXPECT_EQ(qc.at("config_groups").at("group_0").at("targets"), nlohmann::json::array({"Linear"}));
+  const nlohmann::json& head = qc.at("config_groups").at("group_1");
+  EXPECT_EQ(head.at("targets"), nlohmann::json::array({"lm_head"}));
+  EXPECT_EQ(head.at("format"), "pack-quantized");
+  EXPECT_EQ(head.at("weights").at("num_bits"), 8);
+  EXPECT_EQ(head.at("weights").at("strategy"), "channel");
+  EXPECT_TRUE(head.at("input_activations").is_null());
+  EXPECT_EQ(qc.at("ignore"), nlohmann::json::array());
+  {
+    // The head's codes and steps are the .sqm's INT8 rows (Qwen2 tiny: untied).
+    const auto f = SqmFile::open(sqm("w4a16-sym"));
+    const SafetensorsFile st(out + "/model.safetensors");
+    ASSERT_EQ(f->info("lm_head.weight").dtype, SqmDType::I8);
+    const std::vector<int64_t> shape = f->info("lm_head.weight").shape;
+    const int64_t rows = shape[0], cols = shape[1];
+    ASSERT_EQ(st.dtype("lm_head.weight_packed"), "I32");
+    ASSERT_EQ(st.shape("lm_head.weight_packed"), (std::vector<int64_t>{rows, (cols + 3) / 4}));
+    EXPECT_EQ(raw_values<int64_t>(st, "lm_head.weight_shape"), (std::vector<int64_t>{rows, cols}));
+    const std::vector<int32_t> packed = raw_values<int32_t>(st, "lm_head.weight_packed");
+    const SqmBytes q = f->raw("lm_head.weight");
+    int64_t mismatches = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint32_t word = uint32_t(packed[size_t(r * ((cols + 3) / 4) + c / 4)]);
+        mismatches += int((word >> (8 * (c % 4))) & 0xFF) - 128 != int(int8_t(q.data[r * cols + c]));
+      }
+    EXPECT_EQ(mismatches, 0);
+    EXPECT_EQ(st.shape("lm_head.weight_scale"), (std::vector<int64_t>{rows, 1}));
+    EXPECT_EQ(raw_values<float>(st, "lm_head.weight_scale"), sqm_f32(*f, "lm_head.weight_scale"));
+    for (float d : sqm_f32(*f, "lm_head.weight_scale")) EXPECT_EQ(d, half_to_float(float_to_half(d)));  // FP16-exact steps
+  }
   const nlohmann::json& w = qc.at("config_groups").at("group_0").at("weights");
   EXPECT_EQ(w.at("num_bits"), 4);
   EXPECT_EQ(w.at("strategy"), "group");
@@ -607,7 +641,11 @@ TEST_P(ExportQuantizedArchitecture, CompressedTensorsAndDequantizedHf) {
       const nlohmann::json cfg = read_json(ct + "/config.json");
       EXPECT_EQ(cfg.at("quantization_config").at("quant_method"), "compressed-tensors");
       // GPT-NeoX's untied head is saved as embed_out but is transformers 5's lm_head module.
-      if (arch == "gpt_neox") EXPECT_NE(cfg.at("quantization_config").at("ignore").dump().find("\"lm_head\""), std::string::npos);
+      // Float in w8a8 files (ignored), the INT8 head group of w4a16 files (--quantize-head default).
+      const nlohmann::json& qc = cfg.at("quantization_config");
+      if (arch == "gpt_neox" && s.starts_with("w8a8")) EXPECT_NE(qc.at("ignore").dump().find("\"lm_head\""), std::string::npos);
+      if (arch == "gpt_neox" && s.starts_with("w4a16"))
+        EXPECT_EQ(qc.at("config_groups").at("group_1").at("targets"), nlohmann::json::array({"embed_out", "lm_head"})) << qc;
       const SafetensorsFile st(ct + "/model.safetensors");
       int quantized = 0;
       for (const std::string& n : st.names()) quantized += n.size() > 13 && n.compare(n.size() - 13, 13, ".weight_scale") == 0;

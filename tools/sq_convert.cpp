@@ -50,7 +50,11 @@ int main(int argc, char** argv) {
   app.add_option("--preset", preset, "O1 | O2 | O3 (SmoothQuant Table 3.2)");
   app.add_option("--weight", weight, "per-channel | per-tensor (overrides the preset)");
   app.add_option("--act", act, "per-token | per-tensor-dynamic | per-tensor-static (overrides the preset)");
-  app.add_flag("--quantize-head", o.quantize_head, "Also quantize the LM head to W8A8");
+  CLI::Option* head_opt = app.add_flag(
+      "--quantize-head,!--no-quantize-head", o.quantize_head,
+      "Also quantize the token embedding and LM head to INT8 rows with one step per row (dequantized on lookup; the head runs with FP32 "
+      "activations for w4a16/w4a4-atom, as W8A8 with --weight/--act for w8a8). Default: on for w4a16 (the whole file at ~4.5 bits/weight "
+      "plus an 8-bit embedding, as llama.cpp's Q4_0), off otherwise; --no-quantize-head keeps them FP32");
   bool sym = false;
   app.add_option("--group-size", o.int4.group_size,
                  "W4A16 / W4A4: input columns per INT4 group (32, 64 or 128; W4A4 also 0 = per channel / per token)")
@@ -129,9 +133,12 @@ int main(int argc, char** argv) {
     if (app.count("--observer") && o.scheme != sq::ConvertScheme::W4A16) throw sq::UsageError("--observer applies to --scheme w4a16 only");
     o.int4.scale_search = observer == "mse";
     const bool w8a8_flags = app.count("--alpha") || app.count("--no-smooth") || app.count("--smooth-vo") || app.count("--preset") ||
-                            app.count("--weight") || app.count("--act") || app.count("--quantize-head");
+                            app.count("--weight") || app.count("--act");
     if (w8a8_flags && o.scheme != sq::ConvertScheme::W8A8)
-      throw sq::UsageError("--alpha/--no-smooth/--smooth-vo/--preset/--weight/--act/--quantize-head apply to --scheme w8a8 only");
+      throw sq::UsageError("--alpha/--no-smooth/--smooth-vo/--preset/--weight/--act apply to --scheme w8a8 only");
+    const bool float_scheme = o.scheme == sq::ConvertScheme::F32 || o.scheme == sq::ConvertScheme::F16 || o.scheme == sq::ConvertScheme::BF16;
+    if (head_opt->count() == 0) o.quantize_head = o.scheme == sq::ConvertScheme::W4A16;
+    if (o.quantize_head && float_scheme) throw sq::UsageError("--quantize-head applies to the quantized schemes (w8a8, w4a16, w4a4-atom)");
     if (int4_flags && o.scheme != sq::ConvertScheme::W4A16 && !atom)
       throw sq::UsageError("--group-size/--sym/--asym/--gptq/--act-order/--damp apply to --scheme w4a16 or w4a4-atom only");
     if (atom) {

@@ -25,6 +25,20 @@ std::vector<int32_t> pack_int4_rows(const std::vector<int8_t>& codes, int64_t ro
   return out;
 }
 
+/// compressed-tensors' pack_to_int32 for 8 bits along rows: q ∈ [−128, 127] stored as q + 128, four
+/// per int32 word, element c of a row at bits 8·(c mod 4) of word c / 4 (the last word zero-padded).
+std::vector<int32_t> pack_int8_rows(const std::vector<int8_t>& codes, int64_t rows, int64_t cols) {
+  const int64_t words = (cols + 3) / 4;
+  std::vector<int32_t> out(size_t(rows * words), 0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint32_t v = uint32_t(codes[size_t(r * cols + c)] + 128) & 0xFF;
+      uint32_t& w = reinterpret_cast<uint32_t&>(out[size_t(r * words + c / 4)]);
+      w |= v << (8 * (c % 4));
+    }
+  return out;
+}
+
 std::vector<int32_t> pack_int4_cols(const std::vector<int8_t>& zp, int64_t rows, int64_t cols) {
   const int64_t words = (rows + 7) / 8;
   std::vector<int32_t> out(size_t(words * cols), 0);
@@ -204,6 +218,7 @@ void write_compressed_tensors_export(const ExportInput& in, const ExportOptions&
   const auto lookup = [&](const std::string& name) { return sqm_canonical_float(in, name); };
   std::vector<SafetensorsOutput> outputs;
   std::vector<std::string> ignore;
+  std::vector<std::string> int8_in_int4;  // INT8 modules (the --quantize-head LM head, W8A16) of a W4A16 file: their own config group
   std::string attn_module;  // layer 0's attention module (for the KV scales), from the entry holding k_proj
   for (const HfPlanEntry& e : p.entries) {
     bool quantized = false;
@@ -220,7 +235,19 @@ void write_compressed_tensors_export(const ExportInput& in, const ExportOptions&
     for (const std::string& src : e.sources)
       if (src.find("self_attn.k_proj") != std::string::npos) attn_module = e.name.substr(0, e.name.rfind('.'));
     const SqmLinear l = stack_plan_linear(in, e);
-    if (l.kind == SqmLinear::Kind::Int8) {
+    if (l.kind == SqmLinear::Kind::Int8 && in.scheme != "w8a8") {
+      // The INT8 head of a weight-only file (W8A16): packed 8-bit weights, the format of the file's
+      // other linears (pack-quantized), per-channel steps [out, 1].
+      int8_in_int4.push_back(e.name);
+      // transformers 5 names every head module lm_head in memory (GPT-NeoX's embed_out): both names.
+      if (e.name != "lm_head" && e.sources.size() == 1 && (e.sources[0] == "lm_head" || e.sources[0] == "model.embed_tokens"))
+        int8_in_int4.push_back("lm_head");
+      const std::vector<int32_t> packed = pack_int8_rows(l.codes, l.out, l.in);
+      outputs.push_back(raw_output(e.name + ".weight_packed", "I32", {l.out, (l.in + 3) / 4}, packed.data(), packed.size() * 4));
+      outputs.push_back(f32_output(e.name + ".weight_scale", {l.out, 1}, l.scale));
+      const int64_t shape[2] = {l.out, l.in};
+      outputs.push_back(raw_output(e.name + ".weight_shape", "I64", {2}, shape, sizeof(shape)));
+    } else if (l.kind == SqmLinear::Kind::Int8) {
       outputs.push_back(raw_output(e.name + ".weight", "I8", {l.out, l.in}, l.codes.data(), l.codes.size()));
       outputs.push_back(f32_output(e.name + ".weight_scale", l.scale.size() == 1 ? std::vector<int64_t>{1} : std::vector<int64_t>{l.out, 1},
                                    l.scale));
@@ -278,6 +305,20 @@ void write_compressed_tensors_export(const ExportInput& in, const ExportOptions&
     nlohmann::ordered_json qc;
     qc["config_groups"] = {{"group_0", group}};
     qc["format"] = format;
+    if (!int8_in_int4.empty()) {
+      // compressed-tensors gives a module the scheme of its most specific target (an exact module
+      // name before the class "Linear"), so the INT8 head keeps its own scheme: per-channel INT8
+      // weights with FP32 activations (W8A16, as sqkit runs the head of a weight-only file), packed
+      // like the 4-bit linears (one format for the file: transformers' decompression and vLLM's
+      // WNA16 kernels take 4 and 8 bits).
+      nlohmann::ordered_json head;
+      head["targets"] = int8_in_int4;
+      head["weights"] = {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"group_size", nullptr}, {"strategy", "channel"}, {"dynamic", false}};
+      head["input_activations"] = nullptr;
+      head["output_activations"] = nullptr;
+      head["format"] = "pack-quantized";
+      qc["config_groups"]["group_1"] = head;
+    }
     qc["global_compression_ratio"] = nullptr;
     qc["ignore"] = ignore;
     qc["kv_cache_scheme"] = kv_scheme;

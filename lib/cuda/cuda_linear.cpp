@@ -12,6 +12,7 @@
 #include "cuda/cuda_w8a8_linear.h"
 #include "model/linear.h"
 #include "model/w4a16_linear.h"
+#include "model/w8a16_linear.h"
 #include "model/w8a8_linear.h"
 
 namespace sq::cuda {
@@ -47,13 +48,23 @@ std::unique_ptr<DeviceLinear> upload_linear(const sq::Linear& linear, const std:
   const auto* dense = dynamic_cast<const DenseLinear*>(&linear);
   const auto* w8 = dynamic_cast<const W8A8Linear*>(&linear);
   const auto* w4 = dynamic_cast<const W4A16Linear*>(&linear);
+  const auto* w8a16 = dynamic_cast<const W8A16Linear*>(&linear);
   // The format is checked before the device, so a refusal names the layer on every machine.
-  if (!dense && !w8 && !w4)
+  if (!dense && !w8 && !w4 && !w8a16)
     throw UnsupportedError("CUDA backend: " + name + " is a '" + linear.format() +
-                           "' linear; the CUDA backend runs f32, w8a8-* and w4a16-* linears only (Atom W4A4 and other "
+                           "' linear; the CUDA backend runs f32, w8a8-*, w4a16-* and w8a16-* linears only (Atom W4A4 and other "
                            "formats are not implemented on CUDA)");
   require_cuda("CUDA backend (uploading " + name + ")");
   if (dense) return std::make_unique<DenseDeviceLinear>(*dense);
+  if (w8a16) {
+    // The INT8 head of a weight-only file: dequantized on the host (Δ·q, exact in FP32) and run as
+    // an f32 device linear (FP32 activations, as on the CPU; four bytes a weight on the device).
+    const int64_t out = w8a16->out_features(), in = w8a16->in_features();
+    std::vector<float> W(size_t(out * in));
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t k = 0; k < in; ++k) W[size_t(o * in + k)] = w8a16->scales()[size_t(o)] * float(w8a16->codes()[size_t(o * in + k)]);
+    return std::make_unique<DenseDeviceLinear>(DenseLinear(Tensor::from_vector({out, in}, std::move(W)), w8a16->bias()));
+  }
   if (w4) return make_w4a16_device_linear(w4->weights(), w4->format());
   const std::vector<int8_t> q = w8->quantized_weight();
   W8A8HostWeights h;

@@ -10,6 +10,7 @@
 #include "formats/tokenizer.h"
 #include "model/decoder_linears.h"
 #include "model/w4a16_linear.h"
+#include "model/w8a16_linear.h"
 #include "model/w4a4_linear.h"
 #include "model/w8a8_linear.h"
 #include "quant/int8_quantize.h"
@@ -409,14 +410,34 @@ std::unique_ptr<Decoder> build_model_from_sqm(const std::shared_ptr<SqmFile>& f)
   for (int l = 0; l < c.n_layers; ++l) layers.push_back(build_decoder_layer(c, l, src));
   DecoderGlobals globals = build_decoder_globals(c, src);
   // --quantize-head: the embedding is INT8 rows (+ per-row scales); a tied LM head is the same
-  // INT8 matrix run as a W8A8 linear with per-output-channel (= per-row) scales.
+  // INT8 matrix run as a linear with per-output-channel (= per-row) scales: W8A8 (the activation
+  // mode of header quantization.act) or, when quantization.head_activations is "fp32" (the
+  // weight-only schemes), W8A16.
   const bool embed_q = f->has(names::kEmbed) && f->info(names::kEmbed).dtype == SqmDType::I8;
   Tensor embed = embed_q ? Tensor() : load_float(f, names::kEmbed, {c.vocab_size, d});
+  const std::string head_act = quant.value("head_activations", std::string());
+  if (!head_act.empty() && head_act != "fp32")
+    throw InputError(f->path() + ": header quantization.head_activations is '" + head_act + "', expected 'fp32'");
+  const auto load_head = [&](const std::string& base) -> std::unique_ptr<Linear> {
+    const std::string wname = base + ".weight";
+    if (head_act.empty() || !f->has(wname) || f->info(wname).dtype != SqmDType::I8) return load_linear(f, base, c.vocab_size, d, false, quant);
+    if (f->info(wname).shape != std::vector<int64_t>{c.vocab_size, d})
+      throw InputError(f->path() + ": tensor '" + wname + "' has shape " + shape_to_string(f->info(wname).shape) + ", expected " +
+                       shape_to_string({c.vocab_size, d}));
+    const SqmBytes raw = f->raw(wname);
+    const Tensor scales = load_float(f, base + ".weight_scale", {c.vocab_size});
+    try {
+      return std::make_unique<W8A16Linear>(std::vector<int8_t>(reinterpret_cast<const int8_t*>(raw.data), reinterpret_cast<const int8_t*>(raw.data) + raw.size),
+                                           std::vector<float>(scales.data(), scales.data() + c.vocab_size), c.vocab_size, d);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(f->path() + ": '" + base + "': " + e.what());
+    }
+  };
   std::unique_ptr<Linear> head;
   if (c.tied_embeddings && !f->has(names::kLmHead))
-    head = embed_q ? load_linear(f, "model.embed_tokens", c.vocab_size, d, false, quant) : std::make_unique<DenseLinear>(embed);
+    head = embed_q ? load_head("model.embed_tokens") : std::make_unique<DenseLinear>(embed);
   else
-    head = load_linear(f, "lm_head", c.vocab_size, d, false, quant);
+    head = load_head("lm_head");
   auto model = std::make_unique<Decoder>(c, embed, std::move(layers), load_float(f, names::kFinalNorm, {d}), std::move(head),
                                          std::move(globals));
   if (embed_q) {

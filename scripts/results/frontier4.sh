@@ -12,13 +12,20 @@ source "$(dirname "$0")/common.sh"
 PROTOCOLS=("llamacpp 512 $CHUNKS")
 calibrate calib --hessian
 convert f32 --scheme f32
-G32=(--scheme w4a16 --group-size 32)
+# The rows compare the linears' recipes with the embedding / LM head in FP32 (--no-quantize-head);
+# the "+ INT8 head" rows are whole files as sq-convert writes them by default (INT8 embedding rows,
+# W8A16 head), the size llama.cpp's files are compared at.
+G32=(--scheme w4a16 --group-size 32 --no-quantize-head)
+G128=(--scheme w4a16 --group-size 128 --no-quantize-head)
 convert rtn-g32-minmax "${G32[@]}" --observer minmax
 convert rtn-g32-mse "${G32[@]}"
 convert rtn-g32-mse-calib "${G32[@]}" --calib "$OUT/calib.h5"
 convert gptqao-g32-mse "${G32[@]}" --gptq --act-order --calib "$OUT/calib.h5" --gptq-hessians file
-convert rtn-g128-mse-calib --scheme w4a16 --group-size 128 --calib "$OUT/calib.h5"
-convert gptqao-g128-mse --scheme w4a16 --group-size 128 --gptq --act-order --calib "$OUT/calib.h5" --gptq-hessians file
+convert rtn-g128-mse-calib "${G128[@]}" --calib "$OUT/calib.h5"
+convert gptqao-g128-mse "${G128[@]}" --gptq --act-order --calib "$OUT/calib.h5" --gptq-hessians file
+convert rtn-g32-mse-calib-head --scheme w4a16 --group-size 32 --calib "$OUT/calib.h5"
+convert gptqao-g32-mse-head --scheme w4a16 --group-size 32 --gptq --act-order --calib "$OUT/calib.h5" --gptq-hessians file
+convert rtn-g128-mse-calib-head --scheme w4a16 --calib "$OUT/calib.h5"
 begin_table
 row "FP32" "$OUT/f32.sqm"
 row "RTN g32 sym, minmax (absmax/7)" "$OUT/rtn-g32-minmax.sqm"
@@ -27,6 +34,9 @@ row "RTN g32 sym, mse (calibration Σx²)" "$OUT/rtn-g32-mse-calib.sqm"
 row "GPTQ act-order g32 sym, mse (diag H)" "$OUT/gptqao-g32-mse.sqm"
 row "RTN g128 sym, mse (calibration Σx²)" "$OUT/rtn-g128-mse-calib.sqm"
 row "GPTQ act-order g128 sym, mse (diag H)" "$OUT/gptqao-g128-mse.sqm"
+row "RTN g32 sym, mse (calibration Σx²) + INT8 head" "$OUT/rtn-g32-mse-calib-head.sqm"
+row "GPTQ act-order g32 sym, mse (diag H) + INT8 head" "$OUT/gptqao-g32-mse-head.sqm"
+row "RTN g128 sym, mse (calibration Σx²) + INT8 head (the --scheme w4a16 --calib default)" "$OUT/rtn-g128-mse-calib-head.sqm"
 print_tables "sqkit W4A16 recipe" "linear bits/w" "file bits/w" "file bytes"
 
 [[ -n ${LLAMA_CPP_BIN:-} ]] || exit 0

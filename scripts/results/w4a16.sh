@@ -3,7 +3,7 @@
 # groups of 128 and 32, symmetric and asymmetric, GPTQ with and without act-order (static groups).
 # GPTQ uses the Hessians 2XᵀX recorded by sq-calibrate --hessian on the C4 calibration windows
 # (--gptq-hessians file) and the default dampening (1% of the mean diagonal): nothing is tuned on
-# WikiText-2. Every recipe uses the GPTQ reference's min/max quantizer (--observer minmax, the
+# WikiText-2. Every recipe uses the GPTQ reference's min/max quantizer (--observer minmax --no-quantize-head, the
 # rule before the scale search; section 7 of docs/results.md and scripts/results/frontier4.sh
 # measure the search).
 # Usage: scripts/results/w4a16.sh [--model smollm2|gemma3|PATH] [--chunks N] [--windows-chunks N]
@@ -13,9 +13,9 @@ calibrate calib --hessian
 convert f32 --scheme f32
 for g in 128 32; do
   for sa in sym asym; do
-    convert rtn-g$g-$sa --scheme w4a16 --group-size $g --$sa --observer minmax
-    convert gptq-g$g-$sa --scheme w4a16 --group-size $g --$sa --observer minmax --gptq --calib "$OUT/calib.h5" --gptq-hessians file
-    convert gptqao-g$g-$sa --scheme w4a16 --group-size $g --$sa --observer minmax --gptq --act-order --calib "$OUT/calib.h5" --gptq-hessians file
+    convert rtn-g$g-$sa --scheme w4a16 --group-size $g --$sa --observer minmax --no-quantize-head
+    convert gptq-g$g-$sa --scheme w4a16 --group-size $g --$sa --observer minmax --no-quantize-head --gptq --calib "$OUT/calib.h5" --gptq-hessians file
+    convert gptqao-g$g-$sa --scheme w4a16 --group-size $g --$sa --observer minmax --no-quantize-head --gptq --act-order --calib "$OUT/calib.h5" --gptq-hessians file
   done
 done
 begin_table
