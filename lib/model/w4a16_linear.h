@@ -34,7 +34,8 @@
 //     the unsigned code u (symmetric codes, stored two's complement, are XORed with 8 first: u = q + 8),
 //     and each group is closed with Δ · (Σ x·u − z · Σ x), z = 8 when symmetric. On a 2-core AVX2-only
 //     AMD EPYC (2026-11-29) this took SmolLM2-135M W4A16 g128 decode (sq-run, 2 threads) from 1.5
-//     to 39 tokens/s (the file's FP32 LM head, 113 MB read per token, now takes most of the time).
+//     to 39 tokens/s; reading Δ and z inline (F16C) instead of per-group calls, with the default INT8
+//     head, took g32 from 34 to 60 tokens/s (docs/benchmarks.md, 2026-11-30).
 //   - builds without AVX-512: products below 2^16 multiply-adds (and n == 1 without AVX2) run a
 //     scalar loop (one dequantized row at a time in a per-thread buffer); larger products dequantize blocks of
 //     ops::kLinearBlockRows output rows (exact) into a per-thread FP32 buffer and multiply each
