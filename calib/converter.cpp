@@ -68,6 +68,8 @@ ConvertSummary convert(const LoadedModel& src, const LayerStream* stream, const 
 
   nlohmann::json header = converter_header(out, in);
   header["quantization"] = quantizer->describe(in, summary);
+  // The weight-only schemes' INT8 head runs with FP32 activations (W8A16, model/w8a16_linear.h).
+  if (in.o.quantize_head && quantizer->weight_only_head()) header["quantization"]["head_activations"] = "fp32";
   write_kv_quantization(out, o.kv, header);
   out.finish(header);
   summary.file_bytes = out.bytes_written();

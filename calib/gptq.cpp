@@ -113,6 +113,27 @@ QParams search_params(const float* w, const double* a, int64_t len, int bits, bo
       best = p;
     }
   };
+  // One pass over the group: p's error, then the least-squares step of p's codes q = u − z with z
+  // fixed, Σ a w q / Σ a q² (llama.cpp's refinement). An asymmetric step must stay > 0.
+  const auto consider_refined = [&](const QParams& p) {
+    double e = 0, num = 0, den = 0;
+    for (int64_t j = 0; j < len; ++j) {
+      const int c = quant_code(w[j], p, maxq);
+      const double q = c - p.zero, aj = a ? a[j] : 1.0, d = double(w[j]) - double(dequant(c, p));
+      e += aj * d * d;
+      num += aj * double(w[j]) * q;
+      den += aj * q * q;
+    }
+    if (e < best_err) {
+      best_err = e;
+      best = p;
+    }
+    if (den > 0) {
+      QParams r = p;
+      r.scale = rounded(num / den);
+      if (symmetric || r.scale > 0.0f) consider(r);
+    }
+  };
   if (symmetric) {
     float m = 0.0f;  // the signed extreme
     for (int64_t j = 0; j < len; ++j)
@@ -124,31 +145,13 @@ QParams search_params(const float* w, const double* a, int64_t len, int bits, bo
       p.zero = half;
       p.scale = rounded(step);
       if (!(p.scale != 0.0f) || !std::isfinite(p.scale)) return;
-      // One pass: this step's error and the least-squares step for its codes, Σ a w q / Σ a q².
-      double e = 0, num = 0, den = 0;
-      for (int64_t j = 0; j < len; ++j) {
-        const int c = quant_code(w[j], p, maxq);
-        const double q = c - half, aj = a ? a[j] : 1.0, d = double(w[j]) - double(dequant(c, p));
-        e += aj * d * d;
-        num += aj * double(w[j]) * q;
-        den += aj * q * q;
-      }
-      if (e < best_err) {
-        best_err = e;
-        best = p;
-      }
-      if (den > 0) {
-        QParams r = p;
-        r.scale = rounded(num / den);
-        consider(r);
-      }
+      consider_refined(p);
     };
     for (int k = 0; k <= 20; ++k) with_refinement(-double(m) / (half - 1 + 0.1 * k));
     for (int k = 0; k <= 10; ++k) with_refinement(double(m) / (half - 1.5 + 0.1 * k));
   } else {
     // The min/max range shrunk evenly (p = 0.99 … 0.80), then each end pulled in on its own
-    // (lo·(1 − 0.05 i), hi·(1 − 0.05 k), i, k = 0 … 5; z = round(−lo'/Δ) kept), each also refined
-    // to the least-squares step Σ a w (u − z) / Σ a (u − z)² of its codes (z fixed; a step must be > 0).
+    // (lo·(1 − 0.05 i), hi·(1 − 0.05 k), i, k = 0 … 5; z = round(−lo'/Δ) kept), each also refined.
     for (int k = 1; k <= 20; ++k) consider(find_params(w, len, bits, false, fp16, 1.0f - 0.01f * float(k)));
     float lo = 0.0f, hi = 0.0f;
     for (int64_t j = 0; j < len; ++j) {
@@ -162,23 +165,7 @@ QParams search_params(const float* w, const double* a, int64_t len, int bits, bo
         p.scale = rounded((h - l) / maxq);
         if (!(p.scale > 0.0f) || !std::isfinite(p.scale)) continue;
         p.zero = static_cast<int32_t>(std::clamp(std::nearbyint(-l / p.scale), 0.0, double(maxq)));
-        double e = 0, num = 0, den = 0;
-        for (int64_t j = 0; j < len; ++j) {
-          const int c = quant_code(w[j], p, maxq);
-          const double q = c - p.zero, aj = a ? a[j] : 1.0, d = double(w[j]) - double(dequant(c, p));
-          e += aj * d * d;
-          num += aj * double(w[j]) * q;
-          den += aj * q * q;
-        }
-        if (e < best_err) {
-          best_err = e;
-          best = p;
-        }
-        if (den > 0 && num > 0) {
-          QParams r = p;
-          r.scale = rounded(num / den);
-          if (r.scale > 0.0f) consider(r);
-        }
+        consider_refined(p);
       }
   }
   return best;

@@ -145,16 +145,17 @@ class LinearQuantizer {
   virtual void prepare(ConvertInputs& in, ConvertSummary& summary) {}
   /// Whether the W8A8 smoothing transform runs (and its statistics are needed).
   virtual bool smooths() const { return false; }
-  /// Whether write_embedding / write_head round each INT8 row's step Δ = absmax/127 to FP16 before
-  /// coding (write_int8_rows_fp16_steps: the GGUF Q8_0 export then holds exactly the runner's
-  /// weights). True for the weight-only schemes; W8A8 keeps FP32 steps (its documented files).
-  virtual bool int8_head_fp16_steps() const { return true; }
+  /// Whether the --quantize-head rows are those of a weight-only scheme: each row's step
+  /// Δ = absmax/127 rounded to FP16 before coding (write_int8_rows_fp16_steps: the GGUF Q8_0 export
+  /// then holds exactly the runner's weights) and the header's head_activations "fp32" (the runner's
+  /// W8A16 head). True for w4a16 and w4a4-atom; W8A8 keeps FP32 steps and its W8A8 head.
+  virtual bool weight_only_head() const { return true; }
   /// Writes the token embedding: the float tensor, or with --quantize-head INT8 rows with one FP32
   /// step per row (per-channel of a tied head; dequantized on lookup), whatever the scheme.
   virtual void write_embedding(const ConvertInputs& in, SqmWriter& out);
   /// Writes an untied LM head: the float tensor, or with --quantize-head a per-channel INT8 linear,
   /// whatever the scheme. The runner runs an INT8 head (tied or not) as W8A16 (FP32 activations,
-  /// model/w8a16_linear.h) when describe() records head_activations "fp32" (w4a16, w4a4-atom),
+  /// model/w8a16_linear.h) when the header records head_activations "fp32" (weight_only_head),
   /// else as W8A8 with the file's activation mode.
   virtual void write_head(const ConvertInputs& in, SqmWriter& out);
   /// Converts and writes layer `w`'s linears (its other tensors are already written).

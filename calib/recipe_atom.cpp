@@ -135,7 +135,6 @@ class AtomQuantizer final : public LinearQuantizer {
     q["symmetric"] = true;
     q["method"] = a.gptq ? "gptq" : "rtn";
     q["quantize_head"] = in.o.quantize_head;
-    if (in.o.quantize_head) q["head_activations"] = "fp32";  // W8A16 head (lib/model/w8a16_linear.h)
     q["outlier_channels"] = a.outlier_channels < 0 ? nlohmann::json("auto") : nlohmann::json(a.outlier_channels);
     q["outlier_format"] = to_string(a.outlier_format);
     q["outlier_selection"] = "largest calibration sum of squares per linear input";

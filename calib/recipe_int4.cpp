@@ -105,7 +105,6 @@ class Int4Quantizer final : public LinearQuantizer {
     q["method"] = o.int4.gptq ? "gptq" : "rtn";
     q["observer"] = o.int4.scale_search ? "mse" : "minmax";
     q["quantize_head"] = o.quantize_head;
-    if (o.quantize_head) q["head_activations"] = "fp32";  // W8A16: the weight-only schemes keep FP32 activations
     if (o.int4.scale_search)
       q["importance"] = o.int4.gptq ? "hessian diagonal" : (in.calib.layers.empty() ? "uniform" : "calibration sum of squares");
     if (o.int4.gptq)

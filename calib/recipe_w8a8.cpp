@@ -37,7 +37,7 @@ double weighted_rounding_error(const Tensor& W, WeightGranularity g, const std::
 class W8A8Quantizer final : public LinearQuantizer {
  public:
   bool smooths() const override { return smooth_; }
-  bool int8_head_fp16_steps() const override { return false; }
+  bool weight_only_head() const override { return false; }
   void check(const ConvertInputs& in) const override {
     const ConvertOptions& o = in.o;
     const bool needs_calib = o.smooth || o.act == ActQuant::PerTensorStatic;

@@ -68,7 +68,7 @@ void write_int8_rows_fp16_steps(SqmWriter& w, const Tensor& W, const std::string
 
 void LinearQuantizer::write_embedding(const ConvertInputs& in, SqmWriter& out) {
   if (!in.o.quantize_head) return write_float(out, names::kEmbed, in.base.tensors.at(names::kEmbed), float_encoding());
-  if (int8_head_fp16_steps()) return write_int8_rows_fp16_steps(out, in.base.tensors.at(names::kEmbed), "model.embed_tokens");
+  if (weight_only_head()) return write_int8_rows_fp16_steps(out, in.base.tensors.at(names::kEmbed), "model.embed_tokens");
   // No input_scale: the rows are looked up (and, tied, run as the head with per-token activations).
   write_int8_linear(out, in.base.tensors.at(names::kEmbed), nullptr, "model.embed_tokens", WeightGranularity::PerChannel,
                     ActQuant::PerToken, 0.0f);
@@ -76,7 +76,7 @@ void LinearQuantizer::write_embedding(const ConvertInputs& in, SqmWriter& out) {
 
 void LinearQuantizer::write_head(const ConvertInputs& in, SqmWriter& out) {
   if (!in.o.quantize_head) return write_float(out, names::kLmHead, in.lm_head(), float_encoding());
-  if (int8_head_fp16_steps()) return write_int8_rows_fp16_steps(out, in.lm_head(), "lm_head");
+  if (weight_only_head()) return write_int8_rows_fp16_steps(out, in.lm_head(), "lm_head");
   write_int8_linear(out, in.lm_head(), nullptr, "lm_head", WeightGranularity::PerChannel, ActQuant::PerToken, 0.0f);
 }
 

@@ -430,6 +430,30 @@ double group_error(const std::vector<float>& W, const GptqResult& r, const std::
   return e;
 }
 
+/// RTN of W [out, in] at group size g with the min/max rule and with the scale search (importance
+/// `a`, or uniform when `uniform`), 4 bits, FP16 steps: {min/max, searched}.
+std::pair<GptqResult, GptqResult> minmax_and_searched(const std::vector<float>& W, int64_t out, int64_t in, int64_t g, bool symmetric,
+                                                      const std::vector<double>& a, bool uniform) {
+  GptqOptions o;
+  o.bits = 4;
+  o.group_size = int(g);
+  o.symmetric = symmetric;
+  o.fp16_scales = true;
+  GptqResult minmax = rtn_quantize(W.data(), out, in, o);
+  o.scale_search = true;
+  if (!uniform) o.importance = &a;
+  return {std::move(minmax), rtn_quantize(W.data(), out, in, o)};
+}
+
+/// An importance vector [in]: all ones, or products of two U(0, 10) draws from `rng`.
+std::vector<double> draw_importance(int64_t in, bool uniform, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> u(0.0, 10.0);
+  std::vector<double> a(static_cast<size_t>(in), 1.0);
+  if (!uniform)
+    for (double& v : a) v = u(rng) * u(rng);
+  return a;
+}
+
 TEST(ScaleSearch, NeverWorseThanMinMaxNorThanQ4_0PerGroup) {
   // The candidate set holds the min/max rule's step (absmax/7) and GGML Q4_0's (d = −m/8, m the
   // signed extreme, FP16-rounded): per (row, group) the searched error can be larger than neither,
@@ -438,19 +462,9 @@ TEST(ScaleSearch, NeverWorseThanMinMaxNorThanQ4_0PerGroup) {
   std::vector<float> W = random_weights(out, in, 3);
   for (int64_t j = 0; j < in; j += 7) W[size_t(5 * in + j)] *= 6.0f;  // outliers in row 5
   std::mt19937_64 rng(4);
-  std::uniform_real_distribution<double> u(0.0, 10.0);
   for (bool uniform : {true, false}) {
-    std::vector<double> a(static_cast<size_t>(in), 1.0);
-    if (!uniform)
-      for (double& v : a) v = u(rng) * u(rng);
-    GptqOptions o;
-    o.bits = 4;
-    o.group_size = int(g);
-    o.fp16_scales = true;
-    const GptqResult minmax = rtn_quantize(W.data(), out, in, o);
-    o.scale_search = true;
-    if (!uniform) o.importance = &a;
-    const GptqResult searched = rtn_quantize(W.data(), out, in, o);
+    const std::vector<double> a = draw_importance(in, uniform, rng);
+    const auto [minmax, searched] = minmax_and_searched(W, out, in, g, true, a, uniform);
     double sum_minmax = 0, sum_searched = 0, sum_q40 = 0;
     int lowest_code = 0, negative = 0;
     for (int64_t row = 0; row < out; ++row)
@@ -493,20 +507,9 @@ TEST(ScaleSearch, AsymmetricNeverWorseThanMinMaxPerGroup) {
   std::vector<float> W = random_weights(out, in, 5);
   for (int64_t j = 0; j < in; j += 5) W[size_t(7 * in + j)] = std::fabs(W[size_t(7 * in + j)]) * 5.0f;  // row 7: skewed positive
   std::mt19937_64 rng(6);
-  std::uniform_real_distribution<double> u(0.0, 10.0);
   for (bool uniform : {true, false}) {
-    std::vector<double> a(static_cast<size_t>(in), 1.0);
-    if (!uniform)
-      for (double& v : a) v = u(rng) * u(rng);
-    GptqOptions o;
-    o.bits = 4;
-    o.group_size = int(g);
-    o.symmetric = false;
-    o.fp16_scales = true;
-    const GptqResult minmax = rtn_quantize(W.data(), out, in, o);
-    o.scale_search = true;
-    if (!uniform) o.importance = &a;
-    const GptqResult searched = rtn_quantize(W.data(), out, in, o);
+    const std::vector<double> a = draw_importance(in, uniform, rng);
+    const auto [minmax, searched] = minmax_and_searched(W, out, in, g, false, a, uniform);
     double sum_minmax = 0, sum_searched = 0;
     for (int64_t row = 0; row < out; ++row)
       for (int64_t G = 0; G < in / g; ++G) {

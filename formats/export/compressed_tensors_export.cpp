@@ -13,28 +13,16 @@
 
 namespace sq {
 
-std::vector<int32_t> pack_int4_rows(const std::vector<int8_t>& codes, int64_t rows, int64_t cols) {
-  const int64_t words = (cols + 7) / 8;
+std::vector<int32_t> pack_int_rows(const std::vector<int8_t>& codes, int64_t rows, int64_t cols, int bits) {
+  const int64_t per_word = 32 / bits;
+  const int64_t words = (cols + per_word - 1) / per_word;
+  const uint32_t offset = 1u << (bits - 1), mask = (1u << bits) - 1;
   std::vector<int32_t> out(size_t(rows * words), 0);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
-      const uint32_t v = uint32_t(codes[size_t(r * cols + c)] + 8) & 0xF;
-      uint32_t& w = reinterpret_cast<uint32_t&>(out[size_t(r * words + c / 8)]);
-      w |= v << (4 * (c % 8));
-    }
-  return out;
-}
-
-/// compressed-tensors' pack_to_int32 for 8 bits along rows: q ∈ [−128, 127] stored as q + 128, four
-/// per int32 word, element c of a row at bits 8·(c mod 4) of word c / 4 (the last word zero-padded).
-std::vector<int32_t> pack_int8_rows(const std::vector<int8_t>& codes, int64_t rows, int64_t cols) {
-  const int64_t words = (cols + 3) / 4;
-  std::vector<int32_t> out(size_t(rows * words), 0);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      const uint32_t v = uint32_t(codes[size_t(r * cols + c)] + 128) & 0xFF;
-      uint32_t& w = reinterpret_cast<uint32_t&>(out[size_t(r * words + c / 4)]);
-      w |= v << (8 * (c % 4));
+      const uint32_t v = (uint32_t(int32_t(codes[size_t(r * cols + c)])) + offset) & mask;
+      uint32_t& w = reinterpret_cast<uint32_t&>(out[size_t(r * words + c / per_word)]);
+      w |= v << (bits * (c % per_word));
     }
   return out;
 }
@@ -83,12 +71,16 @@ bool is_quantized_weight(const ExportInput& in, const std::string& base) {
   return d == SqmDType::I8 || d == SqmDType::I4x2 || d == SqmDType::U4x2;
 }
 
+/// Symmetric 8-bit weight arguments with `strategy` "channel" or "tensor".
+nlohmann::ordered_json int8_weights_args(const char* strategy) {
+  return {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"group_size", nullptr}, {"strategy", strategy}, {"dynamic", false}};
+}
+
 nlohmann::ordered_json weights_args(const ExportInput& in) {
   nlohmann::ordered_json w;
   if (in.scheme == "w8a8") {
     const std::string g = in.quant.value("weight", std::string("per-channel"));
-    w = {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"group_size", nullptr},
-         {"strategy", g == "per-tensor" ? "tensor" : "channel"}, {"dynamic", false}};
+    w = int8_weights_args(g == "per-tensor" ? "tensor" : "channel");
   } else {
     w = {{"num_bits", 4}, {"type", "int"}, {"symmetric", in.quant.value("symmetric", true)}, {"group_size", in.quant.value("group_size", 128)},
          {"strategy", "group"}, {"dynamic", false}};
@@ -242,7 +234,7 @@ void write_compressed_tensors_export(const ExportInput& in, const ExportOptions&
       // transformers 5 names every head module lm_head in memory (GPT-NeoX's embed_out): both names.
       if (e.name != "lm_head" && e.sources.size() == 1 && (e.sources[0] == "lm_head" || e.sources[0] == "model.embed_tokens"))
         int8_in_int4.push_back("lm_head");
-      const std::vector<int32_t> packed = pack_int8_rows(l.codes, l.out, l.in);
+      const std::vector<int32_t> packed = pack_int_rows(l.codes, l.out, l.in, 8);
       outputs.push_back(raw_output(e.name + ".weight_packed", "I32", {l.out, (l.in + 3) / 4}, packed.data(), packed.size() * 4));
       outputs.push_back(f32_output(e.name + ".weight_scale", {l.out, 1}, l.scale));
       const int64_t shape[2] = {l.out, l.in};
@@ -256,7 +248,7 @@ void write_compressed_tensors_export(const ExportInput& in, const ExportOptions&
       std::vector<int8_t> q(l.codes);
       if (l.asym)
         for (int8_t& v : q) v = int8_t(v - 8);  // u ∈ [0, 15] → q = u − 8 ∈ [−8, 7]
-      const std::vector<int32_t> packed = pack_int4_rows(q, l.out, l.in);
+      const std::vector<int32_t> packed = pack_int_rows(q, l.out, l.in, 4);
       outputs.push_back(raw_output(e.name + ".weight_packed", "I32", {l.out, (l.in + 7) / 8}, packed.data(), packed.size() * 4));
       outputs.push_back(f32_output(e.name + ".weight_scale", {l.out, l.groups}, l.scale));
       if (l.asym) {
@@ -313,7 +305,7 @@ void write_compressed_tensors_export(const ExportInput& in, const ExportOptions&
       // WNA16 kernels take 4 and 8 bits).
       nlohmann::ordered_json head;
       head["targets"] = int8_in_int4;
-      head["weights"] = {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"group_size", nullptr}, {"strategy", "channel"}, {"dynamic", false}};
+      head["weights"] = int8_weights_args("channel");
       head["input_activations"] = nullptr;
       head["output_activations"] = nullptr;
       head["format"] = "pack-quantized";

@@ -29,10 +29,11 @@ void check_compressed_tensors_export(const ExportInput& in, const ExportOptions&
 void write_compressed_tensors_export(const ExportInput& in, const ExportOptions& options, const std::string& dir,
                                      ExportSummary& summary);
 
-/// pack_to_int32 for 4-bit codes along dim 1: `codes` [rows, cols] in [−8, 7] → int32 [rows,
-/// ⌈cols/8⌉] (little-endian bytes), code c of row r stored as (q + 8) at bits 4·(c mod 8) of word
-/// (r, c/8); unused high nibbles of a last partial word are 0.
-std::vector<int32_t> pack_int4_rows(const std::vector<int8_t>& codes, int64_t rows, int64_t cols);
+/// compressed-tensors' pack_to_int32 along dim 1 for `bits` ∈ {4, 8}: `codes` [rows, cols] in
+/// [−2^(bits−1), 2^(bits−1) − 1] → int32 [rows, ⌈cols·bits/32⌉] (little-endian), code c of row r
+/// stored as q + 2^(bits−1) at bits bits·(c mod (32/bits)) of word (r, c / (32/bits)); the unused
+/// high bits of a last partial word are 0.
+std::vector<int32_t> pack_int_rows(const std::vector<int8_t>& codes, int64_t rows, int64_t cols, int bits);
 
 /// pack_to_int32(..., packed_dim=0) for 4-bit zero points: `zp` [rows, cols] in [−8, 7] → int32
 /// [⌈rows/8⌉, cols], zp (r, j) stored as (zp + 8) at bits 4·(r mod 8) of word (r/8, j).

@@ -370,6 +370,16 @@ std::unique_ptr<Linear> load_linear(const std::shared_ptr<SqmFile>& f, const std
     throw InputError(f->path() + ": tensor '" + sname + "' has " + std::to_string(n_scales) + " scales, expected " +
                      std::to_string(out) + " (per-channel) or 1 (per-tensor)");
   const Tensor scales = load_float(f, sname, f->info(sname).shape);
+  if (quant.value("head_activations", std::string()) == "fp32") {
+    // The INT8 embedding / head of a weight-only file (the only INT8 linear there): W8A16.
+    const SqmBytes raw = f->raw(wname);
+    try {
+      return std::make_unique<W8A16Linear>(std::vector<int8_t>(reinterpret_cast<const int8_t*>(raw.data), reinterpret_cast<const int8_t*>(raw.data) + raw.size),
+                                           std::vector<float>(scales.data(), scales.data() + n_scales), out, in, bias);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(f->path() + ": '" + base + "': " + e.what());
+    }
+  }
   const std::string act_name = quant.value("act", std::string("per-token"));
   const ActQuant act = parse_act(act_name, f->path());
   float static_step = 0.0f;
@@ -418,26 +428,11 @@ std::unique_ptr<Decoder> build_model_from_sqm(const std::shared_ptr<SqmFile>& f)
   const std::string head_act = quant.value("head_activations", std::string());
   if (!head_act.empty() && head_act != "fp32")
     throw InputError(f->path() + ": header quantization.head_activations is '" + head_act + "', expected 'fp32'");
-  const auto load_head = [&](const std::string& base) -> std::unique_ptr<Linear> {
-    const std::string wname = base + ".weight";
-    if (head_act.empty() || !f->has(wname) || f->info(wname).dtype != SqmDType::I8) return load_linear(f, base, c.vocab_size, d, false, quant);
-    if (f->info(wname).shape != std::vector<int64_t>{c.vocab_size, d})
-      throw InputError(f->path() + ": tensor '" + wname + "' has shape " + shape_to_string(f->info(wname).shape) + ", expected " +
-                       shape_to_string({c.vocab_size, d}));
-    const SqmBytes raw = f->raw(wname);
-    const Tensor scales = load_float(f, base + ".weight_scale", {c.vocab_size});
-    try {
-      return std::make_unique<W8A16Linear>(std::vector<int8_t>(reinterpret_cast<const int8_t*>(raw.data), reinterpret_cast<const int8_t*>(raw.data) + raw.size),
-                                           std::vector<float>(scales.data(), scales.data() + c.vocab_size), c.vocab_size, d);
-    } catch (const std::invalid_argument& e) {
-      throw InputError(f->path() + ": '" + base + "': " + e.what());
-    }
-  };
   std::unique_ptr<Linear> head;
   if (c.tied_embeddings && !f->has(names::kLmHead))
-    head = embed_q ? load_head("model.embed_tokens") : std::make_unique<DenseLinear>(embed);
+    head = embed_q ? load_linear(f, "model.embed_tokens", c.vocab_size, d, false, quant) : std::make_unique<DenseLinear>(embed);
   else
-    head = load_head("lm_head");
+    head = load_linear(f, "lm_head", c.vocab_size, d, false, quant);
   auto model = std::make_unique<Decoder>(c, embed, std::move(layers), load_float(f, names::kFinalNorm, {d}), std::move(head),
                                          std::move(globals));
   if (embed_q) {
