@@ -29,6 +29,9 @@ ConvertSummary convert(const LoadedModel& src, const LayerStream* stream, const 
   }
 
   // load: options, calibration file, calibration text
+  if ((o.mixed.bits_per_weight > 0 || o.mixed.max_kld > 0) && !quantizer->mixes_precision())
+    throw UsageError(std::string("--bits-per-weight / --max-kld mix 4-bit and INT8 linears: they need --scheme w4a16, not ") +
+                     scheme_name(o.scheme));
   quantizer->check(in);
   load_convert_inputs(in);
   if (!o.calib_text.empty() && o.calib_path.empty()) throw UsageError("--calib-text needs --calib (the calibration file it belongs to)");
@@ -68,8 +71,10 @@ ConvertSummary convert(const LoadedModel& src, const LayerStream* stream, const 
 
   nlohmann::json header = converter_header(out, in);
   header["quantization"] = quantizer->describe(in, summary);
-  // The weight-only schemes' INT8 head runs with FP32 activations (W8A16, model/w8a16_linear.h).
-  if (in.o.quantize_head && quantizer->weight_only_head()) header["quantization"]["head_activations"] = "fp32";
+  // The weight-only schemes' INT8 linears (the head, mixed precision) run with FP32 activations
+  // (W8A16, model/w8a16_linear.h).
+  if ((in.o.quantize_head || !summary.mixed.is_null()) && quantizer->weight_only_head())
+    header["quantization"]["int8_activations"] = "fp32";
   write_kv_quantization(out, o.kv, header);
   out.finish(header);
   summary.file_bytes = out.bytes_written();

@@ -9,6 +9,7 @@
 #include "calib/atom_layer_quantizer.h"
 #include "calib/convert_spec.h"  // ConvertScheme, parse_scheme, parse_convert_flags
 #include "calib/int4_layer_quantizer.h"
+#include "calib/mixed_precision.h"
 #include "model/sqm_kv_cache.h"
 #include "calib/smoothquant.h"
 #include "formats/sqm_file.h"
@@ -41,6 +42,20 @@ struct ConvertOptions {
   /// W4A4 (Atom): outliers, group size, clipping, GPTQ (calib/atom_layer_quantizer.h). GPTQ's
   /// act_order/damp/on-off are taken from `atom`, not `int4`.
   AtomOptions atom;
+  /// W4A16 mixed precision (calib/mixed_precision.h): a budget (at most one of the two positive;
+  /// both 0 = every linear in the scheme's 4-bit format) and how many calibration windows (of the
+  /// calibration's seq_len) measure each linear's sensitivity.
+  PrecisionBudget mixed;
+  int64_t mixed_windows = 2;
+  /// mixed_windows was given: with mixed_sensitivity_from, the windows the assignment's KLD is
+  /// checked on (else the recorded measurement's count).
+  bool mixed_windows_given = false;
+  /// `--sensitivity-from`: a .sqm written with a budget from the same source model and 4-bit format
+  /// (group size, symmetry, observer) whose recorded sensitivities are reused instead of measured
+  /// ("" = measure).
+  std::string mixed_sensitivity_from;
+  /// Called after each linear's sensitivity is measured: (linears done, total).
+  std::function<void(int64_t, int64_t)> mixed_progress;
   /// Where GPTQ's Hessians come from: "sequential" (recomputed layer by layer from the calibration
   /// file's windows — its text, seed, N and L — so each layer sees the outputs of the already
   /// quantized layers before it, as GPTQ §4 / the reference's llama_sequential), "file" (the
@@ -64,6 +79,9 @@ struct ConvertSummary {
   /// `weights` is empty; a LLaMA-7B shape has 3.4 GB of them).
   std::vector<Int4Projection> int4;
   std::string hessian_source;          ///< W4A16 / W4A4 GPTQ: "sequential" or "file"
+  /// W4A16 mixed precision: every quantized linear's measured sensitivity and chosen format (the
+  /// header's quantization.mixed_precision object); null without a budget.
+  nlohmann::json mixed;
   /// W4A4 (Atom): per quantized linear (layer order, then decoder_layer_linears order) its base name, outlier
   /// channels, clipping ratios (and the --clip search objective) and Hessian-weighted error.
   struct AtomLinear {

@@ -150,6 +150,8 @@ class LinearQuantizer {
   /// then holds exactly the runner's weights) and the header's head_activations "fp32" (the runner's
   /// W8A16 head). True for w4a16 and w4a4-atom; W8A8 keeps FP32 steps and its W8A8 head.
   virtual bool weight_only_head() const { return true; }
+  /// Whether the scheme takes a mixed-precision budget (ConvertOptions::mixed: W4A16 with INT8 rows).
+  virtual bool mixes_precision() const { return false; }
   /// Writes the token embedding: the float tensor, or with --quantize-head INT8 rows with one FP32
   /// step per row (per-channel of a tied head; dequantized on lookup), whatever the scheme.
   virtual void write_embedding(const ConvertInputs& in, SqmWriter& out);
@@ -180,6 +182,16 @@ void write_int8_linear(SqmWriter& w, const Tensor& W, const Tensor* bias, const 
 /// −127, 127) (Eq. 3.1 per channel with an FP16-exact step, as GGML's Q8_0 stores d). Throws
 /// InputError naming the tensor and row for a non-finite weight or a step beyond FP16.
 void write_int8_rows_fp16_steps(SqmWriter& w, const Tensor& W, const std::string& base);
+/// INT8 rows with FP16-exact steps (the rule of write_int8_rows_fp16_steps): codes [out, in]
+/// row-major, steps [out] (FP16 values as FP32).
+struct Int8Rows {
+  std::vector<int8_t> codes;
+  std::vector<float> steps;
+};
+/// W [out, in] as INT8 rows by the rule of write_int8_rows_fp16_steps (same errors).
+Int8Rows quantize_int8_rows_fp16_steps(const Tensor& W, const std::string& base);
+/// Writes rows `r` of an [out, in] weight as `base`.weight I8 [out, in] and `base`.weight_scale F32 [out].
+void write_int8_rows(SqmWriter& w, const Int8Rows& r, int64_t out, int64_t in, const std::string& base);
 /// Writes linear `s` unquantized (weight and bias) in `encoding`.
 void write_float_linear(SqmWriter& w, const Checkpoint& ck, const LinearSlot& s, ConvertScheme encoding);
 /// FP32 DenseLinear of `s` from `ck` (weight + bias): unquantized linears of a converted layer

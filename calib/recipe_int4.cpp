@@ -5,9 +5,14 @@
 // ffn_input Hessian (all tokens, not only those routed to the expert), every expert's down_proj the
 // ffn_hidden Hessian pooled over all experts' inputs (lib/model/observer.h) — approximations of the
 // per-expert Hessians, which no statistic records.
+#include <cmath>
+#include <set>
+
+#include "calib/mixed_precision.h"
 #include "calib/recipe_schemes.h"
 #include "core/error.h"
 #include "model/w4a16_linear.h"
+#include "model/w8a16_linear.h"
 
 namespace sq {
 
@@ -37,16 +42,50 @@ const std::vector<double>* importance(const ConvertInputs& in, int l, const Line
   return &c.sum_sq;
 }
 
+/// The calibration's Σx² of linear `s`'s input site (null without a calibration file); as
+/// importance() but whatever the method.
+const std::vector<double>* sum_sq(const ConvertInputs& in, int l, const LinearSlot& s) {
+  const LayerStats* st = in.stats(l);
+  if (!st) return nullptr;
+  const ChannelStats& c = st->inputs.at(size_t(s.site));
+  return static_cast<int64_t>(c.sum_sq.size()) == s.in ? &c.sum_sq : nullptr;
+}
+
+/// Σ_j a_j Σ_i (W[i, j] − Ŵ[i, j])² with a = `imp` (uniform when null): the error energy that the
+/// high format's KLD estimate scales by.
+double weighted_error(const Tensor& W, const float* what, const std::vector<double>* imp) {
+  const int64_t out = W.dim(0), in = W.dim(1);
+  double e = 0;
+  for (int64_t i = 0; i < out; ++i)
+    for (int64_t j = 0; j < in; ++j) {
+      const double d = double(W.data()[i * in + j]) - double(what[i * in + j]);
+      e += (imp ? (*imp)[size_t(j)] : 1.0) * d * d;
+    }
+  return e;
+}
+
+/// INT8 rows dequantized: [out, in].
+std::vector<float> dequantize_rows(const Int8Rows& r, int64_t out, int64_t in) {
+  std::vector<float> w(size_t(out * in));
+  for (int64_t i = 0; i < out; ++i)
+    for (int64_t j = 0; j < in; ++j) w[size_t(i * in + j)] = float(r.codes[size_t(i * in + j)]) * r.steps[size_t(i)];
+  return w;
+}
+
 class Int4Quantizer final : public LinearQuantizer {
  public:
   void check(const ConvertInputs& in) const override {
     if (in.o.int4.gptq && in.o.calib_path.empty())
       throw UsageError("--gptq needs --calib (a calibration file from sq-calibrate, for the Hessians)");
   }
-  bool rereads_calibration_text(const ConvertInputs& in) const override { return in.o.int4.gptq && in.hessian_mode == "sequential"; }
+  bool mixes_precision() const override { return true; }
+  bool rereads_calibration_text(const ConvertInputs& in) const override {
+    return (in.o.int4.gptq && in.hessian_mode == "sequential") || (mixed(in.o) && in.o.mixed_sensitivity_from.empty());
+  }
 
   void prepare(ConvertInputs& in, ConvertSummary& summary) override {
     validate_int4_options(in.o.int4);
+    if (mixed(in.o)) choose_precision(in, summary);
     if (!in.o.int4.gptq) return;
     const std::string& mode = in.hessian_mode;
     if (mode == "sequential") {
@@ -82,6 +121,20 @@ class Int4Quantizer final : public LinearQuantizer {
         if (sequential) linear_slot(converted, s) = dense_linear(w.tensors, s);
         continue;
       }
+      if (int8_.count(s.name)) {  // mixed precision: INT8 rows, run as W8A16
+        const Tensor W = w.tensors.get(s.name + ".weight", {s.out, s.in});
+        Int8Rows r = quantize_int8_rows_fp16_steps(W, s.name);
+        w.release_weight(s);
+        const Tensor bias = s.bias ? w.tensors.get(s.name + ".bias", {s.out}) : Tensor();
+        write_int8_rows(out, r, s.out, s.in, s.name);
+        if (s.bias) write_float(out, s.name + ".bias", bias, ConvertScheme::F32);
+        if (sequential) linear_slot(converted, s) = std::make_unique<W8A16Linear>(std::move(r.codes), std::move(r.steps), s.out, s.in, bias);
+        if (last_use[size_t(s.site)] == i + 1) {
+          if (sequential) inputs_->release_hessian(s.site);
+          else in.release_file_hessian(w.layer, s.site);
+        }
+        continue;
+      }
       Int4Projection p = quantize_linear_int4(w.tensors.get(s.name + ".weight", {s.out, s.in}), s.name, in.o.int4, H[size_t(s.site)],
                                               importance(in, w.layer, s));
       w.release_weight(s);
@@ -109,11 +162,155 @@ class Int4Quantizer final : public LinearQuantizer {
       q["importance"] = o.int4.gptq ? "hessian diagonal" : (in.calib.layers.empty() ? "uniform" : "calibration sum of squares");
     if (o.int4.gptq)
       q["gptq"] = {{"act_order", o.int4.act_order}, {"damp", o.int4.damp}, {"static_groups", o.int4.act_order}, {"hessians", summary.hessian_source}};
+    if (!summary.mixed.is_null()) q["mixed_precision"] = summary.mixed;
     return q;
   }
 
  private:
+  static bool mixed(const ConvertOptions& o) { return o.mixed.bits_per_weight > 0 || o.mixed.max_kld > 0; }
+
+  /// Mixed precision (calib/mixed_precision.h): measures every quantized linear's single-linear
+  /// KLD in this scheme's 4-bit format on o.mixed_windows calibration windows, estimates its KLD
+  /// as INT8 rows, assigns the formats within the budget and records the choice in summary.mixed.
+  /// The measurement quantizes by RTN with the scale search weighted by the calibration's Σx² (also
+  /// for --gptq, whose sequential result depends on the earlier layers' formats): a proxy for the
+  /// final 4-bit weights. The INT8 KLD is the 4-bit KLD scaled by the ratio of the two formats'
+  /// Σx²-weighted squared weight errors (the KLD is second order in a small perturbation).
+  void choose_precision(ConvertInputs& in, ConvertSummary& summary) {
+    const ConvertOptions& o = in.o;
+    const std::string what = o.mixed.bits_per_weight > 0 ? "--bits-per-weight" : "--max-kld";
+    if (in.streamed())
+      throw UsageError(in.src.path + ": " + what + " measures every linear on the whole model; open it whole (not layer by layer)");
+    const bool measure = o.mixed_sensitivity_from.empty();
+    if (measure && o.calib_path.empty()) throw UsageError(what + " needs --calib (its windows measure each linear's sensitivity)");
+    if (measure && !in.can_redraw) throw UsageError(what + " needs the tokenizer (give --tokenizer)");
+    if (o.mixed_windows < 1) throw UsageError("--mixed-windows must be at least 1, got " + std::to_string(o.mixed_windows));
+    const ModelConfig& c = in.config;
+    std::vector<LinearSlot> slots;
+    for (int l = 0; l < c.n_layers; ++l)
+      for (const LinearSlot& s : decoder_layer_linears(c, l))
+        if (s.quantize) slots.push_back(s);
+    Int4Options rtn = o.int4;
+    rtn.gptq = false;
+    std::vector<PrecisionCandidate> cand(slots.size());
+    std::vector<double> err4(slots.size()), err8(slots.size());
+    const auto index_of = [&](const LinearSlot& s) { return size_t(std::find_if(slots.begin(), slots.end(), [&](const LinearSlot& t) { return t.name == s.name; }) - slots.begin()); };
+    for (size_t i = 0; i < slots.size(); ++i) {  // the two formats' storage: codes, FP16 steps, U4 zero points / FP32 row steps
+      const LinearSlot& s = slots[i];
+      const int64_t groups = (s.in + o.int4.group_size - 1) / o.int4.group_size;
+      cand[i].name = s.name;
+      cand[i].weights = s.out * s.in;
+      cand[i].bits_low = (4.0 * double(s.in) + (16.0 + (o.int4.asym ? 4.0 : 0.0)) * double(groups)) / double(s.in);
+      cand[i].bits_high = 8.0 + 32.0 / double(s.in);
+    }
+    const auto low = [&](const LinearSlot& s) -> std::unique_ptr<Linear> {
+      const size_t i = index_of(s);
+      const Tensor W = in.base.get(s.name + ".weight", {s.out, s.in});
+      const std::vector<double>* imp = sum_sq(in, s.layer, s);
+      Int4Projection p = quantize_linear_int4(W, s.name, rtn, nullptr, o.int4.scale_search ? imp : nullptr);
+      std::vector<float> deq(size_t(s.out * s.in));
+      dequantize_int4(p.weights, deq.data());
+      err4[i] = weighted_error(W, deq.data(), imp);
+      const Int8Rows r = quantize_int8_rows_fp16_steps(W, s.name);
+      err8[i] = weighted_error(W, dequantize_rows(r, s.out, s.in).data(), imp);
+      return std::make_unique<W4A16Linear>(p.weights, s.bias ? in.base.get(s.name + ".bias", {s.out}) : Tensor());
+    };
+    nlohmann::json sensitivity;
+    // The calibration windows: those the sensitivities are measured on, and (when they can be drawn)
+    // those the chosen assignment's own KLD is checked on — for reused sensitivities, the same
+    // windows as their measurement (the first N of the calibration's draw).
+    std::vector<std::vector<int32_t>> windows;
+    const auto draw = [&](int64_t n) {
+      return in.redraw_windows(in.calibration_text(what + " (each linear's sensitivity on the calibration windows)", ""), n);
+    };
+    if (measure) {
+      windows = draw(o.mixed_windows);
+      const std::vector<double> kld = single_linear_kld(*in.src.model, windows, slots, low, o.mixed_progress);
+      for (size_t i = 0; i < slots.size(); ++i) {
+        cand[i].kld_low = kld[i];
+        cand[i].kld_high = err4[i] > 0 ? kld[i] * err8[i] / err4[i] : 0.0;
+      }
+      int64_t tokens = 0;
+      for (const auto& w : windows) tokens += int64_t(w.size());
+      sensitivity = {{"windows", windows.size()}, {"tokens", tokens}, {"method", "single-linear KLD, RTN 4-bit"}};
+    } else {
+      sensitivity = reuse_sensitivity(in, slots, cand);
+      if (!o.calib_path.empty() && in.can_redraw) windows = draw(o.mixed_windows_given ? o.mixed_windows : sensitivity.value("windows", o.mixed_windows));
+    }
+    // The assignment's KLD measured with every linear in its format at once (RTN 4-bit, as the
+    // sensitivities); with --max-kld tightened until that is within the budget
+    // (assign_precision_checked). Without windows (reused sensitivities, no --calib) the estimate only.
+    const auto mixed_linear = [&](const PrecisionAssignment& as) {
+      return [&](const LinearSlot& s) -> std::unique_ptr<Linear> {
+        if (!as.high[index_of(s)]) return low(s);
+        Int8Rows r = quantize_int8_rows_fp16_steps(in.base.get(s.name + ".weight", {s.out, s.in}), s.name);
+        return std::make_unique<W8A16Linear>(std::move(r.codes), std::move(r.steps), s.out, s.in,
+                                             s.bias ? in.base.get(s.name + ".bias", {s.out}) : Tensor());
+      };
+    };
+    CheckedAssignment checked;
+    if (windows.empty()) checked.assignment = assign_precision(cand, o.mixed);
+    else
+      checked = assign_precision_checked(cand, o.mixed, [&](const PrecisionAssignment& as) {
+        return replaced_model_kld(*in.src.model, windows, slots, mixed_linear(as));
+      });
+    const PrecisionAssignment& a = checked.assignment;
+    nlohmann::json linears = nlohmann::json::array();
+    for (size_t i = 0; i < cand.size(); ++i) {
+      if (a.high[i]) int8_.insert(cand[i].name);
+      linears.push_back({{"name", cand[i].name}, {"format", a.high[i] ? "int8" : "int4"}, {"kld_int4", cand[i].kld_low},
+                         {"kld_int8_estimate", cand[i].kld_high}, {"bits", a.high[i] ? cand[i].bits_high : cand[i].bits_low}});
+    }
+    summary.mixed = {{"budget", o.mixed.bits_per_weight > 0 ? nlohmann::json{{"bits_per_weight", o.mixed.bits_per_weight}}
+                                                             : nlohmann::json{{"max_kld", o.mixed.max_kld}}},
+                     {"sensitivity", sensitivity},
+                     {"bits_per_weight", a.bits_per_weight},
+                     {"estimated_kld", a.estimated_kld},
+                     {"calibration_kld", checked.rounds > 0 ? nlohmann::json(checked.measured_kld) : nlohmann::json()},
+                     {"assignment_rounds", checked.rounds},
+                     {"int8_linears", int8_.size()},
+                     {"linears", linears}};
+  }
+
+  /// --sensitivity-from: fills cand[i].kld_low / kld_high of every slot from the file's recorded
+  /// mixed_precision.linears; returns its sensitivity object with "from" added. Throws InputError
+  /// naming the file when it records no sensitivities, another source model or 4-bit format, or
+  /// not exactly these linears.
+  static nlohmann::json reuse_sensitivity(const ConvertInputs& in, const std::vector<LinearSlot>& slots,
+                                          std::vector<PrecisionCandidate>& cand) {
+    const std::string& path = in.o.mixed_sensitivity_from;
+    const std::shared_ptr<SqmFile> f = SqmFile::open(path, false);
+    const nlohmann::json& h = f->header();
+    const nlohmann::json q = h.value("quantization", nlohmann::json::object());
+    if (!q.contains("mixed_precision"))
+      throw InputError(path + ": records no sensitivities (not written by sq-convert --bits-per-weight / --max-kld)");
+    if (h.value("source", nlohmann::json::object()).value("fingerprint", std::string()) != in.fingerprint())
+      throw InputError(path + ": was converted from another model (source fingerprint differs from " + in.src.path + "'s)");
+    const Int4Options& o = in.o.int4;
+    if (q.value("group_size", 0) != o.group_size || q.value("symmetric", true) != !o.asym ||
+        q.value("observer", std::string()) != (o.scale_search ? "mse" : "minmax"))
+      throw InputError(path + ": its sensitivities are for group size " + std::to_string(q.value("group_size", 0)) +
+                       (q.value("symmetric", true) ? " symmetric" : " asymmetric") + ", observer " + q.value("observer", std::string("?")) +
+                       ", not this conversion's 4-bit format");
+    const nlohmann::json& m = q.at("mixed_precision");
+    const nlohmann::json& linears = m.at("linears");
+    if (linears.size() != slots.size())
+      throw InputError(path + ": records " + std::to_string(linears.size()) + " linears, this model has " + std::to_string(slots.size()));
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const nlohmann::json& l = linears[i];
+      if (l.value("name", std::string()) != slots[i].name)
+        throw InputError(path + ": linear " + std::to_string(i) + " is '" + l.value("name", std::string()) + "', expected '" +
+                         slots[i].name + "'");
+      cand[i].kld_low = l.at("kld_int4").get<double>();
+      cand[i].kld_high = l.at("kld_int8_estimate").get<double>();
+    }
+    nlohmann::json s = m.at("sensitivity");
+    s["from"] = path;
+    return s;
+  }
+
   std::unique_ptr<LayerInputs> inputs_;
+  std::set<std::string> int8_;  ///< mixed precision: the linears stored as INT8 rows
 };
 
 }  // namespace

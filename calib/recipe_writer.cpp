@@ -45,25 +45,34 @@ void write_int8_linear(SqmWriter& w, const Tensor& W, const Tensor* bias, const 
   if (bias) write_float(w, base + ".bias", *bias, ConvertScheme::F32);
 }
 
-void write_int8_rows_fp16_steps(SqmWriter& w, const Tensor& W, const std::string& base) {
+Int8Rows quantize_int8_rows_fp16_steps(const Tensor& W, const std::string& base) {
   const int64_t out = W.dim(0), in = W.dim(1);
-  std::vector<int8_t> q(size_t(out * in));
-  std::vector<float> steps(static_cast<size_t>(out));
-  for (int64_t r = 0; r < out; ++r) {
-    const float* row = W.data() + r * in;
+  Int8Rows r;
+  r.codes.resize(size_t(out * in));
+  r.steps.resize(static_cast<size_t>(out));
+  for (int64_t i = 0; i < out; ++i) {
+    const float* row = W.data() + i * in;
     float absmax = 0.0f;
     for (int64_t k = 0; k < in; ++k) {
-      if (!std::isfinite(row[k])) throw InputError("tensor '" + base + ".weight' row " + std::to_string(r) + " holds a non-finite value");
+      if (!std::isfinite(row[k])) throw InputError("tensor '" + base + ".weight' row " + std::to_string(i) + " holds a non-finite value");
       absmax = std::max(absmax, std::fabs(row[k]));
     }
     const float d = half_to_float(float_to_half(absmax / 127.0f));  // 0 for a zero row (or one below FP16's range)
-    if (!std::isfinite(d)) throw InputError("tensor '" + base + ".weight' row " + std::to_string(r) + ": step " + std::to_string(absmax / 127.0f) + " overflows FP16");
-    steps[size_t(r)] = d;
+    if (!std::isfinite(d)) throw InputError("tensor '" + base + ".weight' row " + std::to_string(i) + ": step " + std::to_string(absmax / 127.0f) + " overflows FP16");
+    r.steps[size_t(i)] = d;
     for (int64_t k = 0; k < in; ++k)
-      q[size_t(r * in + k)] = d > 0.0f ? int8_t(std::clamp(std::nearbyint(row[k] / d), -127.0f, 127.0f)) : int8_t(0);
+      r.codes[size_t(i * in + k)] = d > 0.0f ? int8_t(std::clamp(std::nearbyint(row[k] / d), -127.0f, 127.0f)) : int8_t(0);
   }
-  w.add_tensor(base + ".weight", SqmDType::I8, {out, in}, q.data(), q.size());
-  w.add_tensor(base + ".weight_scale", SqmDType::F32, {out}, steps.data(), steps.size() * 4);
+  return r;
+}
+
+void write_int8_rows(SqmWriter& w, const Int8Rows& r, int64_t out, int64_t in, const std::string& base) {
+  w.add_tensor(base + ".weight", SqmDType::I8, {out, in}, r.codes.data(), r.codes.size());
+  w.add_tensor(base + ".weight_scale", SqmDType::F32, {out}, r.steps.data(), r.steps.size() * 4);
+}
+
+void write_int8_rows_fp16_steps(SqmWriter& w, const Tensor& W, const std::string& base) {
+  write_int8_rows(w, quantize_int8_rows_fp16_steps(W, base), W.dim(0), W.dim(1), base);
 }
 
 void LinearQuantizer::write_embedding(const ConvertInputs& in, SqmWriter& out) {

@@ -100,7 +100,7 @@ rng = random.Random(18)
 open(w + "/cal.txt", "w").write(" ".join(str(rng.randrange(vocab)) for _ in range(512)))
 EOF
   "$BIN/sq-calibrate" -m "$dir" --token-ids "$w/cal.txt" --samples 4 --seq-len 64 --hessian -o "$w/calib.h5" -q -t 2
-  for scheme in w8a8-o1 w8a8-o3 w8a8-pc w4a16-sym w4a16-asym; do
+  for scheme in w8a8-o1 w8a8-o3 w8a8-pc w4a16-sym w4a16-asym w4a16-mixed; do
     case $scheme in
       # per-channel weights: what fused q/k/v architectures export (one per-tensor scale cannot hold three)
       w8a8-pc) args=(--scheme w8a8 --weight per-channel --act per-token --calib "$w/calib.h5"); tol=$TOL_W8 ;;
@@ -110,6 +110,9 @@ EOF
       # transformers 5.24 decompresses an asymmetric file with one scheme for every module, so the
       # 8-bit head group of the default --quantize-head cannot load there: FP32 head (docs/formats.md).
       w4a16-asym) args=(--scheme w4a16 --asym --group-size 32 --no-quantize-head); tol=$TOL_W4 ;;
+      # mixed precision: the most sensitive linears as INT8 rows (their own 8-bit config group / Q8_0);
+      # an export that fuses linears of different formats (e.g. Falcon's query_key_value) refuses.
+      w4a16-mixed) args=(--scheme w4a16 --sym --group-size 32 --calib "$w/calib.h5" --bits-per-weight 6); tol=$TOL_W4 ;;
     esac
     m=$w/$scheme
     "$BIN/sq-convert" -m "$dir" -o "$m.sqm" -q "${args[@]}"

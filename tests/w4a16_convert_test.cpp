@@ -88,9 +88,9 @@ TEST_F(W4A16Cli, DefaultQuantizesTheEmbeddingAndHead) {
   const auto jd = inspect(def), jk = inspect(keep);
   const auto qd = jd.at("header").at("quantization"), qk = jk.at("header").at("quantization");
   EXPECT_EQ(qd.at("quantize_head"), true) << qd;
-  EXPECT_EQ(qd.at("head_activations"), "fp32") << qd;
+  EXPECT_EQ(qd.at("int8_activations"), "fp32") << qd;
   EXPECT_EQ(qk.at("quantize_head"), false) << qk;
-  EXPECT_FALSE(qk.contains("head_activations")) << qk;
+  EXPECT_FALSE(qk.contains("int8_activations")) << qk;
   // stories260K: vocab 512 × dim 64, tied. INT8 rows: 512·64 bytes, and 512 FP32 steps in place of
   // 512·64 FP32 values.
   const auto& bd = jd.at("bytes_by_dtype");

@@ -2,11 +2,13 @@
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <string>
 #include <memory>
+#include <vector>
 
 #include "calib/converter.h"
 #include "calib/kv_calibration.h"
@@ -68,6 +70,20 @@ int main(int argc, char** argv) {
                  "codes -8..7 with a signed scale as GGML Q4_0 (weights: --calib's per-channel sum of squares, GPTQ's Hessian "
                  "diagonal, else uniform) | minmax = absmax/7 (asym: min/max)")
       ->capture_default_str();
+  app.add_option("--bits-per-weight", o.mixed.bits_per_weight,
+                 "W4A16 mixed precision: store the linears most sensitive per bit as INT8 rows (run with FP32 activations) "
+                 "instead of 4-bit, up to B storage bits per weight over the quantized linears (needs --calib; each linear's "
+                 "KL divergence is measured on the calibration windows)");
+  app.add_option("--max-kld", o.mixed.max_kld,
+                 "W4A16 mixed precision: the fewest INT8 linears whose estimated KL divergence (the sum of the single-linear "
+                 "KLDs measured on the calibration windows) is at most X nats");
+  app.add_option("--mixed-windows", o.mixed_windows,
+                 "--bits-per-weight / --max-kld: calibration windows the sensitivities are measured and the assignment's KLD "
+                 "checked on (with --sensitivity-from: checked only; default there: the recorded measurement's)")
+      ->capture_default_str();
+  app.add_option("--sensitivity-from", o.mixed_sensitivity_from,
+                 "--bits-per-weight / --max-kld: reuse the sensitivities recorded in an earlier .sqm of the same model and "
+                 "4-bit format (another budget without measuring again)");
   std::string outliers = "auto", outlier_format = "int8";
   app.add_option("--outlier-channels", outliers,
                  "W4A4: outlier channels per linear input, by calibration sum of squares: N, or auto = min(128, width/16)")
@@ -169,6 +185,14 @@ int main(int argc, char** argv) {
       if (!o.calib_path.empty() && !o.atom.gptq && o.atom.clip != "search" && o.atom.outlier_channels == 0)
         throw sq::UsageError("--calib has no effect on --scheme w4a4-atom without outliers, --gptq or --clip search");
     }
+    const bool mixed = app.count("--bits-per-weight") || app.count("--max-kld");
+    if (app.count("--bits-per-weight") && app.count("--max-kld")) throw sq::UsageError("--bits-per-weight and --max-kld exclude each other");
+    if (app.count("--bits-per-weight") && !(o.mixed.bits_per_weight > 0))
+      throw sq::UsageError("--bits-per-weight must be positive, got " + std::to_string(o.mixed.bits_per_weight));
+    if (app.count("--max-kld") && !(o.mixed.max_kld > 0)) throw sq::UsageError("--max-kld must be positive, got " + std::to_string(o.mixed.max_kld));
+    if ((app.count("--mixed-windows") || app.count("--sensitivity-from")) && !mixed)
+      throw sq::UsageError("--mixed-windows / --sensitivity-from need --bits-per-weight or --max-kld");
+    o.mixed_windows_given = app.count("--mixed-windows") > 0;
     if ((o.int4.act_order || app.count("--damp") || app.count("--gptq-hessians")) && !o.int4.gptq)
       throw sq::UsageError("--act-order/--damp/--gptq-hessians need --gptq");
     if (o.scheme == sq::ConvertScheme::W4A16 && !o.calib_path.empty() && !o.int4.gptq && !o.int4.scale_search)
@@ -180,21 +204,22 @@ int main(int argc, char** argv) {
       kv_spec = sq::parse_kv_spec(kv);
       sq::apply_kv_options(kv_spec, kv_group, kv_outliers, kv_qnorm, kv_sink, kv_keys, kv_key_axis);
     }
-    sq::check_output_path("-o", out_path, o.write.force, {model_path, o.calib_path, o.tokenizer_path, o.calib_text});  // before any work
+    sq::check_output_path("-o", out_path, o.write.force, {model_path, o.calib_path, o.tokenizer_path, o.calib_text, o.mixed_sensitivity_from});  // before any work
 
     std::unique_ptr<sq::PeakRssAnonSampler> mem;
     if (report_memory) mem = std::make_unique<sq::PeakRssAnonSampler>();
     // A Hugging Face directory is read one layer at a time (memory: one layer, not the model),
     // except for what runs the whole model: --alpha auto, fitting a nuq KV format.
-    const bool whole = o.alpha_auto || kv_spec.kind == sq::KVKind::Nuq;
+    const bool whole = o.alpha_auto || kv_spec.kind == sq::KVKind::Nuq || mixed;
     {  // the peak estimate, before anything is loaded
       const sq::ModelFootprint fp = sq::model_footprint(model_path);
       const bool gptq = o.int4.gptq;
-      const bool runs_forward = o.alpha_auto || (gptq && o.gptq_hessians != "file") || o.atom.clip == "search";
+      const bool runs_forward = o.alpha_auto || (gptq && o.gptq_hessians != "file") || o.atom.clip == "search" || mixed;
       sq::check_memory_fits(sq::estimate_convert(fp, fp.format == "hf-safetensors" && !whole, gptq, runs_forward,
                                                  std::min(512, fp.config.max_seq_len), omp_get_max_threads()),
                             sq::current_memory_budget(), "sq-convert of " + model_path,
-                            "a Hugging Face directory is converted one layer at a time (without --alpha auto or a nuq KV format)");
+                            "a Hugging Face directory is converted one layer at a time (without --alpha auto, a nuq KV format or "
+                            "--bits-per-weight / --max-kld)");
     }
     const sq::LayerStream stream(model_path, !whole);
     const sq::LoadedModel& src = stream.model();
@@ -211,6 +236,12 @@ int main(int argc, char** argv) {
     o.progress = [&](int64_t done, int64_t total) {
       if (!bar) bar = std::make_unique<sq::ProgressBar>("sq-convert", total, "layers", !quiet);
       bar->update(done);
+    };
+    std::unique_ptr<sq::ProgressBar> sens_bar;
+    o.mixed_progress = [&](int64_t done, int64_t total) {
+      if (!sens_bar) sens_bar = std::make_unique<sq::ProgressBar>("sq-convert sensitivity", total, "linears", !quiet);
+      sens_bar->update(done);
+      if (done == total) sens_bar->finish();
     };
     const sq::ConvertSummary s = sq::convert_model(stream, o, out_path);
     if (bar) bar->finish();
@@ -237,6 +268,26 @@ int main(int argc, char** argv) {
     }
     std::printf("sq-convert: %s -> %s (%s, %.2f MiB)\n", model_path.c_str(), out_path.c_str(), scheme.c_str(),
                 static_cast<double>(s.file_bytes) / (1 << 20));
+    if (!s.mixed.is_null()) {  // the chosen assignment: the INT8 linears, most sensitive first
+      const auto& m = s.mixed;
+      std::printf("mixed precision: %d of %zu linears as INT8 rows, %.3f bits/weight over the quantized linears, estimated KLD %.4f "
+                  "(sum of single-linear KLDs on %lld calibration tokens)",
+                  m.at("int8_linears").get<int>(), m.at("linears").size(), m.at("bits_per_weight").get<double>(),
+                  m.at("estimated_kld").get<double>(), m.at("sensitivity").at("tokens").get<long long>());
+      if (m.at("calibration_kld").is_number())
+        std::printf(", measured %.4f with every linear in its format (%d assignment round%s)", m.at("calibration_kld").get<double>(),
+                    m.at("assignment_rounds").get<int>(), m.at("assignment_rounds").get<int>() == 1 ? "" : "s");
+      std::printf("\n");
+      std::vector<const nlohmann::json*> int8;
+      for (const auto& l : m.at("linears"))
+        if (l.at("format") == "int8") int8.push_back(&l);
+      std::stable_sort(int8.begin(), int8.end(), [](const nlohmann::json* a, const nlohmann::json* b) {
+        return a->at("kld_int4").get<double>() > b->at("kld_int4").get<double>();
+      });
+      for (const nlohmann::json* l : int8)
+        std::printf("  int8 %-44s KLD as 4-bit %.5f, as INT8 %.6f\n", l->at("name").get<std::string>().c_str(),
+                    l->at("kld_int4").get<double>(), l->at("kld_int8_estimate").get<double>());
+    }
     if (!s.groups.empty()) {
       std::string sites;  // the mappings of a layer (calib/smoothing_mappings.h), e.g. no ffn_input under a shared input norm
       for (const auto& g : s.groups)

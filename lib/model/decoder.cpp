@@ -265,7 +265,6 @@ void Decoder::forward_tail(const int32_t* tokens, int64_t n, int64_t first_row, 
 void Decoder::run_and_project(const int32_t* tokens, int64_t n, int64_t first, KVCache& cache, Workspace& ws, float* logits,
                               ActivationObserver* obs) const {
   const ModelConfig& c = config_;
-  const DecoderSpec& sp = c.spec;
   const int64_t d = c.dim;
   const int64_t p0 = cache.length();
   if (p0 + n > cache.capacity())
@@ -283,9 +282,19 @@ void Decoder::run_and_project(const int32_t* tokens, int64_t n, int64_t first, K
 
   const int64_t rows = n - first;  // logits of rows first … n−1
   if (rows <= 0) return;
-  float* xn = ws.xn.data();
-  ops::norm(sp.norm, x + first * d, final_norm_.data(), globals_.final_norm_bias.data(), xn, rows, static_cast<int>(d), c.norm_eps);
+  project_with(x + first * d, rows, ws.xn.data(), logits);
+}
+
+void Decoder::project_with(const float* x, int64_t rows, float* xn, float* logits) const {
+  const ModelConfig& c = config_;
+  ops::norm(c.spec.norm, x, final_norm_.data(), globals_.final_norm_bias.data(), xn, rows, static_cast<int>(c.dim), c.norm_eps);
   lm_head_->forward(xn, rows, logits);  // logits[rows, vocab]
+}
+
+void Decoder::project(const float* x, int64_t rows, float* logits) const {
+  if (rows <= 0) return;
+  std::vector<float> xn(static_cast<size_t>(rows * config_.dim));
+  project_with(x, rows, xn.data(), logits);
 }
 
 void Decoder::forward_layer(int l, const DecoderLayer& L, float* x, int64_t n, KVCache& cache, Workspace& ws,

@@ -223,6 +223,11 @@ class Decoder {
   /// Public so that benchmarks can time it against the fused nuq decode kernel.
   void attention(const float* q, const float* keys, const float* values, int64_t n, int64_t p0, float* out,
                  Workspace& ws, int window = 0) const;
+  /// logits [rows, vocab] row-major of the final hidden states x [rows, dim] (the output of the last
+  /// layer): the final norm (with its bias where the spec has one), then the LM head, as forward()
+  /// ends. For callers that run the layers themselves (forward_layer), e.g. the converter's
+  /// per-linear sensitivity (calib/mixed_precision.h). x is left unchanged.
+  void project(const float* x, int64_t rows, float* logits) const;
   /// Mutable access for converters that rebuild layers (e.g. replacing DenseLinear by a quantized Linear).
   std::vector<DecoderLayer>& mutable_layers() { return layers_; }
   void set_lm_head(std::unique_ptr<Linear> head) { lm_head_ = std::move(head); }
@@ -233,6 +238,8 @@ class Decoder {
   /// forward()'s body: runs the n tokens and writes the logits of rows first … n−1 (none when first == n).
   void run_and_project(const int32_t* tokens, int64_t n, int64_t first, KVCache& cache, Workspace& ws, float* logits,
                        ActivationObserver* obs) const;
+  /// project() with the caller's scratch xn [rows, dim] for the normed rows.
+  void project_with(const float* x, int64_t rows, float* xn, float* logits) const;
   /// Rows [row, row + n) of a layer's input that continue `cache` from position p0.
   struct LayerBlock {
     int64_t row, n;

@@ -350,6 +350,12 @@ std::string atom_order_name(int layer, ActivationSite site) {
   return names::layer(layer) + activation_site_name(site) + ".order";
 }
 
+/// header quantization.int8_activations ("fp32": the weight-only schemes' INT8 linears run as
+/// W8A16), or head_activations, its name in files written before mixed precision; "" when absent.
+std::string int8_activations(const nlohmann::json& quant) {
+  return quant.value("int8_activations", quant.value("head_activations", std::string()));
+}
+
 std::unique_ptr<Linear> load_linear(const std::shared_ptr<SqmFile>& f, const std::string& base, int64_t out, int64_t in,
                                     bool has_bias, const nlohmann::json& quant, const std::string& order_name = "") {
   const std::string wname = base + ".weight";
@@ -370,8 +376,8 @@ std::unique_ptr<Linear> load_linear(const std::shared_ptr<SqmFile>& f, const std
     throw InputError(f->path() + ": tensor '" + sname + "' has " + std::to_string(n_scales) + " scales, expected " +
                      std::to_string(out) + " (per-channel) or 1 (per-tensor)");
   const Tensor scales = load_float(f, sname, f->info(sname).shape);
-  if (quant.value("head_activations", std::string()) == "fp32") {
-    // The INT8 embedding / head of a weight-only file (the only INT8 linear there): W8A16.
+  if (int8_activations(quant) == "fp32") {
+    // The INT8 linears of a weight-only file (the embedding / head, mixed-precision linears): W8A16.
     const SqmBytes raw = f->raw(wname);
     try {
       return std::make_unique<W8A16Linear>(std::vector<int8_t>(reinterpret_cast<const int8_t*>(raw.data), reinterpret_cast<const int8_t*>(raw.data) + raw.size),
@@ -412,6 +418,9 @@ std::unique_ptr<Decoder> build_model_from_sqm(const std::shared_ptr<SqmFile>& f)
   const nlohmann::json& h = f->header();
   const ModelConfig c = model_config_from_json(h.contains("model_config") ? h.at("model_config") : nlohmann::json(), f->path());
   const nlohmann::json quant = h.value("quantization", nlohmann::json::object());
+  const std::string int8_act = int8_activations(quant);
+  if (!int8_act.empty() && int8_act != "fp32")
+    throw InputError(f->path() + ": header quantization.int8_activations is '" + int8_act + "', expected 'fp32'");
   const int64_t d = c.dim;
   check_layer_count(c.n_layers, f->names(), f->path() + ": model_config", "n_layers");  // before allocating per layer
   const SqmSource src(f, quant);
@@ -421,13 +430,10 @@ std::unique_ptr<Decoder> build_model_from_sqm(const std::shared_ptr<SqmFile>& f)
   DecoderGlobals globals = build_decoder_globals(c, src);
   // --quantize-head: the embedding is INT8 rows (+ per-row scales); a tied LM head is the same
   // INT8 matrix run as a linear with per-output-channel (= per-row) scales: W8A8 (the activation
-  // mode of header quantization.act) or, when quantization.head_activations is "fp32" (the
+  // mode of header quantization.act) or, when quantization.int8_activations is "fp32" (the
   // weight-only schemes), W8A16.
   const bool embed_q = f->has(names::kEmbed) && f->info(names::kEmbed).dtype == SqmDType::I8;
   Tensor embed = embed_q ? Tensor() : load_float(f, names::kEmbed, {c.vocab_size, d});
-  const std::string head_act = quant.value("head_activations", std::string());
-  if (!head_act.empty() && head_act != "fp32")
-    throw InputError(f->path() + ": header quantization.head_activations is '" + head_act + "', expected 'fp32'");
   std::unique_ptr<Linear> head;
   if (c.tied_embeddings && !f->has(names::kLmHead))
     head = embed_q ? load_linear(f, "model.embed_tokens", c.vocab_size, d, false, quant) : std::make_unique<DenseLinear>(embed);

@@ -1,0 +1,230 @@
+#include "calib/mixed_precision.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+
+#include <omp.h>
+
+#include "calib/window_runner.h"
+#include "core/error.h"
+#include "eval/kl_divergence.h"
+#include "runtime/kv_cache.h"
+
+namespace sq {
+
+namespace {
+
+/// A linear owned elsewhere (the FP32 model's), lent to a layer copy for one measurement.
+class BorrowedLinear final : public Linear {
+ public:
+  explicit BorrowedLinear(const Linear& l) : l_(l) {}
+  int64_t in_features() const override { return l_.in_features(); }
+  int64_t out_features() const override { return l_.out_features(); }
+  void forward(const float* x, int64_t n, float* y) const override { l_.forward(x, n, y); }
+  std::string format() const override { return l_.format(); }
+  int64_t weight_bytes() const override { return 0; }  // counted by its owner
+
+ private:
+  const Linear& l_;
+};
+
+/// One calibration window through the FP32 model: every layer's input and the logits of
+/// positions 0 … n−2.
+struct ReferenceWindow {
+  std::vector<std::vector<float>> inputs;  ///< [n_layers][n·dim]
+  std::vector<float> logits;               ///< [(n − 1)·vocab]
+};
+
+/// Runs layers l0 … n_layers−1 over x [n, dim] in place (layer l0 with weights `first`, the others
+/// the model's own), then writes the logits of rows 0 … n−2 into `logits`. With `keep`, stores
+/// each layer's input in (*keep)[l].
+void run_tail(const Decoder& model, int l0, const DecoderLayer& first, std::vector<float>& x, int64_t n, float* logits,
+              std::vector<std::vector<float>>* keep) {
+  const ModelConfig& c = model.config();
+  KVCache cache(c, n);
+  Workspace ws;
+  for (int l = l0; l < c.n_layers; ++l) {
+    if (keep) (*keep)[size_t(l)] = x;
+    model.forward_layer(l, l == l0 ? first : model.layers()[size_t(l)], x.data(), n, cache, ws);
+  }
+  model.project(x.data(), n - 1, logits);
+}
+
+}  // namespace
+
+std::vector<double> single_linear_kld(const Decoder& model, const std::vector<std::vector<int32_t>>& windows,
+                                      const std::vector<LinearSlot>& slots,
+                                      const std::function<std::unique_ptr<Linear>(const LinearSlot&)>& replacement,
+                                      const std::function<void(int64_t, int64_t)>& progress) {
+  const ModelConfig& c = model.config();
+  if (windows.empty()) throw std::invalid_argument("single_linear_kld: no calibration windows");
+  for (const auto& w : windows)
+    if (w.size() < 2) throw std::invalid_argument("single_linear_kld: a window of " + std::to_string(w.size()) + " tokens (need ≥ 2)");
+  const int64_t V = c.vocab_size, W = static_cast<int64_t>(windows.size());
+  // Small models run one window per thread (their ops are too small to split), as the layer-wise
+  // calibration does (calib/window_runner.h); results do not depend on the order.
+  const int threads = runs_windows_in_parallel(c) ? omp_get_max_threads() : 1;
+
+  std::vector<ReferenceWindow> ref(windows.size());
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1 && W > 1)
+  for (int64_t w = 0; w < W; ++w) {
+    const std::vector<int32_t>& t = windows[size_t(w)];
+    const int64_t n = static_cast<int64_t>(t.size());
+    ReferenceWindow& r = ref[size_t(w)];
+    r.inputs.resize(size_t(c.n_layers));
+    r.logits.resize(size_t((n - 1) * V));
+    std::vector<float> x(size_t(n * c.dim));
+    model.embed(t.data(), n, x.data());
+    if (c.n_layers == 0) model.project(x.data(), n - 1, r.logits.data());
+    else run_tail(model, 0, model.layers()[0], x, n, r.logits.data(), &r.inputs);
+  }
+
+  int64_t scored = 0;
+  for (const auto& t : windows) scored += static_cast<int64_t>(t.size()) - 1;
+  std::vector<double> kld(slots.size(), 0.0);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const LinearSlot& s = slots[i];
+    const DecoderLayer& fp32 = model.layers().at(size_t(s.layer));
+    DecoderLayer layer = copy_layer_tensors(c, s.layer, fp32);
+    for (const LinearSlot& t : decoder_layer_linears(c, s.layer)) {
+      const Linear* lin = linear_of(fp32, t);
+      if (t.name == s.name) linear_slot(layer, t) = replacement(s);
+      else if (lin) linear_slot(layer, t) = std::make_unique<BorrowedLinear>(*lin);
+    }
+    std::vector<double> per_window(windows.size(), 0.0);
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1 && W > 1)
+    for (int64_t w = 0; w < W; ++w) {
+      const std::vector<int32_t>& t = windows[size_t(w)];
+      const int64_t n = static_cast<int64_t>(t.size());
+      const ReferenceWindow& r = ref[size_t(w)];
+      std::vector<float> x = r.inputs[size_t(s.layer)];
+      std::vector<float> logits(size_t((n - 1) * V));
+      run_tail(model, s.layer, layer, x, n, logits.data(), nullptr);
+      double sum = 0;
+      for (int64_t p = 0; p + 1 < n; ++p)
+        sum += compare_token_logits(r.logits.data() + p * V, logits.data() + p * V, static_cast<int>(V), t[size_t(p + 1)]).kld;
+      per_window[size_t(w)] = sum;
+    }
+    kld[i] = std::accumulate(per_window.begin(), per_window.end(), 0.0) / double(scored);  // window order: deterministic
+    if (progress) progress(int64_t(i) + 1, int64_t(slots.size()));
+  }
+  return kld;
+}
+
+double replaced_model_kld(const Decoder& model, const std::vector<std::vector<int32_t>>& windows, const std::vector<LinearSlot>& slots,
+                          const std::function<std::unique_ptr<Linear>(const LinearSlot&)>& replacement) {
+  const ModelConfig& c = model.config();
+  if (windows.empty()) throw std::invalid_argument("replaced_model_kld: no calibration windows");
+  for (const auto& w : windows)
+    if (w.size() < 2) throw std::invalid_argument("replaced_model_kld: a window of " + std::to_string(w.size()) + " tokens (need ≥ 2)");
+  // The replaced layers: every linear borrowed from the FP32 layer except those in `slots`.
+  std::vector<DecoderLayer> layers;
+  layers.reserve(size_t(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const DecoderLayer& fp32 = model.layers()[size_t(l)];
+    layers.push_back(copy_layer_tensors(c, l, fp32));
+    for (const LinearSlot& t : decoder_layer_linears(c, l))
+      if (const Linear* lin = linear_of(fp32, t)) linear_slot(layers.back(), t) = std::make_unique<BorrowedLinear>(*lin);
+  }
+  for (const LinearSlot& s : slots) linear_slot(layers.at(size_t(s.layer)), s) = replacement(s);
+  const int64_t V = c.vocab_size, W = static_cast<int64_t>(windows.size());
+  const int threads = runs_windows_in_parallel(c) ? omp_get_max_threads() : 1;
+  std::vector<double> per_window(windows.size(), 0.0);
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1 && W > 1)
+  for (int64_t w = 0; w < W; ++w) {
+    const std::vector<int32_t>& t = windows[size_t(w)];
+    const int64_t n = static_cast<int64_t>(t.size());
+    std::vector<float> ref(size_t((n - 1) * V)), test(size_t((n - 1) * V));
+    for (int pass = 0; pass < 2; ++pass) {
+      std::vector<float> x(size_t(n * c.dim));
+      model.embed(t.data(), n, x.data());
+      KVCache cache(c, n);
+      Workspace ws;
+      for (int l = 0; l < c.n_layers; ++l)
+        model.forward_layer(l, pass == 0 ? model.layers()[size_t(l)] : layers[size_t(l)], x.data(), n, cache, ws);
+      model.project(x.data(), n - 1, (pass == 0 ? ref : test).data());
+    }
+    double sum = 0;
+    for (int64_t p = 0; p + 1 < n; ++p)
+      sum += compare_token_logits(ref.data() + p * V, test.data() + p * V, static_cast<int>(V), t[size_t(p + 1)]).kld;
+    per_window[size_t(w)] = sum;
+  }
+  int64_t scored = 0;
+  for (const auto& t : windows) scored += static_cast<int64_t>(t.size()) - 1;
+  return std::accumulate(per_window.begin(), per_window.end(), 0.0) / double(scored);
+}
+
+PrecisionAssignment assign_precision(const std::vector<PrecisionCandidate>& cand, const PrecisionBudget& budget) {
+  if ((budget.bits_per_weight > 0) == (budget.max_kld > 0))
+    throw UsageError("mixed precision needs exactly one budget: --bits-per-weight B or --max-kld X (both positive)");
+  double weights = 0, bits = 0, kld = 0, bits_all_high = 0, kld_all_high = 0;
+  for (const PrecisionCandidate& p : cand) {
+    if (p.weights <= 0 || !(p.bits_high > p.bits_low))
+      throw std::invalid_argument("assign_precision: candidate '" + p.name + "' needs weights > 0 and bits_high > bits_low");
+    weights += double(p.weights);
+    bits += p.bits_low * double(p.weights);
+    bits_all_high += p.bits_high * double(p.weights);
+    kld += p.kld_low;
+    kld_all_high += p.kld_high;
+  }
+  PrecisionAssignment a;
+  a.high.assign(cand.size(), false);
+  if (cand.empty()) return a;
+  if (budget.bits_per_weight > 0 && budget.bits_per_weight * weights < bits * (1 - 1e-12))
+    throw UsageError("--bits-per-weight " + std::to_string(budget.bits_per_weight) + " is below the scheme's own " +
+                     std::to_string(bits / weights) + " bits per weight (every linear in the low format)");
+  if (budget.max_kld > 0 && kld_all_high > budget.max_kld)
+    throw UsageError("--max-kld " + std::to_string(budget.max_kld) + " is below the estimate with every linear in the 8-bit format (" +
+                     std::to_string(kld_all_high) + ")");
+  std::vector<size_t> order(cand.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  const auto gain = [&](size_t i) {
+    const PrecisionCandidate& p = cand[i];
+    return (p.kld_low - p.kld_high) / ((p.bits_high - p.bits_low) * double(p.weights));
+  };
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return gain(x) > gain(y); });
+  const double bits_cap = budget.bits_per_weight * weights;
+  for (size_t i : order) {
+    if (budget.max_kld > 0 && kld <= budget.max_kld) break;
+    const PrecisionCandidate& p = cand[i];
+    if (!(p.kld_low > p.kld_high)) continue;  // the move saves nothing
+    const double extra = (p.bits_high - p.bits_low) * double(p.weights);
+    if (budget.bits_per_weight > 0 && bits + extra > bits_cap) continue;
+    a.high[i] = true;
+    bits += extra;
+    kld += p.kld_high - p.kld_low;
+  }
+  a.bits_per_weight = bits / weights;
+  a.estimated_kld = kld;
+  return a;
+}
+
+CheckedAssignment assign_precision_checked(const std::vector<PrecisionCandidate>& cand, const PrecisionBudget& budget,
+                                           const std::function<double(const PrecisionAssignment&)>& measure) {
+  CheckedAssignment r;
+  r.assignment = assign_precision(cand, budget);
+  r.measured_kld = measure(r.assignment);
+  r.rounds = 1;
+  PrecisionBudget b = budget;
+  while (budget.max_kld > 0 && r.measured_kld > budget.max_kld) {
+    const PrecisionAssignment all = assign_precision(cand, {1e9, 0});  // every move that saves KLD
+    if (r.assignment.high == all.high || r.rounds == 8)
+      throw UsageError("--max-kld " + std::to_string(budget.max_kld) + " is not met on the calibration windows: " +
+                       std::to_string(r.measured_kld) + " with " +
+                       std::to_string(std::count(r.assignment.high.begin(), r.assignment.high.end(), true)) + " of " +
+                       std::to_string(cand.size()) + " linears in the high format");
+    b.max_kld *= budget.max_kld / r.measured_kld;
+    try {
+      r.assignment = assign_precision(cand, b);
+    } catch (const UsageError&) {  // the scaled budget is below the all-high estimate
+      r.assignment = all;
+    }
+    r.measured_kld = measure(r.assignment);
+    ++r.rounds;
+  }
+  return r;
+}
+
+}  // namespace sq
