@@ -26,6 +26,15 @@ convert gptqao-g128-mse "${G128[@]}" --gptq --act-order --calib "$OUT/calib.h5" 
 convert rtn-g32-mse-calib-head --scheme w4a16 --group-size 32 --calib "$OUT/calib.h5"
 convert gptqao-g32-mse-head --scheme w4a16 --group-size 32 --gptq --act-order --calib "$OUT/calib.h5" --gptq-hessians file
 convert rtn-g128-mse-calib-head --scheme w4a16 --calib "$OUT/calib.h5"
+# Mixed precision (docs/quantization.md): the sensitivities are measured once (the 5.5-bit file) and
+# reused by the other budgets; the 5.63-bit file is llama.cpp Q4_K_M + imatrix's size on SmolLM2.
+A32=(--scheme w4a16 --group-size 32 --asym --calib "$OUT/calib.h5")
+convert rtn-g32a-mse-calib-head "${A32[@]}"
+convert gptqao-g32a-mse-head "${A32[@]}" --gptq --act-order --gptq-hessians file
+convert rtn-g32a-mixed5.5 "${A32[@]}" --bits-per-weight 5.5
+convert gptqao-g32a-mixed5.63-seq "${A32[@]}" --gptq --act-order --gptq-hessians sequential --bits-per-weight 5.63 \
+  --sensitivity-from "$OUT/rtn-g32a-mixed5.5.sqm"
+convert rtn-g32a-kld0.01 "${A32[@]}" --max-kld 0.01 --sensitivity-from "$OUT/rtn-g32a-mixed5.5.sqm"
 begin_table
 row "FP32" "$OUT/f32.sqm"
 row "RTN g32 sym, minmax (absmax/7)" "$OUT/rtn-g32-minmax.sqm"
@@ -37,6 +46,11 @@ row "GPTQ act-order g128 sym, mse (diag H)" "$OUT/gptqao-g128-mse.sqm"
 row "RTN g32 sym, mse (calibration Σx²) + INT8 head" "$OUT/rtn-g32-mse-calib-head.sqm"
 row "GPTQ act-order g32 sym, mse (diag H) + INT8 head" "$OUT/gptqao-g32-mse-head.sqm"
 row "RTN g128 sym, mse (calibration Σx²) + INT8 head (the --scheme w4a16 --calib default)" "$OUT/rtn-g128-mse-calib-head.sqm"
+row "RTN g32 asym, mse (calibration Σx²) + INT8 head" "$OUT/rtn-g32a-mse-calib-head.sqm"
+row "GPTQ act-order g32 asym, mse (diag H) + INT8 head" "$OUT/gptqao-g32a-mse-head.sqm"
+row "RTN g32 asym + INT8 head, --bits-per-weight 5.5" "$OUT/rtn-g32a-mixed5.5.sqm"
+row "GPTQ act-order g32 asym (sequential H) + INT8 head, --bits-per-weight 5.63" "$OUT/gptqao-g32a-mixed5.63-seq.sqm"
+row "RTN g32 asym + INT8 head, --max-kld 0.01" "$OUT/rtn-g32a-kld0.01.sqm"
 print_tables "sqkit W4A16 recipe" "linear bits/w" "file bits/w" "file bytes"
 
 [[ -n ${LLAMA_CPP_BIN:-} ]] || exit 0
