@@ -30,6 +30,23 @@ class BorrowedLinear final : public Linear {
   const Linear& l_;
 };
 
+/// Checks the windows before any parallel region (an exception must not leave one): at least one,
+/// each of 2 … max_seq_len tokens with ids in the vocabulary. `who` names the caller.
+void check_windows(const ModelConfig& c, const std::vector<std::vector<int32_t>>& windows, const char* who) {
+  if (windows.empty()) throw std::invalid_argument(std::string(who) + ": no calibration windows");
+  for (size_t w = 0; w < windows.size(); ++w) {
+    const auto& t = windows[w];
+    if (t.size() < 2) throw std::invalid_argument(std::string(who) + ": a window of " + std::to_string(t.size()) + " tokens (need ≥ 2)");
+    if (static_cast<int64_t>(t.size()) > c.max_seq_len)
+      throw std::length_error(std::string(who) + ": window " + std::to_string(w) + " of " + std::to_string(t.size()) +
+                              " tokens exceeds the model's context of " + std::to_string(c.max_seq_len));
+    for (int32_t id : t)
+      if (id < 0 || id >= c.vocab_size)
+        throw std::out_of_range(std::string(who) + ": token id " + std::to_string(id) + " in window " + std::to_string(w) +
+                                " is outside the vocabulary of " + std::to_string(c.vocab_size));
+  }
+}
+
 /// One calibration window through the FP32 model: every layer's input and the logits of
 /// positions 0 … n−2.
 struct ReferenceWindow {
@@ -59,9 +76,7 @@ std::vector<double> single_linear_kld(const Decoder& model, const std::vector<st
                                       const std::function<std::unique_ptr<Linear>(const LinearSlot&)>& replacement,
                                       const std::function<void(int64_t, int64_t)>& progress) {
   const ModelConfig& c = model.config();
-  if (windows.empty()) throw std::invalid_argument("single_linear_kld: no calibration windows");
-  for (const auto& w : windows)
-    if (w.size() < 2) throw std::invalid_argument("single_linear_kld: a window of " + std::to_string(w.size()) + " tokens (need ≥ 2)");
+  check_windows(c, windows, "single_linear_kld");
   const int64_t V = c.vocab_size, W = static_cast<int64_t>(windows.size());
   // Small models run one window per thread (their ops are too small to split), as the layer-wise
   // calibration does (calib/window_runner.h); results do not depend on the order.
@@ -108,6 +123,8 @@ std::vector<double> single_linear_kld(const Decoder& model, const std::vector<st
       per_window[size_t(w)] = sum;
     }
     kld[i] = std::accumulate(per_window.begin(), per_window.end(), 0.0) / double(scored);  // window order: deterministic
+    if (!std::isfinite(kld[i]))
+      throw InputError(s.name + ": the model's KL divergence with this linear replaced is not finite (a non-finite logit)");
     if (progress) progress(int64_t(i) + 1, int64_t(slots.size()));
   }
   return kld;
@@ -116,9 +133,7 @@ std::vector<double> single_linear_kld(const Decoder& model, const std::vector<st
 double replaced_model_kld(const Decoder& model, const std::vector<std::vector<int32_t>>& windows, const std::vector<LinearSlot>& slots,
                           const std::function<std::unique_ptr<Linear>(const LinearSlot&)>& replacement) {
   const ModelConfig& c = model.config();
-  if (windows.empty()) throw std::invalid_argument("replaced_model_kld: no calibration windows");
-  for (const auto& w : windows)
-    if (w.size() < 2) throw std::invalid_argument("replaced_model_kld: a window of " + std::to_string(w.size()) + " tokens (need ≥ 2)");
+  check_windows(c, windows, "replaced_model_kld");
   // The replaced layers: every linear borrowed from the FP32 layer except those in `slots`.
   std::vector<DecoderLayer> layers;
   layers.reserve(size_t(c.n_layers));
@@ -153,7 +168,9 @@ double replaced_model_kld(const Decoder& model, const std::vector<std::vector<in
   }
   int64_t scored = 0;
   for (const auto& t : windows) scored += static_cast<int64_t>(t.size()) - 1;
-  return std::accumulate(per_window.begin(), per_window.end(), 0.0) / double(scored);
+  const double kld = std::accumulate(per_window.begin(), per_window.end(), 0.0) / double(scored);
+  if (!std::isfinite(kld)) throw InputError("the model's KL divergence with its linears replaced is not finite (a non-finite logit)");
+  return kld;
 }
 
 PrecisionAssignment assign_precision(const std::vector<PrecisionCandidate>& cand, const PrecisionBudget& budget) {

@@ -31,7 +31,9 @@ namespace sq {
 /// (4·n_layers·dim bytes per token) and the FP32 logits (4·vocab bytes per scored position);
 /// each slot then re-runs its own layer and the layers after it. `progress(done, total)` (may be
 /// empty) is called after each slot. Throws std::invalid_argument for no windows or a window
-/// shorter than 2 tokens, and whatever Decoder::forward_layer and `replacement` throw.
+/// shorter than 2 tokens, std::length_error for one longer than the model's context,
+/// std::out_of_range for a token id outside the vocabulary (all before any work), InputError naming
+/// the linear when its KLD is not finite, and whatever `replacement` throws.
 std::vector<double> single_linear_kld(const Decoder& model, const std::vector<std::vector<int32_t>>& windows,
                                       const std::vector<LinearSlot>& slots,
                                       const std::function<std::unique_ptr<Linear>(const LinearSlot&)>& replacement,

@@ -119,6 +119,22 @@ TEST(MixedPrecision, SingleLinearKldEqualsTheWholeModelWithThatLinearReplaced) {
   EXPECT_EQ(zero.at(0), 0.0);
   EXPECT_THROW(single_linear_kld(*ref.model, {}, slots, nullptr), std::invalid_argument);
   EXPECT_THROW(single_linear_kld(*ref.model, {{1}}, slots, nullptr), std::invalid_argument);
+  EXPECT_THROW(single_linear_kld(*ref.model, {{1, c.vocab_size}}, slots, nullptr), std::out_of_range);
+  EXPECT_THROW(single_linear_kld(*ref.model, {std::vector<int32_t>(size_t(c.max_seq_len) + 1, 1)}, slots, nullptr), std::length_error);
+  EXPECT_THROW(replaced_model_kld(*ref.model, {{1, -1}}, slots, nullptr), std::out_of_range);
+  // A replacement whose outputs are NaN is named, not ranked.
+  const auto nan_linear = [&](const LinearSlot& s) -> std::unique_ptr<Linear> {
+    const auto& d = dynamic_cast<const DenseLinear&>(*linear_of(ref.model->layers()[size_t(s.layer)], s));
+    Tensor w = d.weight().clone();  // Tensor copies share storage
+    w.mutable_data()[0] = std::nanf("");
+    return std::make_unique<DenseLinear>(w, d.bias());
+  };
+  try {
+    single_linear_kld(*ref.model, windows, {slots[0]}, nan_linear);
+    ADD_FAILURE() << "no error for a NaN linear";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(slots[0].name), std::string::npos) << e.what();
+  }
 }
 
 /// Twelve equal-size candidates with KLD savings in a random order.
