@@ -140,8 +140,18 @@ def cmd_ct(args):
             local = {k[len(m) + 1:]: v for k, v in tensors.items() if k.startswith(m + ".") and k[len(m) + 1:].startswith(("weight", "input"))}
             out = compressor.decompress(local, scheme)
             w = out["weight"].float()
-            # A tied head (the INT8 embedding run as lm_head) is the embedding in the plain export.
-            r = (ref[m + ".weight"] if m + ".weight" in ref else ref["model.embed_tokens.weight"]).float()
+            # A tied head (the INT8 embedding run as lm_head) is the embedding in the plain export,
+            # named by the architecture (model.embed_tokens, OPT's model.decoder.embed_tokens,
+            # GPT-2's transformer.wte, BLOOM's word_embeddings, GPT-NeoX's embed_in).
+            if m + ".weight" in ref:
+                r = ref[m + ".weight"].float()
+            else:
+                tied = [k for k in ref if k.endswith(".weight") and tuple(ref[k].shape) == tuple(w.shape)
+                        and any(s in k for s in ("embed_tokens", "wte", "word_embeddings", "embed_in"))]
+                if len(tied) != 1:
+                    fail(f"{m}: no single embedding in the plain export to compare with (candidates {tied})", report)
+                    continue
+                r = ref[tied[0]].float()
             if w.shape != r.shape:
                 fail(f"{m}: decompressed shape {tuple(w.shape)} vs sqkit {tuple(r.shape)}", report)
                 continue

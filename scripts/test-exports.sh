@@ -122,9 +122,10 @@ EOF
       extra=(--sqkit-sim-tol "$TOL_W8")
       # transformers 5.24 limitations (docs/formats.md "Exports"): asymmetric pack-quantized and
       # Falcon's FalconLinear load only decompressed; Mixtral's expert fusing on load fails on
-      # quantized experts (W8A8, asymmetric W4A16): those are checked by decompression alone.
+      # quantized experts (W8A8, asymmetric W4A16, INT8 experts of mixed precision): those are
+      # checked by decompression alone.
       [[ $scheme == w4a16-asym || ( $arch == falcon && $scheme == w4a16-* ) ]] && extra+=(--ct-dequantize)
-      [[ $arch == mixtral-moe && ( $scheme == w8a8-* || $scheme == w4a16-asym ) ]] &&
+      [[ $arch == mixtral-moe && ( $scheme == w8a8-* || $scheme == w4a16-asym || $scheme == w4a16-mixed ) ]] &&
         extra+=(--no-transformers "transformers 5.24 fuses Mixtral's experts on load and fails on quantized ones")
       check "$arch $scheme compressed-tensors" $CHECK ct "$m.ct" --dequantized "$m.hf" --token-ids "$w/ids.json" \
         --sqkit-logits "$m.npy" --logit-tol "$tol" "${extra[@]}"
