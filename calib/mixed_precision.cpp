@@ -54,19 +54,37 @@ struct ReferenceWindow {
   std::vector<float> logits;               ///< [(n − 1)·vocab]
 };
 
-/// Runs layers l0 … n_layers−1 over x [n, dim] in place (layer l0 with weights `first`, the others
-/// the model's own), then writes the logits of rows 0 … n−2 into `logits`. With `keep`, stores
-/// each layer's input in (*keep)[l].
-void run_tail(const Decoder& model, int l0, const DecoderLayer& first, std::vector<float>& x, int64_t n, float* logits,
-              std::vector<std::vector<float>>* keep) {
+/// Runs layers l0 … n_layers−1 over x [n, dim] in place, layer l with weights layer_at(l), then
+/// writes the logits of rows 0 … n−2 into `logits`. With `keep`, stores each layer's input in
+/// (*keep)[l].
+void run_tail(const Decoder& model, int l0, const std::function<const DecoderLayer&(int)>& layer_at, std::vector<float>& x, int64_t n,
+              float* logits, std::vector<std::vector<float>>* keep = nullptr) {
   const ModelConfig& c = model.config();
   KVCache cache(c, n);
   Workspace ws;
   for (int l = l0; l < c.n_layers; ++l) {
     if (keep) (*keep)[size_t(l)] = x;
-    model.forward_layer(l, l == l0 ? first : model.layers()[size_t(l)], x.data(), n, cache, ws);
+    model.forward_layer(l, layer_at(l), x.data(), n, cache, ws);
   }
   model.project(x.data(), n - 1, logits);
+}
+
+/// Σ over positions p = 0 … n−2 of window `t` of the KLD of `test` against `ref` (logits [n − 1, V]).
+double window_kld_sum(const float* ref, const float* test, int64_t V, const std::vector<int32_t>& t) {
+  double sum = 0;
+  for (int64_t p = 0; p + 2 <= static_cast<int64_t>(t.size()); ++p)
+    sum += compare_token_logits(ref + p * V, test + p * V, static_cast<int>(V), t[size_t(p + 1)]).kld;
+  return sum;
+}
+
+/// The per-window sums in window order (deterministic for any thread count) over every scored
+/// position; throws InputError starting with `what` when the mean is not finite.
+double mean_kld(const std::vector<double>& per_window, const std::vector<std::vector<int32_t>>& windows, const std::string& what) {
+  int64_t scored = 0;
+  for (const auto& t : windows) scored += static_cast<int64_t>(t.size()) - 1;
+  const double kld = std::accumulate(per_window.begin(), per_window.end(), 0.0) / double(scored);
+  if (!std::isfinite(kld)) throw InputError(what + " is not finite (a non-finite logit)");
+  return kld;
 }
 
 }  // namespace
@@ -82,6 +100,7 @@ std::vector<double> single_linear_kld(const Decoder& model, const std::vector<st
   // calibration does (calib/window_runner.h); results do not depend on the order.
   const int threads = runs_windows_in_parallel(c) ? omp_get_max_threads() : 1;
 
+  const auto fp32_layer = [&](int l) -> const DecoderLayer& { return model.layers()[size_t(l)]; };
   std::vector<ReferenceWindow> ref(windows.size());
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1 && W > 1)
   for (int64_t w = 0; w < W; ++w) {
@@ -92,12 +111,9 @@ std::vector<double> single_linear_kld(const Decoder& model, const std::vector<st
     r.logits.resize(size_t((n - 1) * V));
     std::vector<float> x(size_t(n * c.dim));
     model.embed(t.data(), n, x.data());
-    if (c.n_layers == 0) model.project(x.data(), n - 1, r.logits.data());
-    else run_tail(model, 0, model.layers()[0], x, n, r.logits.data(), &r.inputs);
+    run_tail(model, 0, fp32_layer, x, n, r.logits.data(), &r.inputs);
   }
 
-  int64_t scored = 0;
-  for (const auto& t : windows) scored += static_cast<int64_t>(t.size()) - 1;
   std::vector<double> kld(slots.size(), 0.0);
   for (size_t i = 0; i < slots.size(); ++i) {
     const LinearSlot& s = slots[i];
@@ -116,15 +132,10 @@ std::vector<double> single_linear_kld(const Decoder& model, const std::vector<st
       const ReferenceWindow& r = ref[size_t(w)];
       std::vector<float> x = r.inputs[size_t(s.layer)];
       std::vector<float> logits(size_t((n - 1) * V));
-      run_tail(model, s.layer, layer, x, n, logits.data(), nullptr);
-      double sum = 0;
-      for (int64_t p = 0; p + 1 < n; ++p)
-        sum += compare_token_logits(r.logits.data() + p * V, logits.data() + p * V, static_cast<int>(V), t[size_t(p + 1)]).kld;
-      per_window[size_t(w)] = sum;
+      run_tail(model, s.layer, [&](int l) -> const DecoderLayer& { return l == s.layer ? layer : fp32_layer(l); }, x, n, logits.data());
+      per_window[size_t(w)] = window_kld_sum(r.logits.data(), logits.data(), V, t);
     }
-    kld[i] = std::accumulate(per_window.begin(), per_window.end(), 0.0) / double(scored);  // window order: deterministic
-    if (!std::isfinite(kld[i]))
-      throw InputError(s.name + ": the model's KL divergence with this linear replaced is not finite (a non-finite logit)");
+    kld[i] = mean_kld(per_window, windows, s.name + ": the model's KL divergence with this linear replaced");
     if (progress) progress(int64_t(i) + 1, int64_t(slots.size()));
   }
   return kld;
@@ -155,21 +166,12 @@ double replaced_model_kld(const Decoder& model, const std::vector<std::vector<in
     for (int pass = 0; pass < 2; ++pass) {
       std::vector<float> x(size_t(n * c.dim));
       model.embed(t.data(), n, x.data());
-      KVCache cache(c, n);
-      Workspace ws;
-      for (int l = 0; l < c.n_layers; ++l)
-        model.forward_layer(l, pass == 0 ? model.layers()[size_t(l)] : layers[size_t(l)], x.data(), n, cache, ws);
-      model.project(x.data(), n - 1, (pass == 0 ? ref : test).data());
+      run_tail(model, 0, [&](int l) -> const DecoderLayer& { return pass == 0 ? model.layers()[size_t(l)] : layers[size_t(l)]; }, x, n,
+               (pass == 0 ? ref : test).data());
     }
-    double sum = 0;
-    for (int64_t p = 0; p + 1 < n; ++p)
-      sum += compare_token_logits(ref.data() + p * V, test.data() + p * V, static_cast<int>(V), t[size_t(p + 1)]).kld;
-    per_window[size_t(w)] = sum;
+    per_window[size_t(w)] = window_kld_sum(ref.data(), test.data(), V, t);
   }
-  int64_t scored = 0;
-  for (const auto& t : windows) scored += static_cast<int64_t>(t.size()) - 1;
-  const double kld = std::accumulate(per_window.begin(), per_window.end(), 0.0) / double(scored);
-  if (!std::isfinite(kld)) throw InputError("the model's KL divergence with its linears replaced is not finite (a non-finite logit)");
+  const double kld = mean_kld(per_window, windows, "the model's KL divergence with its linears replaced");
   return kld;
 }
 

@@ -6,6 +6,7 @@
 // ffn_hidden Hessian pooled over all experts' inputs (lib/model/observer.h) — approximations of the
 // per-expert Hessians, which no statistic records.
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "calib/mixed_precision.h"
@@ -121,28 +122,24 @@ class Int4Quantizer final : public LinearQuantizer {
         if (sequential) linear_slot(converted, s) = dense_linear(w.tensors, s);
         continue;
       }
-      if (int8_.count(s.name)) {  // mixed precision: INT8 rows, run as W8A16
-        const Tensor W = w.tensors.get(s.name + ".weight", {s.out, s.in});
-        Int8Rows r = quantize_int8_rows_fp16_steps(W, s.name);
-        w.release_weight(s);
-        const Tensor bias = s.bias ? w.tensors.get(s.name + ".bias", {s.out}) : Tensor();
-        write_int8_rows(out, r, s.out, s.in, s.name);
-        if (s.bias) write_float(out, s.name + ".bias", bias, ConvertScheme::F32);
-        if (sequential) linear_slot(converted, s) = std::make_unique<W8A16Linear>(std::move(r.codes), std::move(r.steps), s.out, s.in, bias);
-        if (last_use[size_t(s.site)] == i + 1) {
-          if (sequential) inputs_->release_hessian(s.site);
-          else in.release_file_hessian(w.layer, s.site);
-        }
-        continue;
-      }
-      Int4Projection p = quantize_linear_int4(w.tensors.get(s.name + ".weight", {s.out, s.in}), s.name, in.o.int4, H[size_t(s.site)],
-                                              importance(in, w.layer, s));
+      const Tensor W = w.tensors.get(s.name + ".weight", {s.out, s.in});
+      const bool int8 = int8_.count(s.name) > 0;  // mixed precision: INT8 rows, run as W8A16
+      Int8Rows r;
+      Int4Projection p;
+      if (int8) r = quantize_int8_rows_fp16_steps(W, s.name);
+      else p = quantize_linear_int4(W, s.name, in.o.int4, H[size_t(s.site)], importance(in, w.layer, s));
       w.release_weight(s);
       if (last_use[size_t(s.site)] == i + 1) {
         if (sequential) inputs_->release_hessian(s.site);
         else in.release_file_hessian(w.layer, s.site);
       }
       const Tensor bias = s.bias ? w.tensors.get(s.name + ".bias", {s.out}) : Tensor();
+      if (int8) {
+        write_int8_rows(out, r, s.out, s.in, s.name);
+        if (s.bias) write_float(out, s.name + ".bias", bias, ConvertScheme::F32);
+        if (sequential) linear_slot(converted, s) = std::make_unique<W8A16Linear>(std::move(r.codes), std::move(r.steps), s.out, s.in, bias);
+        continue;
+      }
       write_int4_linear(out, p, s.bias ? &bias : nullptr);
       if (sequential) linear_slot(converted, s) = std::make_unique<W4A16Linear>(p.weights, bias);
       summary.int4.push_back({p.name, {}, p.hessian_error});  // the weights are written, not kept
@@ -193,8 +190,9 @@ class Int4Quantizer final : public LinearQuantizer {
     Int4Options rtn = o.int4;
     rtn.gptq = false;
     std::vector<PrecisionCandidate> cand(slots.size());
-    std::vector<double> err4(slots.size()), err8(slots.size());
-    const auto index_of = [&](const LinearSlot& s) { return size_t(std::find_if(slots.begin(), slots.end(), [&](const LinearSlot& t) { return t.name == s.name; }) - slots.begin()); };
+    std::map<std::string, size_t> index;  // slot name -> position in slots / cand
+    for (size_t i = 0; i < slots.size(); ++i) index[slots[i].name] = i;
+    const auto index_of = [&](const LinearSlot& s) { return index.at(s.name); };
     for (size_t i = 0; i < slots.size(); ++i) {  // the two formats' storage: codes, FP16 steps, U4 zero points / FP32 row steps
       const LinearSlot& s = slots[i];
       const int64_t groups = (s.in + o.int4.group_size - 1) / o.int4.group_size;
@@ -203,17 +201,19 @@ class Int4Quantizer final : public LinearQuantizer {
       cand[i].bits_low = (4.0 * double(s.in) + (16.0 + (o.int4.asym ? 4.0 : 0.0)) * double(groups)) / double(s.in);
       cand[i].bits_high = 8.0 + 32.0 / double(s.in);
     }
+    // Each linear's 4-bit weights, quantized once (the sensitivity pass and every check round use them).
+    std::vector<std::unique_ptr<Int4Weights>> q4(slots.size());
+    const auto int4_weights = [&](size_t i) -> const Int4Weights& {
+      if (!q4[i]) {
+        const LinearSlot& s = slots[i];
+        q4[i] = std::make_unique<Int4Weights>(quantize_linear_int4(in.base.get(s.name + ".weight", {s.out, s.in}), s.name, rtn, nullptr,
+                                                                   o.int4.scale_search ? sum_sq(in, s.layer, s) : nullptr)
+                                                  .weights);
+      }
+      return *q4[i];
+    };
     const auto low = [&](const LinearSlot& s) -> std::unique_ptr<Linear> {
-      const size_t i = index_of(s);
-      const Tensor W = in.base.get(s.name + ".weight", {s.out, s.in});
-      const std::vector<double>* imp = sum_sq(in, s.layer, s);
-      Int4Projection p = quantize_linear_int4(W, s.name, rtn, nullptr, o.int4.scale_search ? imp : nullptr);
-      std::vector<float> deq(size_t(s.out * s.in));
-      dequantize_int4(p.weights, deq.data());
-      err4[i] = weighted_error(W, deq.data(), imp);
-      const Int8Rows r = quantize_int8_rows_fp16_steps(W, s.name);
-      err8[i] = weighted_error(W, dequantize_rows(r, s.out, s.in).data(), imp);
-      return std::make_unique<W4A16Linear>(p.weights, s.bias ? in.base.get(s.name + ".bias", {s.out}) : Tensor());
+      return std::make_unique<W4A16Linear>(int4_weights(index_of(s)), s.bias ? in.base.get(s.name + ".bias", {s.out}) : Tensor());
     };
     nlohmann::json sensitivity;
     // The calibration windows: those the sensitivities are measured on, and (when they can be drawn)
@@ -226,9 +226,16 @@ class Int4Quantizer final : public LinearQuantizer {
     if (measure) {
       windows = draw(o.mixed_windows);
       const std::vector<double> kld = single_linear_kld(*in.src.model, windows, slots, low, o.mixed_progress);
-      for (size_t i = 0; i < slots.size(); ++i) {
+      for (size_t i = 0; i < slots.size(); ++i) {  // the INT8 estimate: kld × (INT8 error / 4-bit error), Σx²-weighted
+        const LinearSlot& s = slots[i];
+        const Tensor W = in.base.get(s.name + ".weight", {s.out, s.in});
+        const std::vector<double>* imp = sum_sq(in, s.layer, s);
+        std::vector<float> deq(size_t(s.out * s.in));
+        dequantize_int4(int4_weights(i), deq.data());
+        const double err4 = weighted_error(W, deq.data(), imp);
+        const double err8 = weighted_error(W, dequantize_rows(quantize_int8_rows_fp16_steps(W, s.name), s.out, s.in).data(), imp);
         cand[i].kld_low = kld[i];
-        cand[i].kld_high = err4[i] > 0 ? kld[i] * err8[i] / err4[i] : 0.0;
+        cand[i].kld_high = err4 > 0 ? kld[i] * err8 / err4 : 0.0;
       }
       int64_t tokens = 0;
       for (const auto& w : windows) tokens += int64_t(w.size());

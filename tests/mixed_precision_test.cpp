@@ -22,19 +22,10 @@
 #include "tests/support/process.h"
 #include "tests/support/scheme_cli_fixture.h"
 #include "tests/support/test_data.h"
+#include "tests/support/token_windows.h"
 
 namespace sq::test {
 namespace {
-
-/// Two windows of 48 token ids drawn from the stories260K vocabulary (seed 7).
-std::vector<std::vector<int32_t>> random_windows(int vocab) {
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<int32_t> id(0, vocab - 1);
-  std::vector<std::vector<int32_t>> w(2, std::vector<int32_t>(48));
-  for (auto& v : w)
-    for (auto& t : v) t = id(rng);
-  return w;
-}
 
 /// The W4A16 (g32, symmetric, min/max) replacement of an FP32 linear.
 std::unique_ptr<Linear> int4_of(const Linear& l) {
@@ -62,7 +53,7 @@ double whole_model_kld(const Decoder& ref, const Decoder& test, const std::vecto
 TEST(MixedPrecision, SingleLinearKldEqualsTheWholeModelWithThatLinearReplaced) {
   const LoadedModel ref = load_model(stories_model());
   const ModelConfig& c = ref.model->config();
-  const auto windows = random_windows(c.vocab_size);
+  const auto windows = random_token_windows(2, 48, c.vocab_size, 7);
   // q of the first layer, v of a middle one, down of the last: the tail re-run starts at each.
   std::vector<LinearSlot> slots;
   for (const LinearSlot& s : decoder_layer_linears(c, 0))

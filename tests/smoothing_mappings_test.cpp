@@ -27,6 +27,7 @@
 #include "runtime/kv_cache.h"
 #include "tests/support/hf_tiny.h"
 #include "tests/support/test_data.h"
+#include "tests/support/token_windows.h"
 
 namespace sq::test {
 namespace {
@@ -101,14 +102,7 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 /// Calibration windows: 8 windows of 48 token ids drawn uniformly from the vocabulary (the
 /// checkpoints have no tokenizer; their weights are random, so no text is more "real" than this),
 /// with a fixed seed, run through the FP32 model by the calibration code (collect_activation_stats).
-std::vector<std::vector<int32_t>> calibration_windows(int vocab) {
-  std::mt19937 rng(20240616);
-  std::uniform_int_distribution<int32_t> tok(0, vocab - 1);
-  std::vector<std::vector<int32_t>> w(8, std::vector<int32_t>(48));
-  for (auto& win : w)
-    for (auto& t : win) t = tok(rng);
-  return w;
-}
+std::vector<std::vector<int32_t>> calibration_windows(int vocab) { return random_token_windows(8, 48, vocab, 20240616); }
 
 class SmoothingMappings : public ::testing::TestWithParam<std::string> {};
 
