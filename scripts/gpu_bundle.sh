@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #7 on a lent GPU machine, step 1 of 2 — run HERE, on the development machine.
+# Issues #7 and #41 on a lent GPU machine, step 1 of 2 — run HERE, on the development machine.
 #
 # The GPU machines (docs/cuda.md, "Running on a GPU") have nvcc, CMake and ninja but none of our
 # Debian libraries and no package registry, and the device tool sends only the working tree (not
@@ -28,9 +28,14 @@ for f in "$STAGE"/build-gpu/bin/* "$STAGE/build-gpu/tests/sqkit_tests"; do
 done | sort -u | grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libcuda|libcublas[^/]*|libcublasLt|libnvidia[^/]*)\.so' |
   while read -r lib; do cp -L "$lib" "$STAGE/lib/"; done
 for d in stories260K tinystories llama2-tokenizer wikitext2 longtext; do cp -r "$DATA/$d" "$STAGE/data/"; done
+# The 14 tiny architectures of the CudaArchitecture tests (9 MB); the real GGUF models (94 and 241
+# MiB) do not fit the device tool's 64 MiB carry, so real-model perplexity on the GPU is not bundled.
+mkdir -p "$STAGE/data/reference" && cp -r "$DATA/reference/hf-tiny" "$STAGE/data/reference/"
 # Where the binaries expect things (absolute paths compiled into the tests): recorded for gpu_check.sh.
 printf 'ROOT=%s\nDATA=%s\n' "$ROOT" "$DATA" > "$STAGE/paths.env"
 mkdir -p .gpu
 tar -C "$STAGE" -czf .gpu/bundle.tar.gz .
 ls -la .gpu/bundle.tar.gz
-echo "next: device run with carry [\".gpu\"] and command 'bash scripts/gpu_check.sh STAGE' (STAGE: cuda-tests | suite | bench)"
+# The device tool carries at most 64 MiB per call.
+[ "$(stat -c %s .gpu/bundle.tar.gz)" -lt $((62 * 1024 * 1024)) ] || { echo "gpu_bundle: bundle over 62 MiB: the device tool will not carry it" >&2; exit 1; }
+echo "next: device run with carry [\".gpu\"] and command 'bash scripts/gpu_check.sh STAGE' (STAGE: cuda-tests, then bench; optional: sanitize | suite)"

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "cuda/cuda_llama_model.h"
+#include "cuda/cuda_decoder.h"
 #include "cuda/cuda_runtime.h"
 #include "cuda/device.h"
 #include "formats/llama2c_checkpoint.h"
@@ -50,7 +50,7 @@ TEST(CudaDevice, RunnerRefusesToStartWithoutCuda) {
   if (cuda_available()) GTEST_SKIP() << "a CUDA device is present (covered by CudaModel tests)";
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
   const Decoder model = Decoder::from_checkpoint(ck);
-  EXPECT_THROW(CudaLlamaModel{model}, UnsupportedError);
+  EXPECT_THROW(CudaDecoder{model}, UnsupportedError);
   EXPECT_THROW(DeviceArray<float>(16), UnsupportedError);
 }
 

@@ -42,7 +42,7 @@ TEST(CudaEval, PerplexityMatchesCpuWithinATenthOfAPercent) {
   for (const bool w8a8 : {false, true}) {
     Decoder model = Decoder::from_checkpoint(s.ck);
     if (w8a8) quantize_linears_w8a8(model, WeightGranularity::PerChannel, ActQuant::PerToken, false);
-    CudaLlamaModel gpu(model);
+    CudaDecoder gpu(model);
     for (const char* kv : {"fp32", "int8", "int4"}) {
       PerplexityOptions o;
       o.ctx = 256;
@@ -67,7 +67,7 @@ TEST(CudaEval, GreedyGenerationMatchesCpu) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   Stories s;
   const Decoder model = Decoder::from_checkpoint(s.ck);
-  CudaLlamaModel gpu(model);
+  CudaDecoder gpu(model);
   const std::vector<int32_t> prompt(s.tokens.begin(), s.tokens.begin() + 8);
   SamplerOptions so;
   so.temperature = 0;

@@ -1,4 +1,4 @@
-// The CUDA runner (lib/cuda/cuda_llama_model.h) against Decoder::forward on the real
+// The CUDA runner (lib/cuda/cuda_decoder.h) against Decoder::forward on the real
 // stories260K model, FP32, W8A8 and W4A16: logits of a prefill (every token) and of decode steps.
 // Skips without a device.
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 #include "calib/kv_calibration.h"
 #include "calib/window_sampler.h"
 #include "core/error.h"
-#include "cuda/cuda_llama_model.h"
+#include "cuda/cuda_decoder.h"
 #include "cuda/cuda_runtime.h"
 #include "formats/llama2c_checkpoint.h"
 #include "formats/tokenizer.h"
@@ -49,7 +49,7 @@ TEST(CudaModel, Stories260KFp32LogitsMatchCpuPrefillAndDecode) {
 
   KVCache cache(ck.config, n + steps);
   Workspace ws;
-  CudaLlamaModel gpu(model);
+  CudaDecoder gpu(model);
   CudaKVCache gcache(ck.config, n + steps);
   std::vector<float> ref(size_t(n * V)), got(size_t(n * V));
   model.forward(tokens.data(), n, cache, ws, ref.data(), LogitsFor::AllTokens);
@@ -109,7 +109,7 @@ Comparison compare_cpu_cuda(const Decoder& model, int64_t steps) {
   const int64_t n = int64_t(tokens.size()), V = c.vocab_size;
   KVCache cache(c, n + steps);
   Workspace ws;
-  CudaLlamaModel gpu(model);
+  CudaDecoder gpu(model);
   CudaKVCache gcache(c, n + steps);
   std::vector<float> ref(size_t(n * V)), got(size_t(n * V));
   model.forward(tokens.data(), n, cache, ws, ref.data(), LogitsFor::AllTokens);
@@ -189,7 +189,7 @@ TEST(CudaModel, Stories260KNuq4KVCacheLogitsMatchCpuPrefillAndDecode) {
     for (int l = 0; l < ck.config.n_layers; ++l) params.push_back(fit_nuq_layer(spec, fisher.layers[size_t(l)], ck.config, l));
     KVCache cache(ck.config, n + steps, spec, &params);
     Workspace ws;
-    CudaLlamaModel gpu(model);
+    CudaDecoder gpu(model);
     CudaKVCache gcache(ck.config, n + steps, spec, &params);
     std::vector<float> ref(size_t(n * V)), got(size_t(n * V));
     model.forward(tokens.data(), n, cache, ws, ref.data(), LogitsFor::AllTokens);
@@ -215,14 +215,14 @@ TEST(CudaModel, Stories260KNuq4KVCacheLogitsMatchCpuPrefillAndDecode) {
   }
 }
 
+// The format is checked before the device is touched, so this runs on every machine.
 TEST(CudaModel, AtomW4A4LayerIsRefusedByName) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
   Decoder model = Decoder::from_checkpoint(ck);
   const auto& q = dynamic_cast<const DenseLinear&>(*model.layers()[1].q_proj);
   model.mutable_layers()[1].q_proj = std::make_unique<W4A4Linear>(q.weight(), 0, 32);
   try {
-    CudaLlamaModel gpu(model);
+    CudaDecoder gpu(model);
     FAIL() << "a model with an Atom W4A4 layer was accepted by the CUDA runner";
   } catch (const UnsupportedError& e) {
     EXPECT_NE(std::string(e.what()).find("layer 1 q_proj"), std::string::npos) << e.what();

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_llama_model.h"
+#include "cuda/cuda_decoder.h"
 #include "cuda/cuda_runtime.h"
 #include "formats/safetensors.h"
 #include "model/model_loader.h"
@@ -30,7 +30,7 @@ TEST_P(CudaRope, LogitsMatchTransformers) {
   const Tensor expect = ref.load_f32("logits");
   const LoadedModel m = load_model(dir);
   const int64_t n = static_cast<int64_t>(ids.size()), V = m.model->config().vocab_size, prefill = 40;
-  CudaLlamaModel gpu(*m.model);
+  CudaDecoder gpu(*m.model);
 
   for (const KVKeyRope keys : {KVKeyRope::PostRope, KVKeyRope::PreRope}) {
     KVSpec spec;

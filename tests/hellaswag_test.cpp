@@ -401,8 +401,12 @@ TEST_F(StoriesHellaswag, QuantizedKVCacheReuseMatchesFreshCaches) {
   // A packed int4 cache: dropping an ending's rows and writing the next ending's gives the scores
   // of a fresh cache per sequence. Tolerance: the GEMMs' row counts differ (as above), and a 1e-6
   // change of a key or value flips an int4 code at a rounding boundary now and then (one step is
-  // ~1/15 of a group's range), moving a mean log-probability by up to ~5e-4 here; an ending that
-  // saw another ending's rows would be off by more than 0.1.
+  // ~1/15 of a group's range). Measured on these tasks, the batch composition alone (each task
+  // scored alone vs in this batch, same cache handling) moves a score by up to 5e-4 on an AVX2-only AMD EPYC
+  // and 9.3e-3 on an AVX-512/AMX Xeon (its GEMM blocking differs more between row counts; FP32
+  // caches 2.4e-6, int8 1.9e-3 there). An ending that saw another ending's rows (the defect this
+  // test exists for: the prefix, then ending e+1, then ending e on one int4 cache) moved its score by
+  // 0.075 at least. 2.5e-2 sits between the two.
   const auto tasks = random_tasks(4, 11);
   test::ScopedOmpThreads one(1);
   HellaswagOptions o;
@@ -413,7 +417,7 @@ TEST_F(StoriesHellaswag, QuantizedKVCacheReuseMatchesFreshCaches) {
       HellaswagSequences only = tasks[i];
       for (auto& t : only.tokens) t = tasks[i].tokens[e];  // four copies of ending e: fresh prefix each time
       const HellaswagResult s = evaluate_hellaswag(*model_, {only}, o);
-      EXPECT_NEAR(r.tasks[i].scores[e], s.tasks[0].scores[0], 2e-3) << i << "/" << e;
+      EXPECT_NEAR(r.tasks[i].scores[e], s.tasks[0].scores[0], 2.5e-2) << i << "/" << e;
     }
 }
 

@@ -585,8 +585,8 @@ int main(int argc, char** argv) {
     }
     sq::ProgressBar bar("sq-eval", sq::perplexity_chunks(static_cast<int64_t>(tokens.size()), opt), "chunks", !quiet);
     opt.on_progress = [&](int64_t done, int64_t, int64_t toks) { bar.update(done, static_cast<double>(toks), "tok"); };
-    std::unique_ptr<sq::CudaLlamaModel> gpu;
-    if (on_cuda) gpu = std::make_unique<sq::CudaLlamaModel>(*loaded.model);  // uploads; refuses unsupported layers
+    std::unique_ptr<sq::CudaDecoder> gpu;
+    if (on_cuda) gpu = std::make_unique<sq::CudaDecoder>(*loaded.model);  // uploads; refuses unsupported layers
     // A chunk with non-finite logits on the device is re-run layer by layer on the CPU to name the layer.
     opt.locate_nonfinite = [&](const int32_t* input, int) { return sq::locate_nonfinite_chunk(*loaded.model, input, opt); };
     const sq::PerplexityResult r =

@@ -159,8 +159,8 @@ int main(int argc, char** argv) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
     };
-    std::unique_ptr<sq::CudaLlamaModel> gpu;
-    if (on_cuda) gpu = std::make_unique<sq::CudaLlamaModel>(*loaded.model);  // uploads; refuses unsupported layers
+    std::unique_ptr<sq::CudaDecoder> gpu;
+    if (on_cuda) gpu = std::make_unique<sq::CudaDecoder>(*loaded.model);  // uploads; refuses unsupported layers
     const sq::GenerationStats st = gpu ? sq::generate_cuda(*gpu, prompt_tokens, n, context, sampler, print_token, go)
                                        : sq::generate(*loaded.model, prompt_tokens, n, context, sampler, print_token, go);
     std::fputc('\n', stdout);

@@ -159,8 +159,8 @@ struct ModelConfig {
   int window(int l) const { return spec.layer_window.empty() ? 0 : spec.layer_window[static_cast<size_t>(l)]; }
   /// Rotated channels per head: spec.rope_dim, or head_dim when 0.
   int rope_dim() const { return spec.rope_dim > 0 ? spec.rope_dim : head_dim; }
-  /// True for the plain LLaMA structure (DecoderSpec defaults, the only one the CUDA runner and
-  /// the packed-model writer handle today).
+  /// True for the plain LLaMA structure (DecoderSpec defaults, the only one the LLaMA baseline and
+  /// sq-bench's decoder suite handle).
   bool is_llama_structure() const { return spec == DecoderSpec{}; }
   /// Throws UnsupportedError "<what> supports only the LLaMA layer structure so far; architecture
   /// '<architecture>' is not" (one line) unless is_llama_structure(): the refusal of every part of

@@ -6,7 +6,7 @@
 
 namespace sq {
 
-PerplexityResult evaluate_perplexity_cuda(CudaLlamaModel& model, const std::vector<int32_t>& tokens,
+PerplexityResult evaluate_perplexity_cuda(CudaDecoder& model, const std::vector<int32_t>& tokens,
                                           const PerplexityOptions& o) {
   const ModelConfig& c = model.config();
   if (o.ctx < 2) throw UsageError("context length must be at least 2 tokens, got " + std::to_string(o.ctx));
@@ -23,7 +23,7 @@ namespace {
 /// The CUDA runner as a generation backend (dense cache).
 class CudaGeneration final : public GenerationBackend {
  public:
-  CudaGeneration(CudaLlamaModel& model, int64_t capacity, const GenerationOptions& o)
+  CudaGeneration(CudaDecoder& model, int64_t capacity, const GenerationOptions& o)
       : model_(model), cache_(model.config(), capacity, o.kv, o.kv_params) {}
   void forward(const int32_t* tokens, int64_t n, float* logits) override {
     model_.forward(tokens, n, cache_, logits, LogitsFor::LastToken);
@@ -32,13 +32,13 @@ class CudaGeneration final : public GenerationBackend {
   int64_t cache_bytes() const override { return cache_.bytes().total(); }
 
  private:
-  CudaLlamaModel& model_;
+  CudaDecoder& model_;
   CudaKVCache cache_;
 };
 
 }  // namespace
 
-GenerationStats generate_cuda(CudaLlamaModel& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
+GenerationStats generate_cuda(CudaDecoder& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
                               int64_t context_limit, Sampler& sampler, const std::function<void(int32_t, int32_t)>& on_token,
                               const GenerationOptions& o) {
   const ModelConfig& c = model.config();

@@ -120,6 +120,7 @@ std::unique_ptr<Contender> make_contender(const std::string& name, cuda::KVRowFo
     v.n_sinks = sinks;
     v.keys_pre_rope = nuq;  // KVQuant keys are stored before RoPE and rotated on the fly
     v.rope_layout = RopeLayout::Interleaved;
+    v.rope_dim = kHeadDim;  // full rotation, as LLaMA
     v.inv_freq = inv_freq.data();
     for (cuda::KVDeviceRows* R : {&v.k, &v.v}) {
       const bool value = R == &v.v;

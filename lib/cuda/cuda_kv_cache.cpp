@@ -40,7 +40,7 @@ CudaKVCache::CudaKVCache(const ModelConfig& c, int64_t capacity, const KVSpec& s
       n_heads_(c.n_heads),
       n_kv_heads_(c.n_kv_heads),
       head_dim_(c.head_dim),
-      rope_inv_freq_(rope_inv_freq(c)),
+      rope_dim_(c.spec.position == PositionKind::Rope ? c.rope_dim() : 0),
       rope_layout_(c.rope_layout),
       capacity_(capacity),
       width_(int64_t(c.n_kv_heads) * c.head_dim) {
@@ -71,8 +71,9 @@ CudaKVCache::CudaKVCache(const ModelConfig& c, int64_t capacity, const KVSpec& s
   const bool key_per_channel = nuq && spec_.key_axis == KVKeyAxis::PerChannel;
   const int64_t code_bytes = (width_ * spec_.bits + 7) / 8;
 
-  // The model's inverse frequencies (θ and RoPE scaling), the same floats ops::rope uses.
-  inv_freq_ = DeviceArray<float>(rope_inv_freq_);
+  // Each layer's inverse frequencies (θ, local θ, RoPE scaling), the same floats KVCache and
+  // ops::rope use; empty for a model without RoPE.
+  for (int l = 0; l < n_layers_; ++l) layer_inv_freq_.push_back(rope_inv_freq(c, l));
   overflow_ = DeviceArray<unsigned long long>(1);
   overflow_.zero();
 
@@ -105,7 +106,13 @@ CudaKVCache::CudaKVCache(const ModelConfig& c, int64_t capacity, const KVSpec& s
     V.n_sinks = sinks_;
     V.keys_pre_rope = keys_pre_rope();
     V.rope_layout = rope_layout_;
-    V.inv_freq = inv_freq_.data();
+    V.rope_dim = rope_dim_;
+    const std::vector<float>& f = layer_inv_freq_[static_cast<size_t>(l)];
+    if (rope_dim_ > 0 && static_cast<int>(f.size()) != rope_dim_ / 2)
+      throw std::logic_error("CudaKVCache: layer " + std::to_string(l) + " has " + std::to_string(f.size()) +
+                             " RoPE frequencies for rope_dim " + std::to_string(rope_dim_));
+    if (rope_dim_ > 0) D.inv_freq = DeviceArray<float>(f);
+    V.inv_freq = rope_dim_ > 0 ? D.inv_freq.data() : nullptr;
     const cuda::KVRowFormat fmt = spec_.kind == KVKind::F32   ? cuda::KVRowFormat::F32
                                   : spec_.kind == KVKind::Int ? cuda::KVRowFormat::Int
                                                               : cuda::KVRowFormat::Nuq;
@@ -171,16 +178,22 @@ void CudaKVCache::check_rows(const char* op, int layer, int64_t n) const {
 void CudaKVCache::append(int layer, float* k, const float* v, int64_t n, const int32_t* positions, Stream stream) {
   check_rows("append", layer, n);
   if (n == 0) return;
-  if (!keys_pre_rope()) cuda::rope(k, positions, n, n_kv_heads_, head_dim_, rope_inv_freq_.data(), rope_layout_, stream);
+  if (!keys_pre_rope() && rope_dim_ > 0)
+    cuda::rope(k, positions, n, n_kv_heads_, head_dim_, rope_dim_, layer_inv_freq_[static_cast<size_t>(layer)].data(), rope_layout_,
+               stream);
   cuda::kv_encode(views_[static_cast<size_t>(layer)], k, v, n, length_, overflow_.data(), stream);
 }
 
 void CudaKVCache::attend(int layer, const float* q, int64_t n, float* out, Stream stream) {
+  attend(layer, q, n, out, cuda::AttentionOptions{}, stream);
+}
+
+void CudaKVCache::attend(int layer, const float* q, int64_t n, float* out, const cuda::AttentionOptions& opt, Stream stream) {
   check_rows("attend", layer, n);
   if (n == 0) return;
   const cuda::KVLayerDeviceView& V = views_[static_cast<size_t>(layer)];
   const int64_t rows = length_ + n;
-  if (n == 1 && cuda::kv_decode_supported(V, n_heads_)) {
+  if (n == 1 && opt.plain() && cuda::kv_decode_supported(V, n_heads_)) {
     const int64_t need = cuda::kv_decode_scratch_floats(V, n_heads_, rows);
     if (static_cast<int64_t>(scratch_.size()) < need)
       scratch_ = DeviceArray<float>(static_cast<size_t>(std::max<int64_t>(need, 2 * static_cast<int64_t>(scratch_.size()))));
@@ -189,7 +202,7 @@ void CudaKVCache::attend(int layer, const float* q, int64_t n, float* out, Strea
   }
   if (spec_.kind == KVKind::F32 && !keys_pre_rope()) {  // FP32 rows at their positions already
     cuda::attention(q, reinterpret_cast<const float*>(V.k.dense), reinterpret_cast<const float*>(V.v.dense), n, length_, n_heads_,
-                    n_kv_heads_, head_dim_, out, stream);
+                    n_kv_heads_, head_dim_, out, opt, stream);
     return;
   }
   const size_t full = static_cast<size_t>(capacity_ * width_);
@@ -198,7 +211,7 @@ void CudaKVCache::attend(int layer, const float* q, int64_t n, float* out, Strea
     vbuf_ = DeviceArray<float>(full);
   }
   cuda::kv_dequantize(V, rows, kbuf_.data(), vbuf_.data(), stream);
-  cuda::attention(q, kbuf_.data(), vbuf_.data(), n, length_, n_heads_, n_kv_heads_, head_dim_, out, stream);
+  cuda::attention(q, kbuf_.data(), vbuf_.data(), n, length_, n_heads_, n_kv_heads_, head_dim_, out, opt, stream);
 }
 
 void CudaKVCache::advance(int64_t n) {

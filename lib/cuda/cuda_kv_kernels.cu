@@ -1,6 +1,8 @@
 // CUDA implementation of cuda/cuda_kv_kernels.h: KV row encoding (one block per row and K/V),
 // dequantization, and split-K decode attention over packed rows. The element math is the shared
 // host/device code of cuda/kv_device_math.h (unit-tested on the CPU against the CPU codecs).
+// Pre-RoPE keys are rotated over the view's rope_dim channels per head (partial rotary), channel
+// pairs from kvdev::rope_channel_pair; rope_dim = head_dim is the full rotation of LLaMA.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -332,24 +334,25 @@ struct DequantArgs {
   float* values;
 };
 
-/// Block per row j, one thread per (KV head, RoPE pair): both channels of the pair of K (rotated by
-/// j when stored before RoPE) and of V.
+/// Block per row j, one thread per (KV head, channel pair of kvdev::rope_channel_pair): both
+/// channels of the pair of K (rotated by j when stored before RoPE and the pair is inside rope_dim)
+/// and of V.
 template <int FMT>
 __global__ void dequant_kernel(DequantArgs a) {
   const KVLayerDeviceView& V = a.view;
   const int64_t j = blockIdx.x, W = int64_t(V.n_kv_heads) * V.head_dim;
-  const int half = V.head_dim / 2;
+  const int half = V.head_dim / 2, rot_half = V.rope_dim / 2;
   const bool inter = V.rope_layout == RopeLayout::Interleaved;
   const RowRef fk = row_ref<FMT>(V.k, j, V.n_sinks, W), fv = row_ref<FMT>(V.v, j, V.n_sinks, W);
   for (int p = threadIdx.x; p < V.n_kv_heads * half; p += blockDim.x) {
     const int g = p / half, i = p % half;
     int a_, b_;
-    kd::rope_pair(inter, i, half, a_, b_);
+    const bool rotated = kd::rope_channel_pair(inter, i, rot_half, a_, b_);
     const int64_t ca = int64_t(g) * V.head_dim + a_, cb = int64_t(g) * V.head_dim + b_;
     const bool pck = V.k.per_channel && V.k.channel_scale;
     float ka = load_elem<FMT, 0>(V.k, fk, ca, V.k.codebook, pck ? V.k.channel_scale[ca] : 1.0f, pck ? V.k.channel_offset[ca] : 0.0f);
     float kb = load_elem<FMT, 0>(V.k, fk, cb, V.k.codebook, pck ? V.k.channel_scale[cb] : 1.0f, pck ? V.k.channel_offset[cb] : 0.0f);
-    if (V.keys_pre_rope) {  // RoPE after dequantization at the cache position (KVQuant §3.2)
+    if (V.keys_pre_rope && rotated) {  // RoPE after dequantization at the cache position (KVQuant §3.2)
       float s, c;
       sincosf(kd::rope_angle(j, V.inv_freq[i]), &s, &c);
       const float x0 = ka, x1 = kb;
@@ -384,7 +387,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(DecodeArgs a) {
   extern __shared__ float sm[];  // [n_seg, kQB, head_dim + 2]
   __shared__ float cbk[kMaxCodebook], cbv[kMaxCodebook];
   const KVLayerDeviceView& V = a.view;
-  const int hd = V.head_dim, half = hd / 2, lk = a.lk;
+  const int hd = V.head_dim, lk = a.lk;
   const int64_t W = int64_t(V.n_kv_heads) * hd;
   const int g = blockIdx.x / a.n_qchunks, qc = blockIdx.x % a.n_qchunks;
   const int h0 = g * a.group + qc * kQB;
@@ -404,14 +407,17 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(DecodeArgs a) {
   __syncthreads();
   const bool inter = V.rope_layout == RopeLayout::Interleaved;
   const bool pck = FMT == int(KVRowFormat::Nuq) && V.k.per_channel;
+  const int rot_half = V.rope_dim / 2;
   int la[PPL], lb[PPL];  // channels within the head
+  bool rot[PPL], adj[PPL];  // pair rotated (inside rope_dim, keys pre-RoPE); channels adjacent (one vector load)
   float invf[PPL], ksa[PPL], koa[PPL], ksb[PPL], kob[PPL];
   float qa[kQB][PPL], qb[kQB][PPL], acc_a[kQB][PPL], acc_b[kQB][PPL], m[kQB], l[kQB];
 #pragma unroll
   for (int t = 0; t < PPL; ++t) {
     const int i = sl + lk * t;
-    kd::rope_pair(inter, i, half, la[t], lb[t]);
-    invf[t] = V.inv_freq ? V.inv_freq[i] : 0.0f;
+    rot[t] = kd::rope_channel_pair(inter, i, rot_half, la[t], lb[t]) && V.keys_pre_rope;
+    adj[t] = lb[t] == la[t] + 1;  // la even then
+    invf[t] = rot[t] && V.inv_freq ? V.inv_freq[i] : 0.0f;
     const int64_t ca = int64_t(g) * hd + la[t], cb = int64_t(g) * hd + lb[t];
     ksa[t] = pck ? V.k.channel_scale[ca] : 1.0f;
     koa[t] = pck ? V.k.channel_offset[ca] : 0.0f;
@@ -444,8 +450,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(DecodeArgs a) {
 #pragma unroll
       for (int t = 0; t < PPL; ++t) {
         float ka, kb;
-        load_pair<FMT, BITS>(V.k, fk, gbase + la[t], gbase + lb[t], inter, cbk, ksa[t], koa[t], ksb[t], kob[t], ka, kb);
-        if (V.keys_pre_rope) {  // on-the-fly RoPE of the pre-RoPE key at its cache position j
+        load_pair<FMT, BITS>(V.k, fk, gbase + la[t], gbase + lb[t], adj[t], cbk, ksa[t], koa[t], ksb[t], kob[t], ka, kb);
+        if (rot[t]) {  // on-the-fly RoPE of the pre-RoPE key at its cache position j
           float s, c;
           sincosf(kd::rope_angle(j, invf[t]), &s, &c);
           const float x0 = ka, x1 = kb;
@@ -464,7 +470,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(DecodeArgs a) {
       float va[PPL], vb[PPL];
 #pragma unroll
       for (int t = 0; t < PPL; ++t)
-        load_pair<FMT, BITS>(V.v, fv, gbase + la[t], gbase + lb[t], inter, cbv, 1.0f, 0.0f, 1.0f, 0.0f, va[t], vb[t]);
+        load_pair<FMT, BITS>(V.v, fv, gbase + la[t], gbase + lb[t], adj[t], cbv, 1.0f, 0.0f, 1.0f, 0.0f, va[t], vb[t]);
 #pragma unroll
       for (int qq = 0; qq < kQB; ++qq) {
         if (qq >= nq) break;
@@ -597,7 +603,10 @@ void check_view(const KVLayerDeviceView& v, const char* op) {
     throw std::invalid_argument(std::string(op) + ": need n_kv_heads > 0 and an even head_dim <= 1024, got " +
                                 std::to_string(v.n_kv_heads) + " x " + std::to_string(v.head_dim));
   if (v.k.format != v.v.format) throw std::invalid_argument(std::string(op) + ": keys and values must share one format");
-  if (v.keys_pre_rope && !v.inv_freq) throw std::invalid_argument(std::string(op) + ": pre-RoPE keys need inv_freq");
+  if (v.rope_dim < 0 || v.rope_dim % 2 != 0 || v.rope_dim > v.head_dim)
+    throw std::invalid_argument(std::string(op) + ": rope_dim must be even and in [0, head_dim = " + std::to_string(v.head_dim) +
+                                "], got " + std::to_string(v.rope_dim));
+  if (v.keys_pre_rope && v.rope_dim > 0 && !v.inv_freq) throw std::invalid_argument(std::string(op) + ": pre-RoPE keys need inv_freq");
 }
 
 }  // namespace

@@ -52,9 +52,15 @@ struct KVLayerDeviceView {
   KVDeviceRows k, v;
   int n_kv_heads = 0, head_dim = 0;
   int n_sinks = 0;              ///< rows 0 … n_sinks−1 are FP16 sinks (quantized formats)
-  bool keys_pre_rope = false;   ///< keys stored before RoPE: row j is rotated by j when read
+  bool keys_pre_rope = false;   ///< keys stored before RoPE: row j is rotated by j when read (when rope_dim > 0)
   RopeLayout rope_layout = RopeLayout::Interleaved;
-  const float* inv_freq = nullptr;  ///< [head_dim/2] the model's rope_inv_freq (θ and RoPE scaling), as ops::rope uses them
+  /// Rotated channels per head (partial rotary: the first rope_dim channels, pairs laid out in that
+  /// width, as ops::rope's rot_dim overload); 0 = the layer has no RoPE (ALiBi, learned positions):
+  /// keys are never rotated. LLaMA: head_dim.
+  int rope_dim = 0;
+  /// [rope_dim/2] this layer's rope_inv_freq(config, layer) (θ, the local θ of sliding-window
+  /// layers, RoPE scaling), as ops::rope uses them; may be null when rope_dim == 0.
+  const float* inv_freq = nullptr;
   int64_t width() const { return int64_t(n_kv_heads) * head_dim; }
 };
 
@@ -68,12 +74,15 @@ void kv_encode(const KVLayerDeviceView& view, const float* k, const float* v, in
                unsigned long long* overflow, Stream stream = {});
 
 /// Decodes rows 0 … rows−1 of a layer into FP32 keys/values [rows, width]; keys stored before RoPE
-/// are rotated at their row (cache position), as KVCache::read does.
+/// are rotated at their row (cache position) over the first rope_dim channels of each head (none
+/// when rope_dim == 0), as KVCache::read does. Throws std::invalid_argument for a bad view (odd or
+/// out-of-range rope_dim, pre-RoPE keys with rope_dim > 0 and no inv_freq) or negative rows.
 void kv_dequantize(const KVLayerDeviceView& view, int64_t rows, float* keys, float* values, Stream stream = {});
 
 /// Whether kv_decode_attention supports this layer shape and head count: head_dim/2 a power of two
-/// ≤ 32, or 64 or 128 (each lane of a 32-lane key segment owns 1, 2 or 4 RoPE pairs), and n_heads a
-/// positive multiple of n_kv_heads. Pure shape logic (no device needed).
+/// ≤ 32, or 64 or 128 (each lane of a 32-lane key segment owns 1, 2 or 4 channel pairs of the head,
+/// kvdev::rope_channel_pair: any rope_dim, partial rotary included), and n_heads a positive
+/// multiple of n_kv_heads. Pure shape logic (no device needed).
 inline bool kv_decode_supported(const KVLayerDeviceView& view, int n_heads) {
   if (view.n_kv_heads <= 0 || n_heads <= 0 || n_heads % view.n_kv_heads != 0) return false;
   if (view.head_dim <= 0 || view.head_dim % 2 != 0) return false;
@@ -88,7 +97,8 @@ int64_t kv_decode_scratch_floats(const KVLayerDeviceView& view, int n_heads, int
 /// Decode attention of one query q [n_heads·head_dim] (already rotated at its position rows − 1)
 /// over rows 0 … rows−1 of the layer → out [n_heads·head_dim]: softmax(q·Kᵀ/√d)·V per head, query
 /// head h reading KV head h / (n_heads / n_kv_heads), keys stored before RoPE rotated on the fly at
-/// their rows. Split-K ("flash-decoding"): blocks over (KV head, ≤ 4 of its query heads, key chunk)
+/// their rows (the first rope_dim channels of each head). Plain attention only: scale 1/√head_dim,
+/// no window, no ALiBi (CudaKVCache::attend takes the dequantize + cuda::attention path otherwise). Split-K ("flash-decoding"): blocks over (KV head, ≤ 4 of its query heads, key chunk)
 /// each keep an online softmax (Milakov & Gimelshein 2018) over their chunk while reading the
 /// packed rows (index + codebook lookup, per-token or per-channel scaling, sparse outliers by
 /// binary search, FP16 sinks); a second kernel merges the chunks. `scratch` holds

@@ -44,16 +44,21 @@ class DenseDeviceLinear final : public DeviceLinear {
 
 }  // namespace
 
+void check_device_linear_format(const sq::Linear& linear, const std::string& name) {
+  if (!dynamic_cast<const DenseLinear*>(&linear) && !dynamic_cast<const W8A8Linear*>(&linear) &&
+      !dynamic_cast<const W4A16Linear*>(&linear) && !dynamic_cast<const W8A16Linear*>(&linear))
+    throw UnsupportedError("CUDA backend: " + name + " is a '" + linear.format() +
+                           "' linear; the CUDA backend runs f32, w8a8-*, w4a16-* and w8a16-* linears only (Atom W4A4 and other "
+                           "formats are not implemented on CUDA)");
+}
+
 std::unique_ptr<DeviceLinear> upload_linear(const sq::Linear& linear, const std::string& name) {
   const auto* dense = dynamic_cast<const DenseLinear*>(&linear);
   const auto* w8 = dynamic_cast<const W8A8Linear*>(&linear);
   const auto* w4 = dynamic_cast<const W4A16Linear*>(&linear);
   const auto* w8a16 = dynamic_cast<const W8A16Linear*>(&linear);
   // The format is checked before the device, so a refusal names the layer on every machine.
-  if (!dense && !w8 && !w4 && !w8a16)
-    throw UnsupportedError("CUDA backend: " + name + " is a '" + linear.format() +
-                           "' linear; the CUDA backend runs f32, w8a8-*, w4a16-* and w8a16-* linears only (Atom W4A4 and other "
-                           "formats are not implemented on CUDA)");
+  check_device_linear_format(linear, name);
   require_cuda("CUDA backend (uploading " + name + ")");
   if (dense) return std::make_unique<DenseDeviceLinear>(*dense);
   if (w8a16) {

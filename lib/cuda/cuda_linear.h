@@ -44,6 +44,10 @@ class DeviceLinear {
   virtual void forward(const float* x, int64_t n, float* y, Stream stream = {}) = 0;
 };
 
+/// Throws UnsupportedError "CUDA backend: <name> is a '<format>' linear; ..." unless `linear` has a
+/// format upload_linear runs (f32, w8a8-*, w4a16-*, w8a16-*). Needs no device.
+void check_device_linear_format(const sq::Linear& linear, const std::string& name);
+
 /// Uploads a host linear layer to the device (weights copied once, in their own format; nothing is
 /// expanded to FP32 except for DenseLinear, which is FP32 already):
 ///   DenseLinear → cuBLAS sgemm; W8A8Linear → INT8 tensor-core path; W4A16Linear → INT4 path.

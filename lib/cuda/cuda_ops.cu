@@ -1,6 +1,8 @@
 // CUDA implementation of cuda/cuda_ops.h. Kernels favour being obviously correct over being fast:
-// one thread block per row for reductions, one block per (query, head) for attention, cuBLAS for
-// the matrix products.
+// one thread block per row for reductions (norms, softmax, quantization), one block per (query,
+// head) for attention, one thread per element for the elementwise ops, cuBLAS for the matrix
+// products. The element math of norm / activation / attention scores / MoE accumulation is
+// cuda/decoder_element.h (shared with the host and tested on the CPU).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -13,12 +15,14 @@
 #include "core/rope_frequencies.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_ops.h"
+#include "cuda/decoder_element.h"
 
 namespace sq::cuda {
 
 using cuda_detail::check;
 using cuda_detail::check_launch;
 using cuda_detail::stream_of;
+namespace de = sq::de;
 
 namespace {
 
@@ -66,14 +70,49 @@ __device__ float block_reduce(float v) {
   return r;
 }
 
-__global__ void rms_norm_kernel(const float* x, const float* w, float* y, int d, float eps) {
+/// Block-wide sum in double of one value per thread, in block_reduce's order (warp butterflies,
+/// then warp 0 over the warps' sums). Every thread gets the result; may be called repeatedly.
+__device__ double block_sum_double(double v) {
+  __shared__ double partial[32];
+  __shared__ double result;
+  for (int off = 16; off > 0; off >>= 1) v = de::addd(v, __shfl_xor_sync(0xffffffffu, v, off));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    double w = lane < warps ? partial[lane] : 0.0;
+    for (int off = 16; off > 0; off >>= 1) w = de::addd(w, __shfl_xor_sync(0xffffffffu, w, off));
+    if (lane == 0) result = w;
+  }
+  __syncthreads();
+  const double r = result;
+  __syncthreads();
+  return r;
+}
+
+/// One block per row of x [n, d]. RMSNorm: thread t sums x² over channels t, t + blockDim, … with
+/// fused multiply-adds, block_reduce combines. LayerNorm: the two passes of ops::layer_norm in
+/// double (sum → mean; Σ (x − mean)² → inverse std), each a per-thread sequential sum and a
+/// block_sum_double. Every thread reads its channels before any is written (y may alias x).
+template <bool kLayer>
+__global__ void norm_kernel(const float* x, const float* w, const float* b, float* y, int d, float eps) {
   const float* xr = x + int64_t(blockIdx.x) * d;
   float* yr = y + int64_t(blockIdx.x) * d;
-  float ss = 0.0f;
-  for (int j = threadIdx.x; j < d; j += blockDim.x) ss += xr[j] * xr[j];
-  ss = block_reduce<false>(ss);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
-  for (int j = threadIdx.x; j < d; j += blockDim.x) yr[j] = xr[j] * inv * w[j];
+  if (kLayer) {
+    double s = 0.0;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) s = de::addd(s, double(xr[j]));
+    const double mean = de::ln_mean(block_sum_double(s), d);
+    double sq = 0.0;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) sq = de::ln_var_step(sq, xr[j], mean);
+    const float inv = de::ln_inv_std(block_sum_double(sq), d, eps);
+    const float m = static_cast<float>(mean);
+    for (int j = threadIdx.x; j < d; j += blockDim.x) yr[j] = de::layer_norm_elem(xr[j], m, inv, w[j], b ? b[j] : 0.0f);
+  } else {
+    float ss = 0.0f;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) ss = de::rms_sum_step(ss, xr[j]);
+    const float inv = de::rms_inv_from_sum(block_reduce<false>(ss), d, eps);
+    for (int j = threadIdx.x; j < d; j += blockDim.x) yr[j] = de::rms_norm_elem(xr[j], inv, w[j]);
+  }
 }
 
 /// Inverse frequencies θ^(−2i/d) for i < d/2, passed by value (2 KiB of kernel parameters).
@@ -81,9 +120,10 @@ struct InvFreq {
   float v[kMaxHeadDim / 2];
 };
 
-__global__ void rope_kernel(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim, InvFreq f,
+/// Thread per (row, head, pair i < half = rot_dim/2); pair i is (2i, 2i+1) or (i, i + half) of the
+/// head's first rot_dim channels.
+__global__ void rope_kernel(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim, int half, InvFreq f,
                             bool interleaved) {
-  const int half = head_dim / 2;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // over n · n_heads · half pairs
   if (idx >= n * n_heads * half) return;
   const int i = static_cast<int>(idx % half);
@@ -99,11 +139,21 @@ __global__ void rope_kernel(float* x, const int32_t* positions, int64_t n, int n
   v[b] = x0 * s + x1 * c;
 }
 
-__global__ void swiglu_kernel(float* gate, const float* up, int64_t count) {
+template <Activation A>
+__device__ __forceinline__ float activate(float v) {
+  if constexpr (A == Activation::SiLU) return de::silu(v);
+  else if constexpr (A == Activation::GeluTanh) return de::gelu_tanh(v);
+  else if constexpr (A == Activation::Gelu) return de::gelu_erf(v);
+  else return de::relu(v);
+}
+
+/// x[i] = act(x[i]), or act(x[i]) · up[i] when `up` is set.
+template <Activation A>
+__global__ void activation_kernel(float* x, const float* up, int64_t count) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= count) return;
-  const float g = gate[i];
-  gate[i] = g / (1.0f + expf(-g)) * up[i];
+  const float a = activate<A>(x[i]);
+  x[i] = up ? de::gated(a, up[i]) : a;
 }
 
 __global__ void add_kernel(float* out, const float* x, int64_t count) {
@@ -138,12 +188,15 @@ __global__ void add_bias_kernel(float* y, const float* bias, int64_t n, int64_t 
   if (idx < n * m) y[idx] += bias[idx % m];
 }
 
-/// One block per (query i, head h), head_dim threads; thread d owns output channel d. Keys are
-/// scored in tiles of head_dim (one key per thread), then every thread folds the tile into its
-/// running (max m, denominator l, accumulator acc) — the online softmax of Milakov & Gimelshein
-/// (2018) as used by FlashAttention (Dao et al. 2022, Alg. 1).
+/// One block per (query i, head h), head_dim threads; thread d owns output channel d. The visible
+/// keys lo … p (p = p0 + i, lo = de::first_visible_key(p, window)) are scored in tiles of head_dim
+/// (one key per thread: a sequential fused dot over the channels, then de::attention_score with the
+/// head's ALiBi slope or 0), then every thread folds the tile into its running (max m, denominator
+/// l, accumulator acc) — the online softmax of Milakov & Gimelshein (2018) as used by
+/// FlashAttention (Dao et al. 2022, Alg. 1). tests/cuda_decoder_ops_test.cpp replays this order on
+/// the host.
 __global__ void attention_kernel(const float* q, const float* keys, const float* values, int64_t p0, int n_heads, int group,
-                                 int hd, float scale, float* out) {
+                                 int hd, float scale, int window, const float* slopes, float* out) {
   extern __shared__ float sh[];
   float* qs = sh;       // [hd] this query head
   float* s = sh + hd;   // [hd] scores of the current key tile
@@ -154,16 +207,19 @@ __global__ void attention_kernel(const float* q, const float* keys, const float*
   const int64_t qw = int64_t(n_heads) * hd, kvw = int64_t(n_heads / group) * hd;
   qs[d] = q[i * qw + int64_t(h) * hd + d];
   __syncthreads();
-  const int64_t visible = p0 + i + 1;  // causal mask: keys 0 … p0 + i
+  const int64_t pos = p0 + i;
+  const int64_t visible = pos + 1;  // causal mask: keys lo … p0 + i
+  const int64_t lo = de::first_visible_key(pos, window);
+  const float slope = slopes ? slopes[h] : 0.0f;
   float m = -INFINITY, l = 0.0f, acc = 0.0f;
-  for (int64_t t0 = 0; t0 < visible; t0 += hd) {
+  for (int64_t t0 = lo; t0 < visible; t0 += hd) {
     const int64_t j = t0 + d;
     float score = -INFINITY;
     if (j < visible) {
       const float* k = keys + j * kvw + int64_t(g) * hd;
       float dot = 0.0f;
-      for (int e = 0; e < hd; ++e) dot += qs[e] * k[e];
-      score = dot * scale;
+      for (int e = 0; e < hd; ++e) dot = de::dot_step(dot, qs[e], k[e]);
+      score = de::attention_score(dot, scale, slope, pos - j);
     }
     s[d] = score;
     __syncthreads();
@@ -171,19 +227,19 @@ __global__ void attention_kernel(const float* q, const float* keys, const float*
     float tmax = -INFINITY;
     for (int jj = 0; jj < cnt; ++jj) tmax = fmaxf(tmax, s[jj]);
     const float m_new = fmaxf(m, tmax);
-    const float corr = expf(m - m_new);  // 0 on the first tile (m = −inf)
-    acc *= corr;
-    l *= corr;
+    const float corr = de::softmax_rescale(m, m_new);  // 0 on the first tile (m = −inf)
+    acc = de::mul(acc, corr);
+    l = de::mul(l, corr);
     const float* vcol = values + t0 * kvw + int64_t(g) * hd + d;
     for (int jj = 0; jj < cnt; ++jj) {
-      const float p = expf(s[jj] - m_new);
-      l += p;
-      acc += p * vcol[int64_t(jj) * kvw];
+      const float p = de::softmax_weight(s[jj], m_new);
+      l = de::add(l, p);
+      acc = de::sq_fma(p, vcol[int64_t(jj) * kvw], acc);
     }
     m = m_new;
     __syncthreads();  // s is overwritten by the next tile
   }
-  out[i * qw + int64_t(h) * hd + d] = acc / l;
+  out[i * qw + int64_t(h) * hd + d] = de::div(acc, l);
 }
 
 __global__ void quantize_per_token_kernel(const float* x, int64_t k, int8_t* q, float* scales) {
@@ -203,29 +259,87 @@ __global__ void quantize_per_token_kernel(const float* x, int64_t k, int8_t* q, 
   }
 }
 
+__global__ void gather_rows_kernel(const float* x, const int32_t* rows, int64_t m, int d, float* out) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= m * d) return;
+  const int64_t i = idx / d, j = idx % d;
+  out[idx] = x[int64_t(rows[i]) * d + j];
+}
+
+__global__ void scatter_add_rows_kernel(float* y, const float* src, const int32_t* rows, const float* weights, int64_t m, int d) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= m * d) return;
+  const int64_t i = idx / d, j = idx % d;
+  float* yj = y + int64_t(rows[i]) * d + j;
+  *yj = de::weighted_add(*yj, src[idx], weights[i]);
+}
+
+__global__ void fill_kernel(float* x, int64_t count, float value) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) x[i] = value;
+}
+
+template <Activation A>
+void launch_activation(float* x, const float* up, int64_t count, cudaStream_t s) {
+  activation_kernel<A><<<blocks_for(count, kElemThreads), kElemThreads, 0, s>>>(x, up, count);
+}
+
+void run_activation(const char* op, Activation act, float* x, const float* up, int64_t count, Stream stream) {
+  check_nonneg(op, count);
+  if (count == 0) return;
+  const cudaStream_t s = stream_of(stream);
+  switch (act) {
+    case Activation::SiLU: launch_activation<Activation::SiLU>(x, up, count, s); break;
+    case Activation::GeluTanh: launch_activation<Activation::GeluTanh>(x, up, count, s); break;
+    case Activation::Gelu: launch_activation<Activation::Gelu>(x, up, count, s); break;
+    case Activation::ReLU: launch_activation<Activation::ReLU>(x, up, count, s); break;
+    default:
+      throw std::invalid_argument(std::string("cuda::") + op + ": unknown activation " + std::to_string(static_cast<int>(act)));
+  }
+  check_launch((std::string("cuda::") + op).c_str());
+}
+
 }  // namespace
 
 void rms_norm(const float* x, const float* w, float* y, int64_t n, int d, float eps, Stream stream) {
   check_nonneg("rms_norm", n, d);
   if (n == 0 || d == 0) return;
-  rms_norm_kernel<<<blocks_for(n, 1), kRowThreads, 0, stream_of(stream)>>>(x, w, y, d, eps);
+  norm_kernel<false><<<blocks_for(n, 1), kRowThreads, 0, stream_of(stream)>>>(x, w, nullptr, y, d, eps);
   check_launch("cuda::rms_norm");
 }
 
-void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim, const float* inv_freq, RopeLayout layout,
-          Stream stream) {
+void norm(NormKind kind, const float* x, const float* w, const float* b, float* y, int64_t n, int d, float eps, Stream stream) {
+  check_nonneg("norm", n, d);
+  if (n == 0 || d == 0) return;
+  if (kind == NormKind::LayerNorm)
+    norm_kernel<true><<<blocks_for(n, 1), kRowThreads, 0, stream_of(stream)>>>(x, w, b, y, d, eps);
+  else
+    norm_kernel<false><<<blocks_for(n, 1), kRowThreads, 0, stream_of(stream)>>>(x, w, nullptr, y, d, eps);
+  check_launch("cuda::norm");
+}
+
+void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim, int rot_dim, const float* inv_freq,
+          RopeLayout layout, Stream stream) {
   check_nonneg("rope", n, n_heads, head_dim);
   if (head_dim % 2 != 0 || head_dim > kMaxHeadDim)
     throw std::invalid_argument("cuda::rope: head_dim must be even and at most " + std::to_string(kMaxHeadDim) + ", got " +
                                 std::to_string(head_dim));
-  const int half = head_dim / 2;
+  if (rot_dim < 0 || rot_dim % 2 != 0 || rot_dim > head_dim)
+    throw std::invalid_argument("cuda::rope: rot_dim must be even and in [0, head_dim = " + std::to_string(head_dim) + "], got " +
+                                std::to_string(rot_dim));
+  const int half = rot_dim / 2;
   if (n == 0 || n_heads == 0 || half == 0) return;
   InvFreq f{};
   for (int i = 0; i < half; ++i) f.v[i] = inv_freq[i];  // the CPU's frequencies, so the angles pos · inv_freq are bit-identical
   const int64_t pairs = n * n_heads * half;
-  rope_kernel<<<blocks_for(pairs, kElemThreads), kElemThreads, 0, stream_of(stream)>>>(x, positions, n, n_heads, head_dim, f,
-                                                                                      layout == RopeLayout::Interleaved);
+  rope_kernel<<<blocks_for(pairs, kElemThreads), kElemThreads, 0, stream_of(stream)>>>(x, positions, n, n_heads, head_dim, half,
+                                                                                      f, layout == RopeLayout::Interleaved);
   check_launch("cuda::rope");
+}
+
+void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim, const float* inv_freq, RopeLayout layout,
+          Stream stream) {
+  rope(x, positions, n, n_heads, head_dim, head_dim, inv_freq, layout, stream);
 }
 
 void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim, float theta, RopeLayout layout,
@@ -235,10 +349,13 @@ void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_d
 }
 
 void swiglu(float* gate, const float* up, int64_t count, Stream stream) {
-  check_nonneg("swiglu", count);
-  if (count == 0) return;
-  swiglu_kernel<<<blocks_for(count, kElemThreads), kElemThreads, 0, stream_of(stream)>>>(gate, up, count);
-  check_launch("cuda::swiglu");
+  run_activation("swiglu", Activation::SiLU, gate, up, count, stream);
+}
+
+void activation(Activation act, float* x, int64_t count, Stream stream) { run_activation("activation", act, x, nullptr, count, stream); }
+
+void gated_activation(Activation act, float* gate, const float* up, int64_t count, Stream stream) {
+  run_activation("gated_activation", act, gate, up, count, stream);
 }
 
 void add_inplace(float* out, const float* x, int64_t count, Stream stream) {
@@ -284,16 +401,23 @@ void linear_f32(const float* x, int64_t n, int64_t k, const float* W, int64_t m,
 
 void attention(const float* q, const float* keys, const float* values, int64_t n, int64_t p0, int n_heads, int n_kv_heads,
                int head_dim, float* out, Stream stream) {
+  attention(q, keys, values, n, p0, n_heads, n_kv_heads, head_dim, out, AttentionOptions{}, stream);
+}
+
+void attention(const float* q, const float* keys, const float* values, int64_t n, int64_t p0, int n_heads, int n_kv_heads,
+               int head_dim, float* out, const AttentionOptions& opt, Stream stream) {
   check_nonneg("attention", n, p0);
+  if (opt.window < 0) throw std::invalid_argument("cuda::attention: window must be >= 0, got " + std::to_string(opt.window));
   if (head_dim <= 0 || head_dim > kMaxHeadDim || n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0)
     throw std::invalid_argument("cuda::attention: need 0 < head_dim <= " + std::to_string(kMaxHeadDim) +
                                 " and n_heads a multiple of n_kv_heads, got head_dim " + std::to_string(head_dim) + ", heads " +
                                 std::to_string(n_heads) + "/" + std::to_string(n_kv_heads));
   if (n == 0) return;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  // Decoder::attention's scale: the option when set, else 1/√d (FP32 sqrt and division).
+  const float scale = opt.scale > 0.0f ? opt.scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
   const size_t shared = 2 * size_t(head_dim) * sizeof(float);
   attention_kernel<<<blocks_for(n * n_heads, 1), head_dim, shared, stream_of(stream)>>>(
-      q, keys, values, p0, n_heads, n_heads / n_kv_heads, head_dim, scale, out);
+      q, keys, values, p0, n_heads, n_heads / n_kv_heads, head_dim, scale, opt.window, opt.alibi_slopes, out);
   check_launch("cuda::attention");
 }
 
@@ -302,6 +426,27 @@ void quantize_per_token_int8(const float* x, int64_t n, int64_t k, int8_t* q, fl
   if (n == 0) return;
   quantize_per_token_kernel<<<blocks_for(n, 1), kRowThreads, 0, stream_of(stream)>>>(x, k, q, scales);
   check_launch("cuda::quantize_per_token_int8");
+}
+
+void gather_rows(const float* x, const int32_t* rows, int64_t m, int d, float* out, Stream stream) {
+  check_nonneg("gather_rows", m, d);
+  if (m == 0 || d == 0) return;
+  gather_rows_kernel<<<blocks_for(m * d, kElemThreads), kElemThreads, 0, stream_of(stream)>>>(x, rows, m, d, out);
+  check_launch("cuda::gather_rows");
+}
+
+void scatter_add_rows(float* y, const float* src, const int32_t* rows, const float* weights, int64_t m, int d, Stream stream) {
+  check_nonneg("scatter_add_rows", m, d);
+  if (m == 0 || d == 0) return;
+  scatter_add_rows_kernel<<<blocks_for(m * d, kElemThreads), kElemThreads, 0, stream_of(stream)>>>(y, src, rows, weights, m, d);
+  check_launch("cuda::scatter_add_rows");
+}
+
+void fill(float* x, int64_t count, float value, Stream stream) {
+  check_nonneg("fill", count);
+  if (count == 0) return;
+  fill_kernel<<<blocks_for(count, kElemThreads), kElemThreads, 0, stream_of(stream)>>>(x, count, value);
+  check_launch("cuda::fill");
 }
 
 }  // namespace sq::cuda

@@ -52,7 +52,11 @@ namespace cuda {
 void rms_norm(const float*, const float*, float*, int64_t, int, float, Stream) { no_cuda("cuda::rms_norm"); }
 void rope(float*, const int32_t*, int64_t, int, int, float, RopeLayout, Stream) { no_cuda("cuda::rope"); }
 void rope(float*, const int32_t*, int64_t, int, int, const float*, RopeLayout, Stream) { no_cuda("cuda::rope"); }
+void rope(float*, const int32_t*, int64_t, int, int, int, const float*, RopeLayout, Stream) { no_cuda("cuda::rope"); }
+void norm(NormKind, const float*, const float*, const float*, float*, int64_t, int, float, Stream) { no_cuda("cuda::norm"); }
 void swiglu(float*, const float*, int64_t, Stream) { no_cuda("cuda::swiglu"); }
+void activation(Activation, float*, int64_t, Stream) { no_cuda("cuda::activation"); }
+void gated_activation(Activation, float*, const float*, int64_t, Stream) { no_cuda("cuda::gated_activation"); }
 void add_inplace(float*, const float*, int64_t, Stream) { no_cuda("cuda::add_inplace"); }
 void softmax_rows(float*, int64_t, int64_t, int64_t, Stream) { no_cuda("cuda::softmax_rows"); }
 void embedding(const float*, int64_t, int, const int32_t*, int64_t, float*, Stream) { no_cuda("cuda::embedding"); }
@@ -62,7 +66,13 @@ void linear_f32(const float*, int64_t, int64_t, const float*, int64_t, const flo
 void attention(const float*, const float*, const float*, int64_t, int64_t, int, int, int, float*, Stream) {
   no_cuda("cuda::attention");
 }
+void attention(const float*, const float*, const float*, int64_t, int64_t, int, int, int, float*, const AttentionOptions&, Stream) {
+  no_cuda("cuda::attention");
+}
 void quantize_per_token_int8(const float*, int64_t, int64_t, int8_t*, float*, Stream) { no_cuda("cuda::quantize_per_token_int8"); }
+void gather_rows(const float*, const int32_t*, int64_t, int, float*, Stream) { no_cuda("cuda::gather_rows"); }
+void scatter_add_rows(float*, const float*, const int32_t*, const float*, int64_t, int, Stream) { no_cuda("cuda::scatter_add_rows"); }
+void fill(float*, int64_t, float, Stream) { no_cuda("cuda::fill"); }
 
 // Quantized linears (cuda_int8_gemm.h, cuda_int8_quantize.h, cuda_w8a8_linear.h, cuda_w4a16_linear.h).
 struct CublasLtInt8Gemm::Impl {};

@@ -261,6 +261,23 @@ SQ_HD void rope_pair(bool interleaved, int i, int half, int& a, int& b) {
   b = interleaved ? 2 * i + 1 : i + half;
 }
 
+/// Channels (a, b) of pair i (i < half = head_dim/2) of a head under partial rotary embedding over
+/// its first 2·rot_half channels (ops::rope's rot_dim overload, rot_dim = 2·rot_half ≤ head_dim):
+/// i < rot_half is a rotated pair, (2i, 2i+1) interleaved or (i, i + rot_half) half-split; the
+/// other pairs (2i, 2i+1) cover the channels 2·rot_half … head_dim−1, which are not rotated.
+/// Returns whether pair i is rotated (by inv_freq[i]). Over i < half the pairs cover every channel
+/// of the head exactly once; rot_half = half is rope_pair's full rotation, rot_half = 0 (no RoPE)
+/// rotates nothing.
+SQ_HD bool rope_channel_pair(bool interleaved, int i, int rot_half, int& a, int& b) {
+  if (i < rot_half) {
+    rope_pair(interleaved, i, rot_half, a, b);
+    return true;
+  }
+  a = 2 * i;
+  b = 2 * i + 1;
+  return false;
+}
+
 /// The RoPE angle of ops::rope: float(position) · inv_freq (one FP32 multiply).
 SQ_HD float rope_angle(int64_t position, float inv_freq) {
 #if defined(__CUDA_ARCH__)

@@ -6,8 +6,9 @@
 // on every machine, GPU or not.
 //
 // Rounding discipline: the functions use explicit fused multiply-adds (`sq_fma`) and IEEE division
-// only, and never rely on the compiler contracting a·b + c (nvcc does by default, g++ in ISO mode
-// does not), so host and device evaluate bit-identical results for identical inputs.
+// only, and never rely on the compiler contracting a·b + c (nvcc does by default, and so does g++ 12
+// in C++ mode with an FMA target, -ffp-contract=fast: see cuda/decoder_element.h), so host and device
+// evaluate bit-identical results for identical inputs.
 //
 // This header is C++17 (nvcc compiles the .cu files as C++17) and depends on nothing but <cstdint>,
 // <cstring> and <cmath>.

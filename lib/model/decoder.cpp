@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "core/rope_frequencies.h"
+#include "model/decoder_layer_flow.h"
 #include "model/decoder_linears.h"
 #include "model/w4a16_linear.h"
 #include "model/w8a8_linear.h"
@@ -364,31 +365,76 @@ void Decoder::forward_batch(const std::vector<SequenceBlock>& blocks, BatchRows 
   lm_head_->forward(xn, B, logits);  // logits[B, vocab]
 }
 
+/// The CPU backend of run_decoder_layer (model/decoder_layer_flow.h): lib/ops on the Workspace's
+/// buffers, linears through run_sharing_input, attention through Decoder::attend_blocks (RoPE, the
+/// blocks' KV caches, block streaming, the fused nuq decode kernel), and the ActivationObserver.
+struct CpuLayerBackend {
+  using Layer = DecoderLayer;
+  using Linear = sq::Linear;
+  const Decoder& model;
+  const ModelConfig& c;
+  Workspace& ws;
+  ActivationObserver* obs;
+  const Decoder::LayerBlock* blocks;
+  size_t n_blocks;
+
+  LayerBuffers buffers(int64_t n) {
+    if (c.spec.n_experts > 0) {
+      ensure(ws.router_logits, n * c.spec.n_experts);
+      ensure(ws.moe_x, n * c.dim);
+      ensure(ws.moe_out, n * c.dim);
+    }
+    return {ws.xn.data(),   ws.q.data(),    ws.k.data(),  ws.v.data(),  ws.att.data(),           ws.proj.data(),
+            ws.proj2.data(), ws.gate.data(), ws.up.data(), c.spec.n_experts > 0 ? ws.router_logits.data() : nullptr,
+            ws.moe_x.data(), ws.moe_out.data()};
+  }
+  void norm(const float* x, const Tensor& w, const Tensor& b, float* y, int64_t rows, int width) {
+    ops::norm(c.spec.norm, x, w.data(), b.data(), y, rows, width, c.norm_eps);
+  }
+  void rms_norm(float* x, const Tensor& w, int64_t rows, int width) { ops::rms_norm(x, w.data(), x, rows, width, c.norm_eps); }
+  void add_norm(float* x, const float* r, const Tensor& w, const Tensor& b, float* y, int64_t rows, int width) {
+    ops::add_norm(c.spec.norm, x, r, w.data(), b.data(), y, rows, width, c.norm_eps);
+  }
+  void linear(const Linear& f, const float* x, int64_t rows, float* y) { f.forward(x, rows, y); }
+  void linears(std::initializer_list<std::pair<const Linear*, float*>> fs, const float* x, int64_t rows) {
+    run_sharing_input(fs, x, rows);
+  }
+  void attend(int l, int64_t n) { model.attend_blocks(l, n, blocks, n_blocks, ws); }
+  void add(float* y, const float* x, int64_t count) { ops::add_inplace(y, x, count); }
+  void activation(float* x, int64_t count) { ops::activation(c.spec.activation, x, count); }
+  void gated_activation(float* gate, const float* up, int64_t count) { ops::gated_activation(c.spec.activation, gate, up, count); }
+  const float* host_rows(const float* x, int64_t) { return x; }
+  void zero(float* y, int64_t count) { std::fill(y, y + count, 0.0f); }
+  void gather_rows(const float* x, const std::vector<int32_t>& rows, int width, float* out) {
+    for (size_t i = 0; i < rows.size(); ++i)
+      std::memcpy(out + int64_t(i) * width, x + int64_t(rows[i]) * width, static_cast<size_t>(width) * sizeof(float));
+  }
+  void scatter_add_rows(float* y, const float* src, const std::vector<int32_t>& rows, const std::vector<float>& w, int width) {
+    for (size_t i = 0; i < rows.size(); ++i) {
+      float* yt = y + int64_t(rows[i]) * width;
+      const float* si = src + int64_t(i) * width;
+      for (int j = 0; j < width; ++j) yt[j] += si[j] * w[i];
+    }
+  }
+  bool observing() const { return obs != nullptr; }
+  void observe_input(int l, ActivationSite site, const float* x, int64_t n, int64_t width) { obs->on_linear_input(l, site, x, n, width); }
+  void observe_output(int l, Projection p, const float* y, int64_t n, int64_t width) { obs->on_linear_output(l, p, y, n, width); }
+  void observe_kv(int l, const float* k, const float* v, int64_t n, int64_t width) { obs->on_kv(l, k, v, n, width); }
+};
+
 void Decoder::run_layer(int l, const DecoderLayer& L, float* x, int64_t n, const LayerBlock* blocks, size_t n_blocks,
                         Workspace& ws, ActivationObserver* obs) const {
   threads::adapt();  // the team size for this layer's regions (runtime/thread_governor.h)
+  CpuLayerBackend be{*this, config_, ws, obs, blocks, n_blocks};
+  run_decoder_layer(config_, l, L, be, x, n);
+}
+
+void Decoder::attend_blocks(int l, int64_t n, const LayerBlock* blocks, size_t n_blocks, Workspace& ws) const {
   const ModelConfig& c = config_;
   const DecoderSpec& sp = c.spec;
-  const int dd = c.dim;
-  const int64_t d = c.dim, hd = c.head_dim, qw = int64_t(c.n_heads) * hd, kvw = int64_t(c.n_kv_heads) * hd;
+  const int64_t hd = c.head_dim, qw = int64_t(c.n_heads) * hd, kvw = int64_t(c.n_kv_heads) * hd;
   // Block streaming (eviction) runs a single block; p0 is then that block's first cache position.
   const int64_t p0 = blocks[0].p0;
-  float* xn = ws.xn.data();
-  // --- attention block on h = norm(x) ---
-  ops::norm(sp.norm, x, L.attn_norm.data(), L.attn_norm_bias.data(), xn, n, dd, c.norm_eps);
-  // q[n, n_heads*hd], k[n, n_kv*hd], v[n, n_kv*hd]
-  run_sharing_input({{L.q_proj.get(), ws.q.data()}, {L.k_proj.get(), ws.k.data()}, {L.v_proj.get(), ws.v.data()}}, xn, n);
-  if (obs) {
-    obs->on_linear_input(l, ActivationSite::AttnInput, xn, n, d);
-    obs->on_linear_output(l, Projection::Q, ws.q.data(), n, qw);
-    obs->on_linear_output(l, Projection::K, ws.k.data(), n, kvw);
-    obs->on_linear_output(l, Projection::V, ws.v.data(), n, kvw);
-  }
-  if (sp.qk_norm) {  // RMSNorm of every head over head_dim (rows of width hd)
-    ops::rms_norm(ws.q.data(), L.q_norm.data(), ws.q.data(), n * c.n_heads, static_cast<int>(hd), c.norm_eps);
-    ops::rms_norm(ws.k.data(), L.k_norm.data(), ws.k.data(), n * c.n_kv_heads, static_cast<int>(hd), c.norm_eps);
-  }
-  if (obs) obs->on_kv(l, ws.k.data(), ws.v.data(), n, kvw);  // keys still pre-RoPE here
   // Queries (and post-RoPE keys) are rotated at their cache positions p0 … p0+n−1; the cache
   // stores the new rows (quantizing them in its format) and returns every row's key rotated at its
   // cache position, dequantized, with the values (runtime/kv_cache.h).
@@ -434,112 +480,6 @@ void Decoder::run_layer(int l, const DecoderLayer& L, float* x, int64_t n, const
     if (!fused) {
       const KVCache::View kv = cache.read(l, B.p0 + B.n, ws.kbuf, ws.vbuf);
       attention(q, kv.keys, kv.values, B.n, B.p0, att, ws, window);  // att[n_b, n_heads*hd]
-    }
-  }
-  L.o_proj->forward(ws.att.data(), n, ws.proj.data());
-  if (obs) {
-    obs->on_linear_input(l, ActivationSite::AttnOutput, ws.att.data(), n, qw);
-    obs->on_linear_output(l, Projection::O, ws.proj.data(), n, d);
-  }
-  if (sp.post_attn_norm)
-    ops::norm(sp.norm, ws.proj.data(), L.attn_post_norm.data(), L.attn_post_norm_bias.data(), ws.proj.data(), n, dd, c.norm_eps);
-
-  if (sp.parallel_residual) {
-    // --- parallel block: x += attn(norm1(x)) + mlp(norm2(x)) (norm2 = norm1 when shared) ---
-    if (!sp.shared_input_norm) ops::norm(sp.norm, x, L.ffn_norm.data(), L.ffn_norm_bias.data(), xn, n, dd, c.norm_eps);
-    run_mlp(l, L, xn, ws.proj2.data(), n, ws, obs);
-    // transformers adds mlp + attention first, then the residual (GPT-NeoX, Falcon)
-    ops::add_inplace(ws.proj2.data(), ws.proj.data(), n * d);
-    ops::add_inplace(x, ws.proj2.data(), n * d);
-    return;
-  }
-  // --- FFN block: x += [post-norm] mlp(norm(x)), after the attention residual x += proj ---
-  ops::add_norm(sp.norm, x, ws.proj.data(), L.ffn_norm.data(), L.ffn_norm_bias.data(), xn, n, dd, c.norm_eps);
-  run_mlp(l, L, xn, ws.proj.data(), n, ws, obs);
-  if (sp.post_ffn_norm)
-    ops::norm(sp.norm, ws.proj.data(), L.ffn_post_norm.data(), L.ffn_post_norm_bias.data(), ws.proj.data(), n, dd, c.norm_eps);
-  ops::add_inplace(x, ws.proj.data(), n * d);
-}
-
-void Decoder::run_mlp(int l, const DecoderLayer& L, const float* h, float* y, int64_t n, Workspace& ws,
-                      ActivationObserver* obs) const {
-  const ModelConfig& c = config_;
-  const DecoderSpec& sp = c.spec;
-  const int64_t d = c.dim, hid = c.hidden_dim;
-  if (sp.n_experts > 0) {
-    if (obs) obs->on_linear_input(l, ActivationSite::FfnInput, h, n, d);
-    run_experts(l, L, h, y, n, ws, obs);
-    return;
-  }
-  if (sp.mlp_gated) {
-    run_sharing_input({{L.gate_proj.get(), ws.gate.data()}, {L.up_proj.get(), ws.up.data()}}, h, n);  // [n, hidden] each
-    if (obs) {
-      obs->on_linear_input(l, ActivationSite::FfnInput, h, n, d);
-      obs->on_linear_output(l, Projection::Gate, ws.gate.data(), n, hid);
-      obs->on_linear_output(l, Projection::Up, ws.up.data(), n, hid);
-    }
-    ops::gated_activation(sp.activation, ws.gate.data(), ws.up.data(), n * hid);
-  } else {
-    L.up_proj->forward(h, n, ws.gate.data());  // fc1 [n, hidden]
-    if (obs) {
-      obs->on_linear_input(l, ActivationSite::FfnInput, h, n, d);
-      obs->on_linear_output(l, Projection::Up, ws.gate.data(), n, hid);
-    }
-    ops::activation(sp.activation, ws.gate.data(), n * hid);
-  }
-  L.down_proj->forward(ws.gate.data(), n, y);  // [n, dim]
-  if (obs) {
-    obs->on_linear_input(l, ActivationSite::FfnHidden, ws.gate.data(), n, hid);
-    obs->on_linear_output(l, Projection::Down, y, n, d);
-  }
-}
-
-void Decoder::run_experts(int l, const DecoderLayer& L, const float* h, float* y, int64_t n, Workspace& ws,
-                          ActivationObserver* obs) const {
-  // Mixture of experts (Mixtral, Jiang et al. 2024 §2.1, transformers MixtralSparseMoeBlock):
-  // p = softmax(router(h)) per token; the top-k experts by p run on the token and their outputs
-  // are summed weighted by p renormalized over the top k.
-  const ModelConfig& c = config_;
-  const int E = c.spec.n_experts, K = c.spec.experts_per_token;
-  const int64_t d = c.dim, hid = c.hidden_dim;
-  ensure(ws.router_logits, n * E);
-  L.router->forward(h, n, ws.router_logits.data());  // [n, E]
-  std::vector<float> weight(static_cast<size_t>(n * E), 0.0f);  // [n, E] routing weight, 0 = not routed
-  std::vector<int> order(static_cast<size_t>(E));
-  for (int64_t t = 0; t < n; ++t) {
-    float* p = ws.router_logits.data() + t * E;
-    ops::softmax_row(p, E);
-    std::iota(order.begin(), order.end(), 0);
-    // torch.topk order: larger probability first; ties keep the lower index
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
-    float sum = 0.0f;
-    for (int k = 0; k < K; ++k) sum += p[order[static_cast<size_t>(k)]];
-    for (int k = 0; k < K; ++k) {
-      const int e = order[static_cast<size_t>(k)];
-      weight[static_cast<size_t>(t * E + e)] = p[e] / sum;
-    }
-  }
-  std::fill(y, y + n * d, 0.0f);
-  for (int e = 0; e < E; ++e) {
-    ws.moe_rows.clear();
-    for (int64_t t = 0; t < n; ++t)
-      if (weight[static_cast<size_t>(t * E + e)] != 0.0f) ws.moe_rows.push_back(static_cast<int32_t>(t));
-    const int64_t m = static_cast<int64_t>(ws.moe_rows.size());
-    if (m == 0) continue;
-    ensure(ws.moe_x, m * d);
-    ensure(ws.moe_out, m * d);
-    for (int64_t i = 0; i < m; ++i)
-      std::memcpy(ws.moe_x.data() + i * d, h + int64_t(ws.moe_rows[static_cast<size_t>(i)]) * d, static_cast<size_t>(d) * sizeof(float));
-    const Expert& X = L.experts[static_cast<size_t>(e)];
-    run_sharing_input({{X.gate_proj.get(), ws.gate.data()}, {X.up_proj.get(), ws.up.data()}}, ws.moe_x.data(), m);
-    ops::gated_activation(c.spec.activation, ws.gate.data(), ws.up.data(), m * hid);
-    // ffn_hidden of an MoE layer pools every expert's down_proj input (a token once per expert it is routed to)
-    if (obs) obs->on_linear_input(l, ActivationSite::FfnHidden, ws.gate.data(), m, hid);
-    X.down_proj->forward(ws.gate.data(), m, ws.moe_out.data());
-    for (int64_t i = 0; i < m; ++i) {
-      const int64_t t = ws.moe_rows[static_cast<size_t>(i)];
-      const float w = weight[static_cast<size_t>(t * E + e)];
-      for (int64_t j = 0; j < d; ++j) y[t * d + j] += ws.moe_out[static_cast<size_t>(i * d + j)] * w;
     }
   }
 }

@@ -246,12 +246,16 @@ class Decoder {
     KVCache* cache;
     int64_t p0;
   };
-  /// One layer on x [n, dim] (the rows of every block, blocks in order; positions in ws.positions).
+  /// One layer on x [n, dim] (the rows of every block, blocks in order; positions in ws.positions):
+  /// run_decoder_layer (model/decoder_layer_flow.h) over the CPU backend.
   void run_layer(int l, const DecoderLayer& L, float* x, int64_t n, const LayerBlock* blocks, size_t n_blocks, Workspace& ws,
                  ActivationObserver* obs) const;
-  /// y [n, dim] = the FFN of layer l on h [n, dim] (dense MLP or mixture of experts).
-  void run_mlp(int l, const DecoderLayer& L, const float* h, float* y, int64_t n, Workspace& ws, ActivationObserver* obs) const;
-  void run_experts(int l, const DecoderLayer& L, const float* h, float* y, int64_t n, Workspace& ws, ActivationObserver* obs) const;
+  /// The attention step of layer l on ws.q/k/v [n rows of every block] → ws.att: RoPE of q (and of
+  /// k for post-RoPE caches) at the rows' positions, each block's rows written to its cache, then
+  /// attention over the cache (the fused nuq decode kernel for plain decode steps, attention()
+  /// otherwise), with block streaming per ws.eviction.
+  void attend_blocks(int l, int64_t n, const LayerBlock* blocks, size_t n_blocks, Workspace& ws) const;
+  friend struct CpuLayerBackend;
 
   ModelConfig config_;
   std::vector<std::vector<float>> rope_inv_freq_;  ///< [n_layers][rope_dim/2] rope_inv_freq(config_, l)

@@ -431,7 +431,7 @@ void gated_backward(const Proj<T>& gate, const Proj<T>& up, const Proj<T>& down,
   linear_backward(up, dh.data(), m, du, true);
 }
 
-/// The FFN of a layer on u [n, d] → y [n, d] (Decoder::run_mlp / run_experts):
+/// The FFN of a layer on u [n, d] → y [n, d] (layer_flow::mlp / experts, model/decoder_layer_flow.h):
 ///   gated:   y = down(f(gate(u)) ⊙ up(u))
 ///   plain:   y = down(f(up(u)))
 ///   experts: p = softmax(router(u)) per token; the top-K experts by p (ties: lower index first)

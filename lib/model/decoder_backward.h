@@ -2,8 +2,8 @@
 // values, for KVQuant's Fisher-weighted codebooks (Hooper et al. 2024, "KVQuant", §3.3, Eq. 2:
 // F_ii = (∂L/∂A_i)², the diagonal Fisher information of an activation A).
 //
-// The module carries its own forward pass — the one of lib/model/decoder.cpp (Decoder::run_layer,
-// run_mlp, run_experts, attention), configured by the same DecoderSpec and mirrored operation by
+// The module carries its own forward pass — the one of run_decoder_layer (lib/model/decoder_layer_flow.h) and
+// Decoder::attention, configured by the same DecoderSpec and mirrored operation by
 // operation — that saves the activations the backward needs (it does not touch Decoder's KV cache or
 // workspace), then walks the decoder in reverse: LM head → final norm → per layer (last to first)
 // [post-FFN norm] → MLP / experts → FFN norm → [post-attention norm] → o_proj → causal attention
