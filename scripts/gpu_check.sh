@@ -17,7 +17,9 @@ OUT=${OUT:-$HERE/.gpu/out}
 mkdir -p "$OUT"
 X=$HERE/.gpu/x   # the unpacked bundle: build-gpu/, lib/, data/, paths.env
 if [ ! -x "$X/build-gpu/tests/sqkit_tests" ]; then
-  mkdir -p "$X" && tar -C "$X" -xzf .gpu/bundle.tar.gz
+  # tar -J needs the xz program; Python's lzma module unpacks it where xz is missing.
+  mkdir -p "$X" && { tar -C "$X" -xJf .gpu/bundle.tar.xz 2>/dev/null ||
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' .gpu/bundle.tar.xz "$X"; }
 fi
 [ -e build-gpu ] || ln -s "$X/build-gpu" build-gpu
 # shellcheck disable=SC1091
