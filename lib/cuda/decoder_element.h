@@ -41,12 +41,7 @@
 #include <cstdint>
 #include <cstring>
 
-// Defined exactly as in cuda/kv_device_math.h, so both headers can share a translation unit.
-#if defined(__CUDACC__)
-#define SQ_HD __host__ __device__ __forceinline__
-#else
-#define SQ_HD inline
-#endif
+#include "cuda/host_device.h"
 
 namespace sq::de {
 
@@ -55,23 +50,14 @@ namespace sq::de {
 #if !defined(__CUDA_ARCH__)
 /// Host only: makes `v` opaque to the optimizer (an empty asm that may change it), so a product
 /// passed through it is never contracted with a following addition (g++ -ffp-contract=fast).
-inline void host_barrier(float& v) {
+template <class T>  // float or double
+inline void host_barrier(T& v) {
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
   __asm__("" : "+x"(v));
 #elif defined(__GNUC__) && defined(__aarch64__)
   __asm__("" : "+w"(v));
 #else
-  volatile float t = v;
-  v = t;
-#endif
-}
-inline void host_barrier(double& v) {
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-  __asm__("" : "+x"(v));
-#elif defined(__GNUC__) && defined(__aarch64__)
-  __asm__("" : "+w"(v));
-#else
-  volatile double t = v;
+  volatile T t = v;
   v = t;
 #endif
 }

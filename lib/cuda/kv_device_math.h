@@ -13,11 +13,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define SQ_HD __host__ __device__ __forceinline__
-#else
-#define SQ_HD inline
-#endif
+#include "cuda/host_device.h"
 
 namespace sq::kvdev {
 
