@@ -1,6 +1,5 @@
 #include "calib/gptq.h"
 
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +9,7 @@
 
 #include "core/error.h"
 #include "formats/safetensors.h"
+#include "ops/library_threads.h"
 #include "ops/sgemm.h"
 
 // LAPACK from OpenBLAS (no lapack.h is installed). The trailing hidden string lengths of the
@@ -292,11 +292,35 @@ double hessian_weighted_error(const float* W, const float* W_hat, int64_t out, i
     const size_t n = static_cast<size_t>(nr * in);
     for (size_t i = 0; i < n; ++i)
       D[i] = static_cast<double>(W[size_t(r0 * in) + i]) - static_cast<double>(W_hat[size_t(r0 * in) + i]);
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nr), static_cast<int>(in), static_cast<int>(in), 1.0,
-                D.data(), static_cast<int>(in), H.data(), static_cast<int>(in), 0.0, T.data(), static_cast<int>(in));
+    ops::dgemm(false, false, nr, in, in, 1.0, D.data(), in, H.data(), in, 0.0, T.data(), in);
     for (size_t i = 0; i < n; ++i) s += D[i] * T[i];
   }
   return s;
+}
+
+std::string gptq_inverse_cholesky(std::vector<double>& H, int64_t n) {
+  if (n < 0 || static_cast<int64_t>(H.size()) != n * n) throw std::invalid_argument("gptq_inverse_cholesky: H must be [n, n]");
+  if (n == 0) return "";
+  // H is symmetric, so the row-major buffer is also H in column-major order.
+  const int ni = static_cast<int>(n);
+  int info = 0;
+  // One thread: OpenBLAS's threaded dpotrf gives other bits at 2 threads than at 1, so a converted
+  // file would depend on -t and on the load (ops/library_threads.h).
+  const ops::OneLibraryThread one;
+  dpotrf_("U", &ni, H.data(), &ni, &info, 1);
+  if (info > 0) return "Cholesky failed at leading minor " + std::to_string(info);
+  if (info < 0) throw std::logic_error("gptq_inverse_cholesky: dpotrf argument error");
+  dpotri_("U", &ni, H.data(), &ni, &info, 1);
+  if (info > 0) return "the Hessian is singular";
+  if (info < 0) throw std::logic_error("gptq_inverse_cholesky: dpotri argument error");
+  // dpotri left H⁻¹ in the column-major upper triangle = the row-major lower one; mirror it.
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = i + 1; j < n; ++j) H[static_cast<size_t>(i * n + j)] = H[static_cast<size_t>(j * n + i)];
+  // Column-major lower factor L (H⁻¹ = L·Lᵀ) lands in the row-major upper triangle as U = Lᵀ.
+  dpotrf_("L", &ni, H.data(), &ni, &info, 1);
+  if (info > 0) return "the Cholesky factorization of its inverse failed at leading minor " + std::to_string(info);
+  if (info < 0) throw std::logic_error("gptq_inverse_cholesky: dpotrf argument error");
+  return "";
 }
 
 GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, const std::vector<double>& H0, const GptqOptions& o) {
@@ -362,23 +386,7 @@ GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, const std::vec
 
   // Step 4: U = upper Cholesky factor of H⁻¹ (row-major), Algorithm 1 line 2. H is symmetric, so
   // the row-major buffer is also H in column-major order.
-  {
-    const int ni = static_cast<int>(n);
-    int info = 0;
-    dpotrf_("U", &ni, H.data(), &ni, &info, 1);
-    if (info > 0) not_pd(o, in, "Cholesky failed at leading minor " + std::to_string(info));
-    if (info < 0) throw std::logic_error("gptq_quantize: dpotrf argument error");
-    dpotri_("U", &ni, H.data(), &ni, &info, 1);
-    if (info > 0) not_pd(o, in, "the Hessian is singular");
-    if (info < 0) throw std::logic_error("gptq_quantize: dpotri argument error");
-    // dpotri left H⁻¹ in the column-major upper triangle = the row-major lower one; mirror it.
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = i + 1; j < n; ++j) H[at(i, j)] = H[at(j, i)];
-    // Column-major lower factor L (H⁻¹ = L·Lᵀ) lands in the row-major upper triangle as U = Lᵀ.
-    dpotrf_("L", &ni, H.data(), &ni, &info, 1);
-    if (info > 0) not_pd(o, in, "the Cholesky factorization of its inverse failed at leading minor " + std::to_string(info));
-    if (info < 0) throw std::logic_error("gptq_quantize: dpotrf argument error");
-  }
+  if (const std::string failure = gptq_inverse_cholesky(H, n); !failure.empty()) not_pd(o, in, failure);
   std::vector<float> U(static_cast<size_t>(n * n), 0.0f);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = i; j < n; ++j) U[at(i, j)] = static_cast<float>(H[at(i, j)]);

@@ -107,6 +107,14 @@ struct GptqResult {
   double obq_loss = 0;
 };
 
+/// Step 4 of gptq_quantize (Algorithm 1 line 2): H [n, n] (row-major double, symmetric, already
+/// damped) is replaced in place by U, the upper Cholesky factor of H⁻¹ (H⁻¹ = UᵀU), in its upper
+/// triangle (j ≥ i); the strict lower triangle keeps H⁻¹'s entries. dpotrf, dpotri, dpotrf (LAPACK,
+/// OpenBLAS) on one thread, so the bits do not depend on -t or the load (ops/library_threads.h).
+/// Returns "" on success, else why H is not positive definite (gptq_quantize names the linear);
+/// throws std::invalid_argument when H.size() != n·n.
+std::string gptq_inverse_cholesky(std::vector<double>& H, int64_t n);
+
 /// GPTQ (Algorithm 1) of W [out, in] (row-major FP32, nn.Linear layout: y = W x) given the input
 /// Hessian H [in, in] (row-major double, symmetric, e.g. HessianAccumulator::hessian()).
 /// Steps, following the reference implementation (gptq.py `fasterquant`):

@@ -2,8 +2,8 @@
 
 #include "calib/window_runner.h"
 #include "ops/ops.h"
+#include "ops/sgemm.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -32,8 +32,7 @@ void HessianAccumulator::observe(const float* x, int64_t n) {
     const float* src = x + r0 * d;
     for (int64_t i = 0; i < rows * d; ++i) xd[static_cast<size_t>(i)] = static_cast<double>(src[i]);
     // sum_ (upper) += 2 · Xᵀ X
-    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, static_cast<int>(d), static_cast<int>(rows), 2.0, xd.data(),
-                static_cast<int>(d), 1.0, sum_.data(), static_cast<int>(d));
+    ops::dsyrk_upper(d, rows, 2.0, xd.data(), d, 1.0, sum_.data(), d);
   }
   tokens_ += n;
 }

@@ -123,11 +123,9 @@ class MoreThreadsThanCores : public ::testing::Test {
     return ids_;
   }
   void expect_same_bits(const std::string& model, const std::string& tag) {
-    ::setenv("SQ_GOVERNOR_TRACE", "1", 1);
-    ::setenv("SQ_ADAPTIVE_THREADS", "1", 1);  // opt-in for now (docs/threading.md, "Status")
+    ::setenv("SQ_GOVERNOR_TRACE", "1", 1);  // the governor is on by default (SQ_ADAPTIVE_THREADS unset)
     const Run many = run(model, 8, tag);
     ::unsetenv("SQ_GOVERNOR_TRACE");
-    ::unsetenv("SQ_ADAPTIVE_THREADS");
     const Run one = run(model, 1, tag);
     ASSERT_FALSE(one.logits.empty());
     EXPECT_TRUE(one.logits == many.logits) << tag << ": the prompt's logits differ between -t 1 and -t 8";

@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   sq::add_json_option(app, json_path, "All results");
   bool force = false;
   app.add_flag("--force", force, "Replace an existing --json file or --write-synthetic checkpoint");
-  app.add_option("-t,--threads", threads, "Threads at most (default: one per core available to this process: affinity and cgroup CPU quota); with SQ_ADAPTIVE_THREADS=1, fewer while other processes keep the cores busy (docs/threading.md)");
+  app.add_option("-t,--threads", threads, sq::kThreadsHelp);
   sq::add_version_flag(app, "sq-bench");
   if (const int status = sq::parse_tool_args(app, "sq-bench", argc, argv); status >= 0) return status;
   return sq::run_tool("sq-bench", [&]() {

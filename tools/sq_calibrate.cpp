@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
                  "(each stores its whole K and V rows)")
       ->capture_default_str();
   app.add_option("-o,--output", out_path, "Output calibration file (.h5)")->required();
-  app.add_option("-t,--threads", threads, "Threads at most (default: one per core available to this process: affinity and cgroup CPU quota); with SQ_ADAPTIVE_THREADS=1, fewer while other processes keep the cores busy (docs/threading.md)");
+  app.add_option("-t,--threads", threads, sq::kThreadsHelp);
   app.add_flag("--force", force, "Replace an existing output file");
   app.add_flag("-q,--quiet", quiet, "No progress (a bar on a terminal, else a line with rate and ETA every 30 s)");
   sq::add_version_flag(app, "sq-calibrate");

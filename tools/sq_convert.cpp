@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
   app.add_flag("--compress", o.write.compress, "zstd-compress tensors (per tensor, kept when smaller)");
   app.add_flag("--force", o.write.force, "Replace an existing output file");
   app.add_option("-o,--output", out_path, "Output .sqm file")->required();
-  app.add_option("-t,--threads", threads, "Threads at most (default: one per core available to this process: affinity and cgroup CPU quota); with SQ_ADAPTIVE_THREADS=1, fewer while other processes keep the cores busy (docs/threading.md)");
+  app.add_option("-t,--threads", threads, sq::kThreadsHelp);
   app.add_flag("-q,--quiet", quiet, "No progress (a bar on a terminal, else a line with rate and ETA every 30 s)");
   app.add_flag("--report-memory", report_memory, "Print the peak anonymous resident memory (sampled RssAnon) on stderr");
   sq::add_version_flag(app, "sq-convert");

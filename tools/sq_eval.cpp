@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
   sq::add_json_option(app, json_path, "The results");
   bool force = false;
   app.add_flag("--force", force, "Replace an existing --json file");
-  app.add_option("-t,--threads", threads, "Threads at most (default: one per core available to this process: affinity and cgroup CPU quota); with SQ_ADAPTIVE_THREADS=1, fewer while other processes keep the cores busy (docs/threading.md)");
+  app.add_option("-t,--threads", threads, sq::kThreadsHelp);
   app.add_option("--kv", kv,
                  "KV-cache format: fp32 | int8 | int4 | int3 | int2 (uniform per-token asymmetric) | nuq4 | nuq3 | nuq2 "
                  "(KVQuant; needs a model converted with sq-convert --kv nuqX). Default: the model file's format, else fp32");

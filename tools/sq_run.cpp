@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   app.add_option("--top-k", so.top_k, "Top-k sampling; 0 = off")->capture_default_str();
   app.add_option("--top-p", so.top_p, "Nucleus sampling threshold in (0, 1]")->capture_default_str();
   app.add_option("-s,--seed", so.seed, "RNG seed")->capture_default_str();
-  app.add_option("-t,--threads", threads, "Threads at most (default: one per core available to this process: affinity and cgroup CPU quota); with SQ_ADAPTIVE_THREADS=1, fewer while other processes keep the cores busy (docs/threading.md)");
+  app.add_option("-t,--threads", threads, sq::kThreadsHelp);
   app.add_flag("-q,--quiet", quiet, "No statistics on stderr");
   std::string policy = "dense", kv, kv_keys;
   int kv_group = -1, kv_sink = -1;

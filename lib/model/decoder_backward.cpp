@@ -1,6 +1,5 @@
 #include "model/decoder_backward.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -36,9 +35,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
 }
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* A, int64_t lda, const double* B,
           int64_t ldb, double beta, double* C, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
-              static_cast<blasint>(n), static_cast<blasint>(k), alpha, A, static_cast<blasint>(lda), B,
-              static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));
+  ops::dgemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 template <typename T>

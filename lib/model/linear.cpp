@@ -2,7 +2,6 @@
 
 #include "ops/sgemm.h"
 
-#include <cblas.h>
 
 #include <mutex>
 #include <stdexcept>
@@ -45,9 +44,8 @@ void DenseLinear::forward(const float* x, int64_t n, float* y) const {
       y[j] = acc;
     }
   } else if (n == 1) {
-    // y[out] = W[out, in] · x[in]
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(out), static_cast<blasint>(in), 1.0f, weight_.data(),
-                static_cast<blasint>(in), x, 1, 0.0f, y, 1);
+    // y[out] = W[out, in] · x[in], in blocks of rows whose partition does not depend on the threads
+    ops::linear_sgemv(x, weight_.data(), out, in, y);
   } else {
     // y[n, out] = x[n, in] · W[out, in]ᵀ
     const ops::WeightMatmul* mm = n >= kMatmulMinRows && n * out * in >= ops::kOneDnnMinMacs ? matmul(n) : nullptr;

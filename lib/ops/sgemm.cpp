@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
 
+#include "ops/library_threads.h"
 #include "runtime/thread_governor.h"
 
 #include <omp.h>
@@ -16,9 +17,11 @@ namespace sq::ops {
 
 namespace {
 
-/// One library call: OpenBLAS below kOneDnnMinMacs multiply-adds, else oneDNN (file comment of the header).
-void sgemm_call(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* A, int64_t lda, const float* B,
-                int64_t ldb, float beta, float* C, int64_t ldc) {
+/// One library call, planned for one thread (ops/library_threads.h): OpenBLAS below kOneDnnMinMacs
+/// multiply-adds, else oneDNN (file comment of the header).
+void gemm_call(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* A, int64_t lda, const float* B,
+               int64_t ldb, float beta, float* C, int64_t ldc) {
+  const OneLibraryThread one;
   if (m * n * k < kOneDnnMinMacs) {
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
                 static_cast<blasint>(n), static_cast<blasint>(k), alpha, A, static_cast<blasint>(lda), B, static_cast<blasint>(ldb),
@@ -32,15 +35,23 @@ void sgemm_call(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
                              " ldb=" + std::to_string(ldb) + " ldc=" + std::to_string(ldc));
 }
 
+/// One single-threaded OpenBLAS dgemm (oneDNN has no FP64 product).
+void gemm_call(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* A, int64_t lda, const double* B,
+               int64_t ldb, double beta, double* C, int64_t ldc) {
+  const OneLibraryThread one;
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(k), alpha, A, static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta,
+              C, static_cast<blasint>(ldc));
+}
+
 /// Runs block(b) for b = 0 … blocks−1 over the OpenMP threads (dynamic; in parallel only when
-/// `parallel`), each thread's library calls planned for one thread, so results depend on the
-/// partition alone. The first exception thrown by a block is rethrown on the caller's thread.
+/// `parallel`). The blocks' library calls each plan for one thread (gemm_call), so results depend on
+/// the partition alone. The first exception thrown by a block is rethrown on the caller's thread.
 template <typename Block>
 void for_each_block(int64_t blocks, bool parallel, const Block& block) {
   std::exception_ptr error;
 #pragma omp parallel if (parallel)
   {
-    omp_set_num_threads(1);  // this thread's library calls plan for one thread
 #pragma omp for schedule(dynamic, 1)
     for (int64_t b = 0; b < blocks; ++b) {
       try {
@@ -54,28 +65,40 @@ void for_each_block(int64_t blocks, bool parallel, const Block& block) {
   if (error) std::rethrow_exception(error);
 }
 
-}  // namespace
-
-void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* A, int64_t lda, const float* B,
-           int64_t ldb, float beta, float* C, int64_t ldc) {
+/// sgemm / dgemm: one call on small products or inside parallel regions, else blocks of
+/// kSgemmBlock rows or columns of C (along the longer side), each one single-threaded library call:
+/// oneDNN's own threading gives results that depend on the thread count (seen at 1 vs 3 threads,
+/// 96 x 4096 x 576), and the team size changes with the load.
+template <typename T>
+void blocked_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* A, int64_t lda, const T* B, int64_t ldb,
+                  T beta, T* C, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   threads::adapt();  // outside parallel regions only (runtime/thread_governor.h)
   if (m * n * k < kOneDnnMinMacs || omp_get_level() > 0) {
-    sgemm_call(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm_call(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-  // Blocks of kSgemmBlock rows or columns of C (along the longer side), each one single-threaded
-  // library call: oneDNN's own threading gives results that depend on the thread count (seen at 1
-  // vs 3 threads, 96 x 4096 x 576), and the team size changes with the load.
   const bool rows = m >= n;
   const int64_t len = rows ? m : n, blocks = (len + kSgemmBlock - 1) / kSgemmBlock;
   for_each_block(blocks, true, [&](int64_t b) {
     const int64_t at = b * kSgemmBlock, len_b = std::min(kSgemmBlock, len - at);
     if (rows)  // C[at .. at+len_b, :] = op(A)[at .. , :] · op(B)
-      sgemm_call(trans_a, trans_b, len_b, n, k, alpha, trans_a ? A + at : A + at * lda, lda, B, ldb, beta, C + at * ldc, ldc);
+      gemm_call(trans_a, trans_b, len_b, n, k, alpha, trans_a ? A + at : A + at * lda, lda, B, ldb, beta, C + at * ldc, ldc);
     else  // C[:, at .. at+len_b] = op(A) · op(B)[:, at ..]
-      sgemm_call(trans_a, trans_b, m, len_b, k, alpha, A, lda, trans_b ? B + at * ldb : B + at, ldb, beta, C + at, ldc);
+      gemm_call(trans_a, trans_b, m, len_b, k, alpha, A, lda, trans_b ? B + at * ldb : B + at, ldb, beta, C + at, ldc);
   });
+}
+
+}  // namespace
+
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* A, int64_t lda, const float* B,
+           int64_t ldb, float beta, float* C, int64_t ldc) {
+  blocked_gemm(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* A, int64_t lda, const double* B,
+           int64_t ldb, double beta, double* C, int64_t ldc) {
+  blocked_gemm(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void linear_sgemm(const float* x, int64_t n, const float* W, int64_t out, int64_t in, float* y) {
@@ -86,7 +109,34 @@ void linear_sgemm(const float* x, int64_t n, const float* W, int64_t out, int64_
   // does not nest into an active region, and an inactive one has a single thread.
   for_each_block(blocks, n * out * in >= kOneDnnMinMacs, [&](int64_t b) {
     const int64_t o0 = b * kLinearBlockRows, m = std::min(kLinearBlockRows, out - o0);
-    sgemm_call(false, true, n, m, in, 1.0f, x, in, W + o0 * in, in, 0.0f, y + o0, out);
+    gemm_call(false, true, n, m, in, 1.0f, x, in, W + o0 * in, in, 0.0f, y + o0, out);
+  });
+}
+
+void linear_sgemv(const float* x, const float* W, int64_t out, int64_t in, float* y) {
+  if (out <= 0) return;
+  threads::adapt();
+  const int64_t blocks = (out + kLinearBlockRows - 1) / kLinearBlockRows;
+  for_each_block(blocks, out * in >= kOneDnnMinMacs, [&](int64_t b) {
+    const int64_t o0 = b * kLinearBlockRows, m = std::min(kLinearBlockRows, out - o0);
+    const OneLibraryThread one;
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(m), static_cast<blasint>(in), 1.0f, W + o0 * in,
+                static_cast<blasint>(in), x, 1, 0.0f, y + o0, 1);
+  });
+}
+
+void dsyrk_upper(int64_t d, int64_t rows, double alpha, const double* X, int64_t ldx, double beta, double* C, int64_t ldc) {
+  if (d <= 0) return;
+  threads::adapt();
+  const int64_t blocks = (d + kSyrkBlock - 1) / kSyrkBlock;
+  for_each_block(blocks, d * d * rows / 2 >= kOneDnnMinMacs && omp_get_level() == 0, [&](int64_t i) {
+    const int64_t b = blocks - 1 - i;  // the widest blocks (most rows above the diagonal) first
+    const int64_t j0 = b * kSyrkBlock, w = std::min(kSyrkBlock, d - j0);
+    // C[0, j0) × [j0, j0 + w) = alpha · X[:, 0:j0]ᵀ · X[:, j0:j0+w] + beta · C
+    if (j0 > 0) gemm_call(true, false, j0, w, rows, alpha, X, ldx, X + j0, ldx, beta, C + j0, ldc);
+    const OneLibraryThread one;
+    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, static_cast<blasint>(w), static_cast<blasint>(rows), alpha, X + j0,
+                static_cast<blasint>(ldx), beta, C + j0 * ldc + j0, static_cast<blasint>(ldc));
   });
 }
 

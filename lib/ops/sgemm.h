@@ -1,4 +1,5 @@
-// FP32 matrix multiply for attention, the backward pass, GPTQ and the dense linears' fallback (CPU).
+// FP32 (and FP64) matrix products for attention, the backward pass, GPTQ, Hessians, the dense
+// linears' fallback and their decode step (CPU), with results that depend on the shapes alone.
 // The dense linears' multi-row products run oneDNN's matmul primitive on a fixed weight matrix
 // instead (ops/weight_matmul.h, through DenseLinear), which outpaces dnnl_sgemm at their shapes.
 //
@@ -13,8 +14,10 @@
 // Threading: products of at least kOneDnnMinMacs called outside a parallel region are cut into
 // blocks of kSgemmBlock rows or columns of C (the longer side), spread over the OpenMP threads, each
 // block one single-threaded library call; called inside a parallel region they run on the calling
-// thread. The partition depends on the shape alone, so the result does not depend on the thread
-// count (the thread governor changes it with the load, runtime/thread_governor.h). Results may
+// thread. Every library call plans for one thread (ops/library_threads.h: OpenBLAS and oneDNN give
+// bits that depend on the thread count they plan for). The partition depends on the shape alone, so
+// the result does not depend on the thread count (the thread governor changes it with the load,
+// runtime/thread_governor.h; users pick -t). Results may
 // differ in the last bits between the two libraries and between sizes (summation order), never
 // beyond FP32 rounding of the same sum.
 #pragma once
@@ -49,5 +52,30 @@ inline constexpr int64_t kLinearBlockRows = 64;
 /// result does not depend on the thread count or on whether the caller is inside a parallel region.
 /// Products below kOneDnnMinMacs run on the calling thread. Throws as sgemm.
 void linear_sgemm(const float* x, int64_t n, const float* W, int64_t out, int64_t in, float* y);
+
+/// y[out] = W[out, in] · x[in], all FP32 (y overwritten): a linear layer's decode step (one token).
+/// Blocks of kLinearBlockRows rows of W spread over the threads (dynamic), each one single-threaded
+/// OpenBLAS sgemv; the result depends on out and in alone (OpenBLAS's own threading of one sgemv gave
+/// other bits at 3 threads than at 1 for 640-wide rows). Products below kOneDnnMinMacs run on the
+/// calling thread.
+void linear_sgemv(const float* x, const float* W, int64_t out, int64_t in, float* y);
+
+/// The FP64 product of sgemm's contract (C[m, n] = alpha · op(A) · op(B) + beta · C, row-major), on
+/// OpenBLAS's dgemm: outside parallel regions cut into blocks of kSgemmBlock rows or columns of C,
+/// each one single-threaded call, so that the result depends on the shape alone. For GPTQ's
+/// Hessian-weighted error and the backward pass's FP64 products. Never throws.
+void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* A, int64_t lda, const double* B,
+           int64_t ldb, double beta, double* C, int64_t ldc);
+
+/// Columns of C per block of dsyrk_upper.
+inline constexpr int64_t kSyrkBlock = 128;
+
+/// The upper triangle (j ≥ i) of C[d, d] = alpha · Xᵀ X + beta · C for X[rows, d] row-major (ldx ≥ d),
+/// C row-major (ldc ≥ d); the strict lower triangle is not touched. Column blocks of kSyrkBlock: block
+/// [j0, j1) computes C[0, j0) × [j0, j1) by one dgemm and its diagonal block by one dsyrk, each a
+/// single-threaded call, the blocks spread over the threads (dynamic, largest first), so that the
+/// result depends on (rows, d) alone (OpenBLAS's threaded dsyrk gave other bits at 2 threads than at
+/// 1 for d = 64). The Hessian accumulation of calib/hessian.h. Never throws.
+void dsyrk_upper(int64_t d, int64_t rows, double alpha, const double* X, int64_t ldx, double beta, double* C, int64_t ldc);
 
 }  // namespace sq::ops

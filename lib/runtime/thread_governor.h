@@ -56,9 +56,8 @@ class Governor {
 /// (field 2 of /proc/self/task/TID/schedstat). Nothing when the kernel does not provide it.
 std::optional<uint64_t> process_run_delay_ns();
 
-/// Turns the process-wide governor on with `max_threads` (the tools' -t value or the default) when
-/// the environment has SQ_ADAPTIVE_THREADS=1 (opt-in for now, docs/threading.md "Status") and the
-/// kernel has schedstat; sets
+/// Turns the process-wide governor on with `max_threads` (the tools' -t value or the default) unless
+/// the environment has SQ_ADAPTIVE_THREADS=0, max_threads is 1 or the kernel has no schedstat; sets
 /// omp_set_num_threads(max_threads) either way. The calling thread becomes the governing thread.
 /// Libraries and tests that never call it keep the fixed OpenMP thread count.
 void govern(int max_threads);

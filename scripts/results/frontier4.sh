@@ -7,7 +7,9 @@
 # each with and without an imatrix from the same C4 windows, measured on the same tokens.
 # The llamacpp protocol only (-c 512). Calibration: the table-2 file ($OUT/calib.h5, with Hessians).
 # Usage: [LLAMA_CPP_BIN=DIR] scripts/results/frontier4.sh [--model smollm2|gemma3|PATH] [--chunks N]
-#        [--samples N] [OUT_DIR]   (prints Markdown tables; --help for the options)
+#        [--samples N] [--hellaswag N] [OUT_DIR]   (prints Markdown tables; --help for the options)
+# Environment: MIXED=0 leaves out the mixed-precision rows (--bits-per-weight, --max-kld), whose
+# sensitivity pass is the longest step (about 19 minutes on SmolLM2 on 2 cores).
 source "$(dirname "$0")/common.sh"
 PROTOCOLS=("llamacpp 512 $CHUNKS")
 calibrate calib --hessian
@@ -31,10 +33,13 @@ convert rtn-g128-mse-calib-head --scheme w4a16 --calib "$OUT/calib.h5"
 A32=(--scheme w4a16 --group-size 32 --asym --calib "$OUT/calib.h5")
 convert rtn-g32a-mse-calib-head "${A32[@]}"
 convert gptqao-g32a-mse-head "${A32[@]}" --gptq --act-order --gptq-hessians file
+MIXED=${MIXED:-1}
+[[ $MIXED == 0 ]] || {
 convert rtn-g32a-mixed5.5 "${A32[@]}" --bits-per-weight 5.5
 convert gptqao-g32a-mixed5.63-seq "${A32[@]}" --gptq --act-order --gptq-hessians sequential --bits-per-weight 5.63 \
   --sensitivity-from "$OUT/rtn-g32a-mixed5.5.sqm"
 convert rtn-g32a-kld0.01 "${A32[@]}" --max-kld 0.01 --sensitivity-from "$OUT/rtn-g32a-mixed5.5.sqm"
+}
 begin_table
 row "FP32" "$OUT/f32.sqm"
 row "RTN g32 sym, minmax (absmax/7)" "$OUT/rtn-g32-minmax.sqm"
@@ -48,9 +53,11 @@ row "GPTQ act-order g32 sym, mse (diag H) + INT8 head" "$OUT/gptqao-g32-mse-head
 row "RTN g128 sym, mse (calibration Σx²) + INT8 head (the --scheme w4a16 --calib default)" "$OUT/rtn-g128-mse-calib-head.sqm"
 row "RTN g32 asym, mse (calibration Σx²) + INT8 head" "$OUT/rtn-g32a-mse-calib-head.sqm"
 row "GPTQ act-order g32 asym, mse (diag H) + INT8 head" "$OUT/gptqao-g32a-mse-head.sqm"
+[[ $MIXED == 0 ]] || {
 row "RTN g32 asym + INT8 head, --bits-per-weight 5.5" "$OUT/rtn-g32a-mixed5.5.sqm"
 row "GPTQ act-order g32 asym (sequential H) + INT8 head, --bits-per-weight 5.63" "$OUT/gptqao-g32a-mixed5.63-seq.sqm"
 row "RTN g32 asym + INT8 head, --max-kld 0.01" "$OUT/rtn-g32a-kld0.01.sqm"
+}
 print_tables "sqkit W4A16 recipe" "linear bits/w" "file bits/w" "file bytes"
 
 [[ -n ${LLAMA_CPP_BIN:-} ]] || exit 0

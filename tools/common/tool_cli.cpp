@@ -25,7 +25,7 @@ int apply_thread_option(int threads, const char* tool) {
     std::fprintf(stderr, "%s: warning: -t %d runs more threads than the %d core(s) available to this process; expect it to be slower\n",
                  tool, threads, cores);
   const int n = threads > 0 ? threads : cores;
-  threads::govern(n);  // with SQ_ADAPTIVE_THREADS=1: fewer while other processes keep the cores busy
+  threads::govern(n);  // fewer while other processes keep the cores busy (SQ_ADAPTIVE_THREADS=0: exactly n)
   return n;
 }
 

@@ -34,6 +34,11 @@ inline constexpr int kMaxThreadsPerCore = 8;
 /// prefixed by `tool`. Throws UsageError for N < 0 and N above the limit, naming the value and the cores.
 int apply_thread_option(int threads, const char* tool);
 
+/// The help text of every tool's -t/--threads option.
+inline constexpr const char* kThreadsHelp =
+    "Threads at most (default: one per core available to this process: affinity and cgroup CPU quota); fewer while other processes "
+    "keep the cores busy (the thread governor; SQ_ADAPTIVE_THREADS=0 runs exactly -t; docs/threading.md)";
+
 /// Rewrites `args` (argv[1..], in order) so that the optional value of `--json` is explicit:
 /// `--json=ANY` is kept; `--json` followed by `-` or by a word ending in ".json" (any case) that does
 /// not start with '-' becomes `--json=WORD`; any other `--json` becomes `--json=-` (stdout) and the
