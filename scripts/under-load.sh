@@ -36,7 +36,7 @@ DATA=../shared/data
 C4=$DATA/c4/c4-sample-1480.txt WIKI=$DATA/wikitext2/wiki.test.raw HS=$DATA/hellaswag/hellaswag_val_full.txt
 
 # The files, made once (quiet, before any load starts).
-[[ -s $OUT/cal8.h5 ]] || $B/sq-calibrate -m "$M" -f $C4 --samples 8 --seq-len 512 --hessian -o "$OUT/cal8.h5" -q --force
+[[ -s $OUT/cal8.h5 ]] || $B/sq-calibrate -m "$M" -f $C4 --samples 8 --seq-len 512 --hessian -o "$OUT/cal8.h5" -q --force >/dev/null
 W8=(--scheme w8a8 --calib "$OUT/cal8.h5" --alpha 0.5 --weight per-channel --act per-token)
 [[ -s $OUT/w8a8.sqm ]] || $B/sq-convert -m "$M" "${W8[@]}" --no-quantize-head -o "$OUT/w8a8.sqm" -q --force >/dev/null
 [[ -s $OUT/w8a8h.sqm ]] || $B/sq-convert -m "$M" "${W8[@]}" --quantize-head -o "$OUT/w8a8h.sqm" -q --force >/dev/null
@@ -65,7 +65,7 @@ prefill() {  # THREADS
 }
 calibrate() {  # THREADS
   local t0; t0=$(now)
-  $B/sq-calibrate -m "$M" -f $C4 --samples 8 --seq-len 512 --hessian -o "$OUT/cal-run.h5" -q --force ${1:+-t $1}
+  $B/sq-calibrate -m "$M" -f $C4 --samples 8 --seq-len 512 --hessian -o "$OUT/cal-run.h5" -q --force ${1:+-t $1} >/dev/null
   echo "$(now) - $t0" | bc
 }
 gptq() {  # THREADS

@@ -28,7 +28,8 @@ TEST(ThreadGovernor, QuietSamplesKeepTheMaximum) {
 }
 
 TEST(ThreadGovernor, ShrinksByTheWaitingThreadsAndProbesBackOneAtATime) {
-  const GovernorPolicy p;  // 0.4 threads contended; first probe after 0.25 s
+  GovernorPolicy p;  // 0.4 threads contended
+  p.probe_first_seconds = 0.25;
   Governor g(8, p);
   EXPECT_EQ(g.on_sample(0.0, 0.0), 8);
   EXPECT_EQ(g.on_sample(0.05, 3.2), 5);   // 3.2 waiting: 3 fewer
@@ -65,6 +66,30 @@ TEST(ThreadGovernor, FailedProbesWaitTwiceAsLongUpToTheLimit) {
     t += 0.05;
     EXPECT_EQ(g.on_sample(t, 0.9), 1);  // the probe's sample is contended: back to one thread
   }
+}
+
+// The first sample and a probe's are short (a team too large for the CPUs runs several times
+// slower while they last); the others are the full length.
+TEST(ThreadGovernor, FirstAndProbeSamplesAreShort) {
+  GovernorPolicy p;
+  p.sample_seconds = 0.05;
+  p.short_sample_seconds = 0.02;
+  p.probe_first_seconds = 0.5;
+  Governor g(2, p);
+  EXPECT_EQ(g.sample_length(), 0.02);  // before the first sample
+  EXPECT_EQ(g.on_sample(0.02, 0.95), 1);
+  EXPECT_EQ(g.sample_length(), 0.05);
+  double t = 0.02;
+  while (g.team() == 1) {
+    t += 0.05;
+    g.on_sample(t, 0.0);
+    ASSERT_LT(t, 0.6) << "no probe 0.5 s after the shrink";
+  }
+  EXPECT_NEAR(t - 0.02, 0.5, 0.05 + 1e-9);
+  EXPECT_TRUE(g.probing());
+  EXPECT_EQ(g.sample_length(), 0.02);
+  EXPECT_EQ(g.on_sample(t + 0.02, 0.97), 1);
+  EXPECT_EQ(g.sample_length(), 0.05);
 }
 
 TEST(ThreadGovernor, NeverBelowOneNorAboveTheMaximum) {

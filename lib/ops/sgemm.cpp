@@ -44,22 +44,31 @@ void gemm_call(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, doub
               C, static_cast<blasint>(ldc));
 }
 
-/// Runs block(b) for b = 0 … blocks−1 over the OpenMP threads (dynamic; in parallel only when
-/// `parallel`). The blocks' library calls each plan for one thread (gemm_call), so results depend on
-/// the partition alone. The first exception thrown by a block is rethrown on the caller's thread.
+/// Runs block(b) for b = 0 … blocks−1 over the OpenMP threads (in parallel only when `parallel`):
+/// dynamically, one block at a time (a descheduled thread's blocks go to the others), or with
+/// `contiguous` as one contiguous range per thread (schedule(static): each thread streams its part of
+/// a matrix in order, which the decode step's memory-bound sgemv prefers). The blocks' library calls
+/// each plan for one thread (gemm_call), so results depend on the partition alone, never on which
+/// thread runs a block. The first exception thrown by a block is rethrown on the caller's thread.
 template <typename Block>
-void for_each_block(int64_t blocks, bool parallel, const Block& block) {
+void for_each_block(int64_t blocks, bool parallel, const Block& block, bool contiguous = false) {
   std::exception_ptr error;
+  auto run = [&](int64_t b) {
+    try {
+      block(b);
+    } catch (...) {
+#pragma omp critical(sq_sgemm_error)
+      if (!error) error = std::current_exception();
+    }
+  };
 #pragma omp parallel if (parallel)
   {
+    if (contiguous) {
+#pragma omp for schedule(static)
+      for (int64_t b = 0; b < blocks; ++b) run(b);
+    } else {
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t b = 0; b < blocks; ++b) {
-      try {
-        block(b);
-      } catch (...) {
-#pragma omp critical(sq_sgemm_error)
-        if (!error) error = std::current_exception();
-      }
+      for (int64_t b = 0; b < blocks; ++b) run(b);
     }
   }
   if (error) std::rethrow_exception(error);
@@ -116,13 +125,13 @@ void linear_sgemm(const float* x, int64_t n, const float* W, int64_t out, int64_
 void linear_sgemv(const float* x, const float* W, int64_t out, int64_t in, float* y) {
   if (out <= 0) return;
   threads::adapt();
-  const int64_t blocks = (out + kLinearBlockRows - 1) / kLinearBlockRows;
+  const int64_t rows = sgemv_block_rows(out), blocks = (out + rows - 1) / rows;
   for_each_block(blocks, out * in >= kOneDnnMinMacs, [&](int64_t b) {
-    const int64_t o0 = b * kLinearBlockRows, m = std::min(kLinearBlockRows, out - o0);
+    const int64_t o0 = b * rows, m = std::min(rows, out - o0);
     const OneLibraryThread one;
     cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(m), static_cast<blasint>(in), 1.0f, W + o0 * in,
                 static_cast<blasint>(in), x, 1, 0.0f, y + o0, 1);
-  });
+  }, /*contiguous=*/true);
 }
 
 void dsyrk_upper(int64_t d, int64_t rows, double alpha, const double* X, int64_t ldx, double beta, double* C, int64_t ldc) {

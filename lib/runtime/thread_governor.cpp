@@ -82,6 +82,7 @@ struct ProcessGovernor {
   Governor governor{1};
   Clock::time_point epoch, sample_start;
   uint64_t delay_at_start = 0;
+  bool primed = false;  // the first sample has started (at the first work boundary after govern())
   int max_threads = 1;
   bool trace = false;  // SQ_GOVERNOR_TRACE=1: one stderr line per change of the team
 };
@@ -111,6 +112,7 @@ void govern(int max_threads) {
   s.owner = std::this_thread::get_id();
   s.epoch = s.sample_start = Clock::now();
   s.delay_at_start = *delay;
+  s.primed = false;
   const char* trace = std::getenv("SQ_GOVERNOR_TRACE");
   s.trace = trace && std::strcmp(trace, "1") == 0;
   s.on = true;
@@ -121,9 +123,15 @@ void adapt() {
   if (!s.on.load(std::memory_order_relaxed) || omp_get_level() != 0 || std::this_thread::get_id() != s.owner) return;
   const Clock::time_point now = Clock::now();
   const double length = seconds_since(s.sample_start, now);
-  if (length < s.governor.policy().sample_seconds) return;
+  if (s.primed && length < s.governor.sample_length()) return;
   const std::optional<uint64_t> delay = process_run_delay_ns();
   if (!delay) return;
+  if (!s.primed) {  // the first work boundary: the first sample starts here, after loading
+    s.primed = true;
+    s.sample_start = now;
+    s.delay_at_start = *delay;
+    return;
+  }
   if (*delay < s.delay_at_start) {  // a thread exited and took its run delay with it: no decision
     s.sample_start = now;
     s.delay_at_start = *delay;

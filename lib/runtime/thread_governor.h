@@ -10,7 +10,9 @@
 //     not running shrinks the team (by the rounded number of waiting threads, at least 1);
 //   - below the maximum (the -t value), a probe adds one thread after `probe_first_seconds`; if the
 //     probe's sample is contended the thread goes again and the next probe waits twice as long (up
-//     to `probe_max_seconds`); an uncontended probe keeps the thread and resets the wait.
+//     to `probe_max_seconds`); an uncontended probe keeps the thread and resets the wait;
+//   - the first sample starts at the first work boundary (not at govern(), so model loading does
+//     not count) and, like a probe's, is short (`short_sample_seconds`).
 // Results do not change with the team size: the kernels give the same bits for any thread count
 // (ops::sgemm outside parallel regions included; tests: MoreThreadsThanCores.*, Sgemm.*,
 // LinearSgemm.*, *DoesNotDependOnThe*). Choices of how to split work use max_threads().
@@ -24,8 +26,11 @@ namespace sq::threads {
 /// Tunables of the governor. Times in seconds of wall-clock (steady) time.
 struct GovernorPolicy {
   double sample_seconds = 0.05;       ///< length of one measurement (one decision per sample)
+  /// Length of the first sample and of a probe's: a team too large for the CPUs the process gets
+  /// runs 2–10× slower while it lasts, and the signal is then unambiguous (0.9–1.0 threads waiting).
+  double short_sample_seconds = 0.02;
   double contended_threads = 0.4;     ///< mean threads waiting for a CPU above which a sample counts as contended
-  double probe_first_seconds = 0.25;  ///< time after a change before the first probe of one more thread
+  double probe_first_seconds = 0.5;   ///< time after a change before the first probe of one more thread
   double probe_max_seconds = 4.0;     ///< longest wait between probes (doubled after each failed probe)
 };
 
@@ -42,6 +47,9 @@ class Governor {
   int max_threads() const { return max_; }
   /// True while the current team is a probe (one thread more than the last settled size).
   bool probing() const { return probing_; }
+  /// Length of the sample now running: short_sample_seconds for the first sample and a probe's,
+  /// else sample_seconds.
+  double sample_length() const { return probing_ || !started_ ? policy_.short_sample_seconds : policy_.sample_seconds; }
   const GovernorPolicy& policy() const { return policy_; }
 
  private:
