@@ -8,6 +8,9 @@
 # Usage: [LLAMA_CPP_BIN=DIR] [SQKIT_MODELS=DIR] scripts/under-load.sh [--busy N] [--rounds R] [OUT_DIR]
 #   --busy N     competing busy processes (default 1; 0 = quiet)
 #   --rounds R   rounds (default 2)
+#   --extra      the other tools' long steps instead: streaming evaluation (sq-eval --protocol
+#                streaming -c 1024 --kv-policy sink:4,window:252), sq-calibrate --fisher (4 × 512),
+#                sq-convert --alpha auto (W8A8), --clip search (W4A4) and the nuq4 k-means (--kv nuq4)
 # Environment: SQ_ADAPTIVE_THREADS=0 measures without the thread governor.
 # Workloads: sq-run decode (FP32; W8A8 per-channel SmoothQuant α 0.5 with the LM head FP32 and INT8;
 # W4A16 g32 with the calibration's importance and the INT8 head, the whole file as Q4_0 + Q8_0
@@ -17,9 +20,10 @@
 # 40 tasks, FP32). Everything it makes goes to OUT_DIR (default build/under-load).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUSY=1 ROUNDS=2
+BUSY=1 ROUNDS=2 EXTRA=0
 while [[ $# -gt 0 ]]; do
   case $1 in
+    --extra) EXTRA=1; shift ;;
     --busy) BUSY=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | grep '^#' | cut -c3-; exit 0 ;;
@@ -41,6 +45,8 @@ W8=(--scheme w8a8 --calib "$OUT/cal8.h5" --alpha 0.5 --weight per-channel --act 
 [[ -s $OUT/w8a8.sqm ]] || $B/sq-convert -m "$M" "${W8[@]}" --no-quantize-head -o "$OUT/w8a8.sqm" -q --force >/dev/null
 [[ -s $OUT/w8a8h.sqm ]] || $B/sq-convert -m "$M" "${W8[@]}" --quantize-head -o "$OUT/w8a8h.sqm" -q --force >/dev/null
 [[ -s $OUT/w4a16.sqm ]] || $B/sq-convert -m "$M" --scheme w4a16 --group-size 32 --calib "$OUT/cal8.h5" -o "$OUT/w4a16.sqm" -q --force >/dev/null
+[[ $EXTRA == 0 || -s $OUT/calF.h5 ]] ||
+  $B/sq-calibrate -m "$M" -f $C4 --samples 4 --seq-len 512 --fisher -o "$OUT/calF.h5" -q --force >/dev/null
 L=${LLAMA_CPP_BIN:-}
 if [[ -n $L ]]; then
   [[ -s $OUT/F32.gguf ]] || "$L/llama-quantize" --allow-requantize "$M" "$OUT/F32.gguf" F32 >"$OUT/F32.q.log" 2>&1
@@ -77,6 +83,19 @@ hellaswag() {  # THREADS
   $B/sq-eval -m "$M" --task hellaswag $HS --tasks 40 --task-order file ${1:+-t $1} -q --json "$OUT/hs.json" --force >/dev/null
   python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens_per_second"])' "$OUT/hs.json"
 }
+seconds() {  # COMMAND...: its wall time in seconds (its output discarded)
+  local t0; t0=$(now)
+  "$@" >/dev/null
+  echo "$(now) - $t0" | bc
+}
+streaming() {  # THREADS
+  $B/sq-eval -m "$M" -f $WIKI --protocol streaming -c 1024 --kv-policy sink:4,window:252 ${1:+-t $1} -q --json "$OUT/st.json" --force >/dev/null
+  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens_per_second"])' "$OUT/st.json"
+}
+fisher() { seconds $B/sq-calibrate -m "$M" -f $C4 --samples 4 --seq-len 512 --fisher -o "$OUT/calF-run.h5" -q --force ${1:+-t $1}; }
+alpha_auto() { seconds $B/sq-convert -m "$M" --scheme w8a8 --calib "$OUT/cal8.h5" --alpha auto -o "$OUT/auto-run.sqm" -q --force ${1:+-t $1}; }
+clip_search() { seconds $B/sq-convert -m "$M" --scheme w4a4-atom --calib "$OUT/cal8.h5" --clip search -o "$OUT/clip-run.sqm" -q --force ${1:+-t $1}; }
+kmeans() { seconds $B/sq-convert -m "$M" --scheme f32 --calib "$OUT/calF.h5" --kv nuq4 -o "$OUT/nuq-run.sqm" -q --force ${1:+-t $1}; }
 llama() {  # FILE
   "$L/llama-bench" -m "$1" -p 0 -n 64 -r 2 -o json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["avg_ts"])'
 }
@@ -86,6 +105,8 @@ ROWS=("FP32 decode|tok/s|decode $M" "W8A8 decode, LM head FP32|tok/s|decode $OUT
       "W8A8 decode, LM head INT8|tok/s|decode $OUT/w8a8h.sqm" "W4A16 g32 decode, INT8 head|tok/s|decode $OUT/w4a16.sqm"
       "FP32 prefill, sq-eval -c 512|tok/s|prefill" "HellaSwag, 40 tasks|tok/s|hellaswag"
       "sq-calibrate --hessian, 8 × 512|s|calibrate" "sequential GPTQ, sq-convert --gptq|s|gptq")
+[[ $EXTRA == 1 ]] && ROWS=("streaming, sink:4,window:252, 1024 tokens|tok/s|streaming" "sq-calibrate --fisher, 4 × 512|s|fisher"
+      "sq-convert --alpha auto (W8A8)|s|alpha_auto" "sq-convert --clip search (W4A4)|s|clip_search" "sq-convert --kv nuq4 (k-means)|s|kmeans")
 for ((r = 0; r < ROUNDS; r++)); do
   for row in "${ROWS[@]}"; do
     IFS='|' read -r name unit cmd <<<"$row"
@@ -97,7 +118,7 @@ for ((r = 0; r < ROUNDS; r++)); do
       echo "round $((r + 1)) $name -t $t: $v $unit" >&2
     done
   done
-  if [[ -n $L ]]; then
+  if [[ -n $L && $EXTRA == 0 ]]; then
     for q in F32 Q8_0 Q4_0; do
       v=$(llama "$OUT/$q.gguf"); SUM[llama|$q]=$(echo "${SUM[llama|$q]:-0} + $v" | bc -l)
       echo "round $((r + 1)) llama-bench $q: $v tok/s" >&2
@@ -117,7 +138,7 @@ for row in "${ROWS[@]}"; do
   ratio=$(if [[ $unit == s ]]; then echo "$a / $b"; else echo "$b / $a"; fi | bc -l)
   printf '| %s | %s %s | %s %s | %.2f |\n' "$name" "$a" "$unit" "$b" "$unit" "$ratio"
 done
-if [[ -n $L ]]; then
+if [[ -n $L && $EXTRA == 0 ]]; then
   echo
   echo "llama.cpp llama-bench -p 0 -n 64 -r 2, default threads: F32 $(mean 'llama|F32'), Q8_0 $(mean 'llama|Q8_0'), Q4_0 $(mean 'llama|Q4_0') tok/s"
 fi

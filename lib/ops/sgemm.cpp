@@ -4,6 +4,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "ops/library_threads.h"
+#include "core/immintrin_quiet.h"
 #include "runtime/thread_governor.h"
 
 #include <omp.h>
@@ -42,6 +43,43 @@ void gemm_call(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, doub
   cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
               static_cast<blasint>(n), static_cast<blasint>(k), alpha, A, static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta,
               C, static_cast<blasint>(ldc));
+}
+
+/// Σ_k w[k] · x[k] in FP32 in one fixed order: four vector accumulators over blocks of 4 vectors,
+/// then single vectors into the first, summed a0 + a1 + a2 + a3, reduced across lanes, plus the
+/// scalar tail. The decode step's dot products (linear_sgemv): a row's bits do not depend on which
+/// thread or block computes it. Four independent FMA chains keep the loads in flight (one chain,
+/// an `omp simd` reduction, decoded SmolLM2 FP32 at 33.7–35.3 tok/s against 37–41).
+float dot_f32(const float* w, const float* x, int64_t n) {
+  int64_t k = 0;
+  float s = 0.0f;
+#if defined(__AVX512F__)
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+  for (; k + 64 <= n; k += 64) {
+    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + k), _mm512_loadu_ps(x + k), a0);
+    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + k + 16), _mm512_loadu_ps(x + k + 16), a1);
+    a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + k + 32), _mm512_loadu_ps(x + k + 32), a2);
+    a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + k + 48), _mm512_loadu_ps(x + k + 48), a3);
+  }
+  for (; k + 16 <= n; k += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + k), _mm512_loadu_ps(x + k), a0);
+  s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+#elif defined(__AVX2__) && defined(__FMA__)
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+  for (; k + 32 <= n; k += 32) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 8), _mm256_loadu_ps(x + k + 8), a1);
+    a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 16), _mm256_loadu_ps(x + k + 16), a2);
+    a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 24), _mm256_loadu_ps(x + k + 24), a3);
+  }
+  for (; k + 8 <= n; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), a0);
+  const __m256 v = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  s = _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1)));
+#endif
+  float tail = 0.0f;
+  for (; k < n; ++k) tail += w[k] * x[k];
+  return s + tail;
 }
 
 /// Runs block(b) for b = 0 … blocks−1 over the OpenMP threads (in parallel only when `parallel`):
@@ -125,13 +163,10 @@ void linear_sgemm(const float* x, int64_t n, const float* W, int64_t out, int64_
 void linear_sgemv(const float* x, const float* W, int64_t out, int64_t in, float* y) {
   if (out <= 0) return;
   threads::adapt();
-  const int64_t rows = sgemv_block_rows(out), blocks = (out + rows - 1) / rows;
-  for_each_block(blocks, out * in >= kOneDnnMinMacs, [&](int64_t b) {
-    const int64_t o0 = b * rows, m = std::min(rows, out - o0);
-    const OneLibraryThread one;
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(m), static_cast<blasint>(in), 1.0f, W + o0 * in,
-                static_cast<blasint>(in), x, 1, 0.0f, y + o0, 1);
-  }, /*contiguous=*/true);
+  // One contiguous range of rows per thread (each thread streams its part of W in order); every
+  // row is one dot_f32, so the partition does not change any bit.
+#pragma omp parallel for schedule(static) if (out * in >= kOneDnnMinMacs && omp_get_level() == 0)
+  for (int64_t j = 0; j < out; ++j) y[j] = dot_f32(W + j * in, x, in);
 }
 
 void dsyrk_upper(int64_t d, int64_t rows, double alpha, const double* X, int64_t ldx, double beta, double* C, int64_t ldc) {

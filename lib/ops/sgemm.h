@@ -55,19 +55,15 @@ inline constexpr int64_t kLinearBlockRows = 64;
 void linear_sgemm(const float* x, int64_t n, const float* W, int64_t out, int64_t in, float* y);
 
 /// y[out] = W[out, in] · x[in], all FP32 (y overwritten): a linear layer's decode step (one token).
-/// Blocks of sgemv_block_rows(out) rows of W, one contiguous range of blocks per thread, each block
-/// one single-threaded OpenBLAS sgemv; the result depends on out and in alone (OpenBLAS's own threading of one sgemv gave
-/// other bits at 3 threads than at 1 for 640-wide rows). Products below kOneDnnMinMacs run on the
-/// calling thread.
+/// Each output is one dot product in a fixed order (AVX-512 or AVX2 with four accumulators, else
+/// scalar), the rows split into one contiguous range per thread, so the result depends on out and
+/// in alone (OpenBLAS's own threading of one sgemv gave other bits at 3 threads than at 1 for
+/// 640-wide rows). Products below kOneDnnMinMacs, and calls inside a parallel region, run on the
+/// calling thread. SmolLM2 FP32 decode, quiet, 2 threads, sq-bench tg64 (2026-11-30): one
+/// OpenBLAS-threaded sgemv 38.3–41.4 tok/s; 64-row blocks of single-threaded OpenBLAS sgemv calls
+/// 37.3–38.7; this kernel: see docs/benchmarks.md "Under load, 2026-11-30".
 void linear_sgemv(const float* x, const float* W, int64_t out, int64_t in, float* y);
 
-/// Rows of W per block of linear_sgemv: kLinearBlockRows, or out / 64 rounded up to a multiple of 16
-/// when larger (at most 64 blocks: an LM head of 49,152 rows is 64 calls of 768 rows). SmolLM2 FP32
-/// decode, quiet, 2 threads, sq-bench tg64 (2026-11-30): 37.3–38.7 tok/s with these blocks taken
-/// contiguously, 37.5–39.3 with 64-row blocks taken dynamically, 37.0–37.9 with 16-row blocks (more
-/// calls), 33.7–35.3 with a plain `omp simd` dot product per row instead of OpenBLAS, against
-/// 38.3–41.4 for one OpenBLAS-threaded sgemv, whose bits depend on the thread count.
-inline int64_t sgemv_block_rows(int64_t out) { return std::max<int64_t>(kLinearBlockRows, (out + 64 * 16 - 1) / (64 * 16) * 16); }
 
 /// The FP64 product of sgemm's contract (C[m, n] = alpha · op(A) · op(B) + beta · C, row-major), on
 /// OpenBLAS's dgemm: outside parallel regions cut into blocks of kSgemmBlock rows or columns of C,
