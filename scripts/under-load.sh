@@ -9,7 +9,7 @@
 #   --busy N     competing busy processes (default 1; 0 = quiet)
 #   --rounds R   rounds (default 2)
 #   --extra      the other tools' long steps instead: streaming evaluation (sq-eval --protocol
-#                streaming -c 1024 --kv-policy sink:4,window:252), sq-calibrate --fisher (4 × 512),
+#                streaming --max-tokens 256 --kv-policy sink:4,window:252), sq-calibrate --fisher (4 × 512),
 #                sq-convert --alpha auto (W8A8), --clip search (W4A4) and the nuq4 k-means (--kv nuq4)
 # Environment: SQ_ADAPTIVE_THREADS=0 measures without the thread governor.
 # Workloads: sq-run decode (FP32; W8A8 per-channel SmoothQuant α 0.5 with the LM head FP32 and INT8;
@@ -89,7 +89,7 @@ seconds() {  # COMMAND...: its wall time in seconds (its output discarded)
   echo "$(now) - $t0" | bc
 }
 streaming() {  # THREADS
-  $B/sq-eval -m "$M" -f $WIKI --protocol streaming -c 1024 --kv-policy sink:4,window:252 ${1:+-t $1} -q --json "$OUT/st.json" --force >/dev/null
+  $B/sq-eval -m "$M" -f $WIKI --protocol streaming --max-tokens 256 --kv-policy sink:4,window:252 ${1:+-t $1} -q --json "$OUT/st.json" --force >/dev/null
   python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens_per_second"])' "$OUT/st.json"
 }
 fisher() { seconds $B/sq-calibrate -m "$M" -f $C4 --samples 4 --seq-len 512 --fisher -o "$OUT/calF-run.h5" -q --force ${1:+-t $1}; }
@@ -105,7 +105,7 @@ ROWS=("FP32 decode|tok/s|decode $M" "W8A8 decode, LM head FP32|tok/s|decode $OUT
       "W8A8 decode, LM head INT8|tok/s|decode $OUT/w8a8h.sqm" "W4A16 g32 decode, INT8 head|tok/s|decode $OUT/w4a16.sqm"
       "FP32 prefill, sq-eval -c 512|tok/s|prefill" "HellaSwag, 40 tasks|tok/s|hellaswag"
       "sq-calibrate --hessian, 8 × 512|s|calibrate" "sequential GPTQ, sq-convert --gptq|s|gptq")
-[[ $EXTRA == 1 ]] && ROWS=("streaming, sink:4,window:252, 1024 tokens|tok/s|streaming" "sq-calibrate --fisher, 4 × 512|s|fisher"
+[[ $EXTRA == 1 ]] && ROWS=("streaming, sink:4,window:252, 256 tokens|tok/s|streaming" "sq-calibrate --fisher, 4 × 512|s|fisher"
       "sq-convert --alpha auto (W8A8)|s|alpha_auto" "sq-convert --clip search (W4A4)|s|clip_search" "sq-convert --kv nuq4 (k-means)|s|kmeans")
 for ((r = 0; r < ROUNDS; r++)); do
   for row in "${ROWS[@]}"; do
