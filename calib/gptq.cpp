@@ -1,6 +1,5 @@
 #include "calib/gptq.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -384,8 +383,7 @@ GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, const std::vec
   mean_diag /= static_cast<double>(n);
   for (int64_t i = 0; i < n; ++i) H[at(i, i)] += o.damp * mean_diag;
 
-  // Step 4: U = upper Cholesky factor of H⁻¹ (row-major), Algorithm 1 line 2. H is symmetric, so
-  // the row-major buffer is also H in column-major order.
+  // Step 4: U = upper Cholesky factor of H⁻¹ (row-major), Algorithm 1 line 2.
   if (const std::string failure = gptq_inverse_cholesky(H, n); !failure.empty()) not_pd(o, in, failure);
   std::vector<float> U(static_cast<size_t>(n * n), 0.0f);
   for (int64_t i = 0; i < n; ++i)

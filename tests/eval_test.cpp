@@ -9,7 +9,7 @@
 #include "formats/mapped_file.h"
 #include "formats/tokenizer.h"
 #include "tests/support/test_data.h"
-#include "tests/support/omp_threads.h"
+#include "ops/library_threads.h"
 
 namespace sq {
 namespace {
@@ -103,9 +103,9 @@ TEST_F(StoriesPerplexity, BackendNeutralDriverMatchesTheCpuEvaluation) {
   // chunk runner is the CPU model: same chunk inputs (incl. llama.cpp's BOS), same scoring, same
   // in-order combination. At one thread: evaluate_perplexity runs chunks in parallel (one thread
   // per BLAS call) where the driver runs them in order (all threads per call), and some OpenBLAS
-  // kernels' bits depend on that (support/omp_threads.h), which the INT4 KV cache amplifies (a
+  // kernels' bits depend on that (ops/library_threads.h), which the INT4 KV cache amplifies (a
   // flipped code) beyond rounding.
-  const sq::test::ScopedOmpThreads one_thread(1);
+  const sq::ops::ScopedOmpThreads one_thread(1);
   for (const PplProtocol protocol : {PplProtocol::Windows, PplProtocol::LlamaCpp}) {
     PerplexityOptions o;
     o.protocol = protocol;

@@ -24,7 +24,7 @@
 #include "model/decoder.h"
 #include "tests/support/process.h"
 #include "tests/support/test_data.h"
-#include "tests/support/omp_threads.h"
+#include "ops/library_threads.h"
 
 namespace sq {
 namespace {
@@ -113,8 +113,8 @@ std::vector<std::vector<int32_t>>* KVFisher::windows_ = nullptr;
 TEST_F(KVFisher, StoredRowsAreObserverKVAndSquaredGradients) {
   // One thread: collect_kv_fisher runs windows in parallel (one thread per BLAS call), kv_gradients
   // below runs one window with all threads per call, and the rows are compared bit for bit; some
-  // OpenBLAS kernels' bits depend on the threads of a call (support/omp_threads.h).
-  const sq::test::ScopedOmpThreads one_thread(1);
+  // OpenBLAS kernels' bits depend on the threads of a call (ops/library_threads.h).
+  const sq::ops::ScopedOmpThreads one_thread(1);
   const ModelConfig& c = model_->config();
   const int64_t kvw = int64_t(c.n_kv_heads) * c.head_dim;
   const KVFisherResult r = collect_kv_fisher(*model_, *windows_, 100, 11);  // 100 of 6·63 = 378 candidates

@@ -18,7 +18,7 @@
 #include "tests/support/expect_error.h"
 #include "tests/support/hf_tiny.h"
 #include "tests/support/process.h"
-#include "tests/support/omp_threads.h"
+#include "ops/library_threads.h"
 #include "tests/support/small_config.h"
 #include "tests/support/test_data.h"
 
@@ -362,7 +362,7 @@ TEST_F(StoriesHellaswag, SharedPrefixEqualsRunningEachSequenceWhole) {
   // (another blocking of the same FP32 sums): logits differ by ~1e-6 relative, the mean
   // log-probabilities by up to ~5e-6 measured on these tasks; 2e-5 bounds it.
   const auto tasks = random_tasks(6, 3);
-  test::ScopedOmpThreads one(1);
+  ops::ScopedOmpThreads one(1);
   const HellaswagResult r = evaluate_hellaswag(*model_, tasks, {});
   const int V = model_->config().vocab_size;
   for (size_t i = 0; i < tasks.size(); ++i)
@@ -408,7 +408,7 @@ TEST_F(StoriesHellaswag, QuantizedKVCacheReuseMatchesFreshCaches) {
   // test exists for: the prefix, then ending e+1, then ending e on one int4 cache) moved its score by
   // 0.075 at least. 2.5e-2 sits between the two.
   const auto tasks = random_tasks(4, 11);
-  test::ScopedOmpThreads one(1);
+  ops::ScopedOmpThreads one(1);
   HellaswagOptions o;
   o.kv = parse_kv_spec("int4");
   const HellaswagResult r = evaluate_hellaswag(*model_, tasks, o);
@@ -425,11 +425,11 @@ TEST_F(StoriesHellaswag, ThreadCountDoesNotChangeTheResult) {
   const auto tasks = random_tasks(8, 5);
   HellaswagResult one, two;
   {
-    test::ScopedOmpThreads t(1);
+    ops::ScopedOmpThreads t(1);
     one = evaluate_hellaswag(*model_, tasks, {});
   }
   {
-    test::ScopedOmpThreads t(2);  // tasks on two threads, each single-threaded
+    ops::ScopedOmpThreads t(2);  // tasks on two threads, each single-threaded
     two = evaluate_hellaswag(*model_, tasks, {});
   }
   ASSERT_EQ(one.tasks.size(), two.tasks.size());

@@ -26,7 +26,7 @@
 #include "support/hf_tiny.h"
 #include "support/process.h"
 #include "support/test_data.h"
-#include "support/omp_threads.h"
+#include "ops/library_threads.h"
 
 namespace sq {
 namespace {
@@ -189,8 +189,8 @@ TEST_F(KlDivergenceModels, WindowsAndLlamacppMatchADirectComputation) {
 TEST_F(KlDivergenceModels, AnyBackendRunnerGivesTheSameComparison) {
   // evaluate_perplexity_with (the CUDA path) runs the reference on the CPU beside the backend's chunks.
   // Compared bit for bit at one thread: the two paths split threads differently between BLAS calls,
-  // and some OpenBLAS kernels' bits depend on that (support/omp_threads.h).
-  const sq::test::ScopedOmpThreads one_thread(1);
+  // and some OpenBLAS kernels' bits depend on that (ops/library_threads.h).
+  const sq::ops::ScopedOmpThreads one_thread(1);
   PerplexityOptions o;
   o.protocol = PplProtocol::LlamaCpp;
   o.ctx = 64;

@@ -18,6 +18,7 @@
 #include "calib/hessian.h"
 #include "core/tensor.h"
 #include "model/linear.h"
+#include "ops/library_threads.h"
 #include "ops/sgemm.h"
 
 namespace sq {
@@ -37,15 +38,13 @@ std::vector<T> normal(int64_t n, uint32_t seed) {
 template <typename R>
 std::vector<R> at_team_sizes(const std::function<R()>& f) {
   std::vector<R> r;
-  const int saved = omp_get_max_threads();
   for (const int t : {1, 2, 3, 4}) {
-    omp_set_num_threads(t);
+    const ops::ScopedOmpThreads team(t);
     r.push_back(f());
   }
-  omp_set_num_threads(2);
+  const ops::ScopedOmpThreads two(2);
 #pragma omp parallel num_threads(1)
   r.push_back(f());
-  omp_set_num_threads(saved);
   return r;
 }
 

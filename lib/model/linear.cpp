@@ -2,7 +2,6 @@
 
 #include "ops/sgemm.h"
 
-
 #include <mutex>
 #include <stdexcept>
 
@@ -44,7 +43,7 @@ void DenseLinear::forward(const float* x, int64_t n, float* y) const {
       y[j] = acc;
     }
   } else if (n == 1) {
-    // y[out] = W[out, in] · x[in], in blocks of rows whose partition does not depend on the threads
+    // y[out] = W[out, in] · x[in], each row one fixed-order dot product whatever the threads
     ops::linear_sgemv(x, weight_.data(), out, in, y);
   } else {
     // y[n, out] = x[n, in] · W[out, in]ᵀ

@@ -23,18 +23,24 @@
 
 namespace sq::ops {
 
-/// While alive, the BLAS/LAPACK calls made by this thread plan for one thread (sets this task's
-/// OpenMP thread count to 1 and restores it on destruction). Cheap (two ICV writes); safe inside
-/// parallel regions, where it touches only the calling task's value.
-class OneLibraryThread {
+/// Sets this task's OpenMP thread count (omp_set_num_threads(n)) for its lifetime and restores the
+/// previous count on destruction. Cheap (two ICV writes); safe inside parallel regions, where it
+/// touches only the calling task's value. Tests use it to run a computation at a fixed count.
+class ScopedOmpThreads {
  public:
-  OneLibraryThread() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
-  ~OneLibraryThread() { omp_set_num_threads(saved_); }
-  OneLibraryThread(const OneLibraryThread&) = delete;
-  OneLibraryThread& operator=(const OneLibraryThread&) = delete;
+  explicit ScopedOmpThreads(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~ScopedOmpThreads() { omp_set_num_threads(saved_); }
+  ScopedOmpThreads(const ScopedOmpThreads&) = delete;
+  ScopedOmpThreads& operator=(const ScopedOmpThreads&) = delete;
 
  private:
   int saved_;
+};
+
+/// While alive, the BLAS/LAPACK calls made by this thread plan for one thread.
+class OneLibraryThread : ScopedOmpThreads {
+ public:
+  OneLibraryThread() : ScopedOmpThreads(1) {}
 };
 
 }  // namespace sq::ops

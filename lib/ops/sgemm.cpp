@@ -82,31 +82,24 @@ float dot_f32(const float* w, const float* x, int64_t n) {
   return s + tail;
 }
 
-/// Runs block(b) for b = 0 … blocks−1 over the OpenMP threads (in parallel only when `parallel`):
-/// dynamically, one block at a time (a descheduled thread's blocks go to the others), or with
-/// `contiguous` as one contiguous range per thread (schedule(static): each thread streams its part of
-/// a matrix in order, which the decode step's memory-bound sgemv prefers). The blocks' library calls
-/// each plan for one thread (gemm_call), so results depend on the partition alone, never on which
-/// thread runs a block. The first exception thrown by a block is rethrown on the caller's thread.
+/// Runs block(b) for b = 0 … blocks−1 over the OpenMP threads, one block at a time (dynamic: a
+/// descheduled thread's blocks go to the others; in parallel only when `parallel`). The blocks'
+/// library calls each plan for one thread (gemm_call), so results depend on the partition alone,
+/// never on which thread runs a block. The first exception thrown by a block is rethrown on the
+/// caller's thread.
 template <typename Block>
-void for_each_block(int64_t blocks, bool parallel, const Block& block, bool contiguous = false) {
+void for_each_block(int64_t blocks, bool parallel, const Block& block) {
   std::exception_ptr error;
-  auto run = [&](int64_t b) {
-    try {
-      block(b);
-    } catch (...) {
-#pragma omp critical(sq_sgemm_error)
-      if (!error) error = std::current_exception();
-    }
-  };
 #pragma omp parallel if (parallel)
   {
-    if (contiguous) {
-#pragma omp for schedule(static)
-      for (int64_t b = 0; b < blocks; ++b) run(b);
-    } else {
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t b = 0; b < blocks; ++b) run(b);
+    for (int64_t b = 0; b < blocks; ++b) {
+      try {
+        block(b);
+      } catch (...) {
+#pragma omp critical(sq_sgemm_error)
+        if (!error) error = std::current_exception();
+      }
     }
   }
   if (error) std::rethrow_exception(error);

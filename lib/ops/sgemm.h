@@ -22,7 +22,6 @@
 // beyond FP32 rounding of the same sum.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 
 namespace sq::ops {
@@ -63,7 +62,6 @@ void linear_sgemm(const float* x, int64_t n, const float* W, int64_t out, int64_
 /// OpenBLAS-threaded sgemv 38.3–41.4 tok/s; 64-row blocks of single-threaded OpenBLAS sgemv calls
 /// 37.3–38.7; this kernel: see docs/benchmarks.md "Under load, 2026-11-30".
 void linear_sgemv(const float* x, const float* W, int64_t out, int64_t in, float* y);
-
 
 /// The FP64 product of sgemm's contract (C[m, n] = alpha · op(A) · op(B) + beta · C, row-major), on
 /// OpenBLAS's dgemm: outside parallel regions cut into blocks of kSgemmBlock rows or columns of C,
