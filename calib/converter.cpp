@@ -5,6 +5,7 @@
 
 #include "calib/recipe.h"
 #include "calib/recipe_kv.h"
+#include "calib/recipe_rotation.h"
 #include "calib/recipe_smoothing.h"
 #include "calib/recipe_writer.h"
 #include "core/error.h"
@@ -42,6 +43,7 @@ ConvertSummary convert(const LoadedModel& src, const LayerStream* stream, const 
   // transforms and the quantizer's calibration data
   quantizer->prepare(in, summary);
   const SmoothingStep smoothing(in, quantizer->smooths());
+  const RotationStep rotation(in);
 
   SqmWriter out(out_path, o.write);
   const ConvertScheme enc = quantizer->float_encoding();
@@ -61,6 +63,7 @@ ConvertSummary convert(const LoadedModel& src, const LayerStream* stream, const 
       w.tensors = in.base.layer(l);  // this layer's tensors only: transforms clone what they touch
     }
     smoothing.apply(in, w, summary);
+    rotation.apply(w);
     write_layer_tensors(out, in, w, enc);
     quantizer->convert_layer(in, w, out, summary);
     if (o.progress) o.progress(l + 1, c.n_layers);
@@ -71,6 +74,7 @@ ConvertSummary convert(const LoadedModel& src, const LayerStream* stream, const 
 
   nlohmann::json header = converter_header(out, in);
   header["quantization"] = quantizer->describe(in, summary);
+  if (rotation.enabled()) header["quantization"]["rotation"] = rotation.describe();
   // The weight-only schemes' INT8 linears (the head, mixed precision) run with FP32 activations
   // (W8A16, model/w8a16_linear.h).
   if ((in.o.quantize_head || !summary.mixed.is_null()) && quantizer->weight_only_head())

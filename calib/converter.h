@@ -26,6 +26,9 @@ struct ConvertOptions {
   float alpha = 0.5f;       ///< migration strength α (Eq. 3.4)
   bool alpha_auto = false;  ///< per-group grid search of α (0.30…0.95 step 0.05) minimizing output MSE
   bool smooth_vo = false;   ///< also smooth o_proj inputs, folded into v_proj rows
+  /// `--rotate hadamard`: QuaRot Hadamard rotations after smoothing (calib/recipe_rotation.h): online
+  /// at the down projections' input, offline per head between v and o.
+  bool rotate = false;
   WeightGranularity weight = WeightGranularity::PerChannel;
   ActQuant act = ActQuant::PerToken;
   std::string preset;       ///< "O1"/"O2"/"O3" when chosen by preset (recorded in the header)

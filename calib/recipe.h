@@ -6,6 +6,7 @@
 //   calib/recipe_layer_inputs.cpp  calibration data per layer: GPTQ Hessians (sequential, from the
 //                               already-converted layers, or the calibration file's), calibration rows
 //   calib/recipe_smoothing.cpp  transform: SmoothQuant smoothing (W8A8), --alpha auto
+//   calib/recipe_rotation.cpp   transform: Hadamard rotation (--rotate hadamard; QuaRot)
 //   calib/recipe_float.cpp, recipe_w8a8.cpp, recipe_int4.cpp, recipe_atom.cpp
 //                               per-linear quantizers (LinearQuantizer), one per scheme; Atom's channel
 //                               reordering is part of its quantizer (calib/atom_layer_quantizer.h)
@@ -94,6 +95,9 @@ struct LayerWork {
   /// per-KV-channel factors expanded to o_proj's columns; under a shared input norm the FFN input
   /// holds the attn_input mapping's factors). The O3 static steps read them.
   std::map<ActivationSite, std::vector<float>> smoothing;
+  /// Hadamard rotations by input site (calib/recipe_rotation.h): the block of R at every site whose
+  /// linears' weights hold W·R (the FFN hidden activation, rotated online; o_proj's input, offline).
+  std::map<ActivationSite, int64_t> rotation;
   std::vector<LinearSlot> linears;  ///< decoder_layer_linears(config, layer)
   /// Owner of *fp32 when the layer was read for this step alone (a streamed model), else empty.
   std::shared_ptr<const DecoderLayer> fp32_owner;

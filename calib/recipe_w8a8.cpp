@@ -96,11 +96,12 @@ class W8A8Quantizer final : public LinearQuantizer {
  private:
   /// Adds linear s's importance-weighted rounding error per tensor and per channel to `summary`
   /// (ConvertSummary::w8a8_weight_error): importance = the calibration's Σx² of its input site
-  /// divided by the squared smoothing factors (the smoothed input's Σx²), or 1 without calibration.
+  /// divided by the squared smoothing factors (the smoothed input's Σx²), or 1 without calibration
+  /// or when the site is rotated (the statistics are of the unrotated input).
   static void compare_with_per_channel(const ConvertInputs& in, const LayerWork& w, const LinearSlot& s, const Tensor& W,
                                        ConvertSummary& summary) {
     std::vector<double> imp;
-    if (const LayerStats* st = in.stats(w.layer); st && size_t(s.site) < st->inputs.size() &&
+    if (const LayerStats* st = in.stats(w.layer); st && !w.rotation.count(s.site) && size_t(s.site) < st->inputs.size() &&
                                                   st->inputs[size_t(s.site)].sum_sq.size() == size_t(s.in)) {
       imp = st->inputs[size_t(s.site)].sum_sq;
       if (auto it = w.smoothing.find(s.site); it != w.smoothing.end() && it->second.size() == imp.size())

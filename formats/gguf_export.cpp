@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "formats/bpe_tokenizer.h"
+#include "formats/rotation_header.h"
 #include "formats/config_tensor_check.h"
 #include "formats/gguf_architecture.h"
 #include "formats/gguf_checkpoint.h"
@@ -518,6 +519,7 @@ Prepared prepare(const std::string& sqm_path) {
   p.config = model_config_from_json(h.contains("model_config") ? h.at("model_config") : nlohmann::json(), sqm_path);
   p.quant = h.value("quantization", nlohmann::json::object());
   refuse_atom(*p.file, p.quant);
+  refuse_online_rotation(p.quant, sqm_path, "GGUF");
   return p;
 }
 

@@ -112,5 +112,24 @@ TEST_F(ConvertCli, BadInputsGiveOneLineAndNoOutput) {
   expect_error(convert({"--calib", calib()}, calib()), "one of the inputs", "");
 }
 
+// --rotate hadamard (calib/recipe_rotation.h): refused where the calibration data would describe
+// unrotated activations; a rotated file runs, and the export formats without an online Hadamard
+// (GGUF, compressed-tensors, plain HF) refuse it with one line and write nothing.
+TEST_F(ConvertCli, RotationIsRefusedWhereItWouldBeWrongAndItsFilesAreNotExported) {
+  const std::string out = dir_->file("rot.sqm");
+  expect_error(convert({"--calib", calib(), "--rotate", "givens"}, out), "--rotate must be none or hadamard", out);
+  expect_error(convert({"--scheme", "w4a16", "--rotate", "hadamard"}, out), "--rotate hadamard supports --scheme w8a8", out);
+  expect_error(convert({"--calib", calib(), "--preset", "O3", "--rotate", "hadamard"}, out), "needs dynamic activation steps", out);
+  const ProcessResult ok = convert({"--calib", calib(), "--rotate", "hadamard"}, out);
+  ASSERT_EQ(ok.exit_status, 0) << ok.err;
+  const ProcessResult run = run_process({tool("sq-run"), "-m", out, "-p", "Once upon a time", "-n", "8", "-t", "1"});
+  EXPECT_EQ(run.exit_status, 0) << run.err;
+  for (const char* format : {"gguf", "compressed-tensors", "hf"}) {
+    const std::string target = dir_->file(std::string("export-") + format);
+    const ProcessResult r = run_process({tool("sq-export"), out, "--format", format, "-o", target});
+    expect_error(r, "rotates the attn_input activation online", target);
+  }
+}
+
 }  // namespace
 }  // namespace sq::test

@@ -11,17 +11,12 @@
 #include "model/linear.h"
 #include "ops/sgemm.h"
 #include "ops/weight_matmul.h"
+#include "tests/support/random_values.h"
 
 namespace sq {
 namespace {
 
-std::vector<float> normal(int64_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d;
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = d(g);
-  return v;
-}
+using test::normal_floats;
 
 /// y[n, out] = x[n, in] · W[out, in]ᵀ in double; also Σ|x·w| per output for the tolerance.
 void reference(const std::vector<float>& x, const std::vector<float>& w, int64_t n, int64_t out, int64_t in, std::vector<double>& y,
@@ -56,12 +51,12 @@ struct Shape {
 
 TEST(WeightMatmul, PlainAndPackedEqualAnFp64ProductAtManyRowCounts) {
   for (const Shape s : {Shape{64, 64}, Shape{37, 19}, Shape{192, 576}, Shape{576, 1536}, Shape{1, 300}}) {
-    const auto w = normal(s.out * s.in, 1);
+    const auto w = normal_floats(s.out * s.in, 1);
     for (const ops::WeightLayout layout : {ops::WeightLayout::Plain, ops::WeightLayout::Packed}) {
       const ops::WeightMatmul mm(w.data(), s.out, s.in, layout, 256);
       EXPECT_EQ(mm.packed_bytes() > 0, layout == ops::WeightLayout::Packed);
       for (const int64_t n : {256, 1, 2, 3, 17, 64, 255, 513}) {  // the hint first, then others
-        const auto x = normal(n * s.in, uint32_t(n));
+        const auto x = normal_floats(n * s.in, uint32_t(n));
         std::vector<float> y(static_cast<size_t>(n * s.out), std::nanf(""));
         ASSERT_TRUE(mm.forward(x.data(), n, y.data())) << s.out << "x" << s.in << " n=" << n;
         std::vector<double> ref, mag;
@@ -77,11 +72,11 @@ TEST(WeightMatmul, PlainAndPackedEqualAnFp64ProductAtManyRowCounts) {
 // is still served, and correct.
 TEST(WeightMatmul, RefusesBodiesBeyondTheCacheAndStaysCorrectForTheCachedOnes) {
   const int64_t out = 48, in = 40, step = ops::WeightMatmul::kRowStep, shapes = ops::WeightMatmul::kMaxShapes;
-  const auto w = normal(out * in, 2);
+  const auto w = normal_floats(out * in, 2);
   const ops::WeightMatmul mm(w.data(), out, in, ops::WeightLayout::Packed, 8);  // 8: no multiple of kRowStep, not kept
   const int64_t max_rows = (shapes + 1) * step + step - 1;
   std::vector<float> y(static_cast<size_t>(max_rows * out));
-  const auto x = normal(max_rows * in, 3);
+  const auto x = normal_floats(max_rows * in, 3);
   for (int64_t k = 1; k <= shapes; ++k) ASSERT_TRUE(mm.forward(x.data(), k * step, y.data())) << k * step;
   EXPECT_FALSE(mm.forward(x.data(), (shapes + 1) * step, y.data()));
   EXPECT_FALSE(mm.forward(x.data(), (shapes + 1) * step + 3, y.data()));
@@ -105,13 +100,13 @@ TEST(WeightMatmul, RejectsAnEmptyShape) {
 // appears at the first product of 32 rows or more.
 TEST(DenseLinearPacked, MultiRowProductsMatchFp64WithAndWithoutThePackedCopy) {
   const int64_t out = 96, in = 160;
-  const auto w = normal(out * in, 4), b = normal(out, 5);
+  const auto w = normal_floats(out * in, 4), b = normal_floats(out, 5);
   for (const bool prepack : {true, false}) {
     DenseLinear lin(Tensor::from_vector({out, in}, w), Tensor::from_vector({out}, b));
     lin.set_prepack(prepack);
     EXPECT_EQ(lin.packed_bytes(), 0);
     for (const int64_t n : {7, 1, 512, 100, 512}) {
-      const auto x = normal(n * in, uint32_t(10 + n));
+      const auto x = normal_floats(n * in, uint32_t(10 + n));
       std::vector<float> y(static_cast<size_t>(n * out));
       lin.forward(x.data(), n, y.data());
       std::vector<double> ref, mag;
@@ -136,12 +131,12 @@ TEST(DenseLinearPacked, MultiRowProductsMatchFp64WithAndWithoutThePackedCopy) {
 /// calls per round, 20 rounds; every result must equal the serial one.
 void concurrent_calls(int64_t out, int64_t in, int64_t n) {
   constexpr int kCalls = 16;
-  const auto w = normal(out * in, 6);
+  const auto w = normal_floats(out * in, 6);
   DenseLinear shared(Tensor::from_vector({out, in}, w));
   DenseLinear serial(Tensor::from_vector({out, in}, w));
   std::vector<std::vector<float>> x(kCalls), got(kCalls), want(kCalls);
   for (int k = 0; k < kCalls; ++k) {
-    x[size_t(k)] = normal(n * in, uint32_t(20 + k));
+    x[size_t(k)] = normal_floats(n * in, uint32_t(20 + k));
     want[size_t(k)].resize(static_cast<size_t>(n * out));
     serial.forward(x[size_t(k)].data(), n, want[size_t(k)].data());
   }
@@ -161,7 +156,7 @@ TEST(LinearSgemm, MatchesFp64AndDoesNotDependOnTheThreads) {
   for (const Shape s : {Shape{48, 40}, Shape{64, 64}, Shape{200, 96}, Shape{576, 160}, Shape{5, 7}})
     for (const int64_t n : {int64_t(1), int64_t(3), int64_t(100)}) {
       SCOPED_TRACE(std::to_string(s.out) + "x" + std::to_string(s.in) + " n=" + std::to_string(n));
-      const auto w = normal(s.out * s.in, 31), x = normal(n * s.in, 32);
+      const auto w = normal_floats(s.out * s.in, 31), x = normal_floats(n * s.in, 32);
       std::vector<double> ref, mag;
       reference(x, w, n, s.out, s.in, ref, mag);
       const size_t len = static_cast<size_t>(n * s.out);
@@ -201,7 +196,7 @@ TEST(Sgemm, ResultsDoNotDependOnTheTeamSize) {
   };
   for (const Mnk s : {Mnk{576, 1408, 128}, Mnk{1536, 448, 128}, Mnk{512, 576, 1536}, Mnk{576, 1536, 512}, Mnk{96, 4096, 576}}) {
     SCOPED_TRACE(std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k));
-    const auto a = normal(s.m * s.k, 41), b = normal(s.k * s.n, 42);
+    const auto a = normal_floats(s.m * s.k, 41), b = normal_floats(s.k * s.n, 42);
     std::vector<std::vector<float>> c;
     const int saved = omp_get_max_threads();
     for (const int t : {1, 2, 3}) {

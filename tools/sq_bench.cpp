@@ -87,6 +87,9 @@ int main(int argc, char** argv) {
   app.add_option("--variants", real.variants,
                  "real suite: only these quantized variants, comma-separated (fp32 always runs: it is the ratio base); default: all")
       ->delimiter(',');
+  app.add_option("--sqm", real.files,
+                 "real suite: also measure these converted .sqm files of -m (each a variant named by its file name), comma-separated")
+      ->delimiter(',');
   sq::add_json_option(app, json_path, "All results");
   bool force = false;
   app.add_flag("--force", force, "Replace an existing --json file or --write-synthetic checkpoint");

@@ -49,6 +49,11 @@ int main(int argc, char** argv) {
   app.add_option("--alpha", alpha, "SmoothQuant migration strength in [0,1], or 'auto' (grid search per group)")->capture_default_str();
   app.add_flag("--no-smooth", no_smooth, "Naive W8A8: no smoothing");
   app.add_flag("--smooth-vo", o.smooth_vo, "Also smooth o_proj inputs (folded into v_proj rows; exact under GQA)");
+  std::string rotate = "none";
+  app.add_option("--rotate", rotate,
+                 "none | hadamard: QuaRot Hadamard rotations (after smoothing): online at the down projections' input (the runner "
+                 "rotates that activation), folded per head into v_proj/o_proj. For w8a8 (dynamic activations) and the float schemes")
+      ->capture_default_str();
   app.add_option("--preset", preset, "O1 | O2 | O3 (SmoothQuant Table 3.2)");
   app.add_option("--weight", weight, "per-channel | per-tensor (overrides the preset)");
   app.add_option("--act", act, "per-token | per-tensor-dynamic | per-tensor-static (overrides the preset)");
@@ -152,6 +157,8 @@ int main(int argc, char** argv) {
                             app.count("--weight") || app.count("--act");
     if (w8a8_flags && o.scheme != sq::ConvertScheme::W8A8)
       throw sq::UsageError("--alpha/--no-smooth/--smooth-vo/--preset/--weight/--act apply to --scheme w8a8 only");
+    if (rotate != "none" && rotate != "hadamard") throw sq::UsageError("--rotate must be none or hadamard, got '" + rotate + "'");
+    o.rotate = rotate == "hadamard";
     const bool float_scheme = o.scheme == sq::ConvertScheme::F32 || o.scheme == sq::ConvertScheme::F16 || o.scheme == sq::ConvertScheme::BF16;
     if (head_opt->count() == 0) o.quantize_head = o.scheme == sq::ConvertScheme::W4A16;
     if (o.quantize_head && float_scheme) throw sq::UsageError("--quantize-head applies to the quantized schemes (w8a8, w4a16, w4a4-atom)");

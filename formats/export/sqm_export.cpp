@@ -18,6 +18,7 @@
 #include "formats/gguf_file.h"
 #include "formats/gguf_writer.h"
 #include "formats/mapped_file.h"
+#include "formats/rotation_header.h"
 #include "formats/hf_config.h"
 #include "formats/hf_plan.h"
 #include "formats/safetensors.h"
@@ -413,6 +414,7 @@ ExportSummary export_sqm(const std::string& sqm_path, const std::string& out_dir
   s.format = o.format;
   s.scheme = in.scheme;
   s.output = out_dir;
+  refuse_online_rotation(in.quant, sqm_path, o.format);
   format->check(in, o, s);  // refusals before anything is written
   TempDir tmp(out_dir);
   format->write(in, o, tmp.path(), s);

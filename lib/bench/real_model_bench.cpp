@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <utility>
@@ -151,6 +152,14 @@ nlohmann::json run_real_model_bench(const RealModelBenchOptions& o) {
           quantize_linears_w4a16(m, o.group, false, true);
           set_w4a16_decode_activations(m, W4DecodeActivations::Int8);
         });
+  for (const std::string& path : o.files) {
+    std::string name = std::filesystem::path(path).filename().string();
+    if (name.ends_with(".sqm")) name.resize(name.size() - 4);
+    LoadedModel f = load_model(path);
+    if (f.model->config().vocab_size != c.vocab_size || f.model->config().n_layers != c.n_layers)
+      throw UsageError("--sqm " + path + ": not a conversion of " + o.model + " (its vocabulary or layer count differs)");
+    v.push_back({name, "file " + path, std::move(f.model)});
+  }
   for (const std::string& name : o.variants)
     if (name != "fp32" && std::find(known.begin(), known.end(), name) == known.end()) {
       std::string list = "fp32";

@@ -23,6 +23,9 @@ struct RealModelBenchOptions {
   /// The quantized variants to measure, by name (fp32 is always measured: it is the ratio base
   /// and the sgemm bound's model); empty = all of them.
   std::vector<std::string> variants;
+  /// Converted files measured as further variants (named by their file name without ".sqm"), e.g.
+  /// sq-convert's outputs whose recipe changes the kernels (--rotate's online transforms).
+  std::vector<std::string> files;
   double min_seconds = 1.0;   ///< minimum measuring time per contender (interleaved rounds)
 };
 
@@ -37,6 +40,8 @@ struct RealModelBenchOptions {
 ///   w4a16-g128-head the same with the LM head W4A16 too (llama.cpp's Q4_0 files quantize it);
 ///   w4a16-g128-head-a8 the same with INT8 decode activations (W4DecodeActivations::Int8, as
 ///                  llama.cpp's Q4_0 × Q8_0 dot product); only where w4_int8_decode_supported().
+///   and every file of `files` as it loads (a converted .sqm of the same model; InputError from its
+///   loader, UsageError when its vocabulary or layer count is not the model's).
 /// For each it times, interleaved with the others (time_interleaved, best of rounds):
 ///   pp  one prefill of `prompt_tokens` tokens into an empty cache (LogitsFor::LastToken), the
 ///       work of llama-bench -p N;

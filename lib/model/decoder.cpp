@@ -8,13 +8,16 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <span>
 #include <stdexcept>
 
 #include "core/rope_frequencies.h"
 #include "model/decoder_layer_flow.h"
 #include "model/decoder_linears.h"
+#include "model/hadamard_input_linear.h"
 #include "model/w4a16_linear.h"
 #include "model/w8a8_linear.h"
+#include "ops/hadamard.h"
 #include "ops/ops.h"
 #include "ops/sgemm.h"
 #include "runtime/thread_governor.h"
@@ -29,11 +32,30 @@ void ensure(std::vector<float>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
 }
 
-/// Runs linears that read the same input x [n, in] into their outputs. When all of them are W8A8
-/// linears that quantize their input identically, x is quantized once (straight into the INT8
-/// kernel's layout) and shared; a decode step (n == 1) of W4A16 linears runs them in one parallel
-/// region (W4A16Linear::forward_batch1); otherwise each linear runs on its own.
-void run_sharing_input(std::initializer_list<std::pair<const Linear*, float*>> linears, const float* x, int64_t n) {
+/// Runs linears that read the same input x [n, in] into their outputs. When all of them rotate
+/// their input online with the same block (HadamardInputLinear), x is rotated once and their inner
+/// linears run on it; when all are W8A8 linears that quantize their input identically, x is
+/// quantized once (straight into the INT8 kernel's layout) and shared; a decode step (n == 1) of
+/// W4A16 linears runs them in one parallel region (W4A16Linear::forward_batch1); otherwise each
+/// linear runs on its own.
+void run_sharing_input(std::span<const std::pair<const Linear*, float*>> linears, const float* x, int64_t n) {
+  if (const auto* r0 = dynamic_cast<const HadamardInputLinear*>(linears.front().first); r0 && linears.size() > 1) {
+    std::array<std::pair<const Linear*, float*>, 4> inner;
+    size_t k = 0;
+    for (const auto& [lin, y] : linears) {
+      const auto* r = dynamic_cast<const HadamardInputLinear*>(lin);
+      if (!r || r->block() != r0->block() || k == inner.size()) break;
+      inner[k++] = {&r->inner(), y};
+    }
+    if (k == linears.size()) {
+      static thread_local std::vector<float> rotated;
+      const int64_t in = r0->in_features();
+      if (rotated.size() < size_t(n * in)) rotated.resize(size_t(n * in));
+      ops::hadamard_rows(x, rotated.data(), n, in, r0->block());
+      run_sharing_input(std::span(inner.data(), k), rotated.data(), n);
+      return;
+    }
+  }
   if (n == 1 && linears.size() <= 4) {
     std::array<std::pair<const W4A16Linear*, float*>, 4> w4;
     size_t k = 0;
@@ -44,7 +66,7 @@ void run_sharing_input(std::initializer_list<std::pair<const Linear*, float*>> l
       return;
     }
   }
-  const W8A8Linear* first = dynamic_cast<const W8A8Linear*>(linears.begin()->first);
+  const W8A8Linear* first = dynamic_cast<const W8A8Linear*>(linears.front().first);
   bool shared = first != nullptr;
   for (const auto& [lin, y] : linears) {
     const auto* q = dynamic_cast<const W8A8Linear*>(lin);
@@ -397,7 +419,7 @@ struct CpuLayerBackend {
   }
   void linear(const Linear& f, const float* x, int64_t rows, float* y) { f.forward(x, rows, y); }
   void linears(std::initializer_list<std::pair<const Linear*, float*>> fs, const float* x, int64_t rows) {
-    run_sharing_input(fs, x, rows);
+    run_sharing_input(std::span(fs.begin(), fs.size()), x, rows);
   }
   void attend(int l, int64_t n) { model.attend_blocks(l, n, blocks, n_blocks, ws); }
   void add(float* y, const float* x, int64_t count) { ops::add_inplace(y, x, count); }

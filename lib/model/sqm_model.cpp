@@ -6,9 +6,11 @@
 #include "core/error.h"
 #include "core/finite.h"
 #include "formats/config_tensor_check.h"
+#include "formats/rotation_header.h"
 #include "formats/safetensors.h"
 #include "formats/tokenizer.h"
 #include "model/decoder_linears.h"
+#include "model/hadamard_input_linear.h"
 #include "model/w4a16_linear.h"
 #include "model/w8a16_linear.h"
 #include "model/w4a4_linear.h"
@@ -398,18 +400,28 @@ std::unique_ptr<Linear> load_linear(const std::shared_ptr<SqmFile>& f, const std
                                       static_step, bias);
 }
 
-/// A .sqm file as a WeightSource: float tensors widened to FP32, linears by their weight dtype.
+/// A .sqm file as a WeightSource: float tensors widened to FP32, linears by their weight dtype;
+/// the linears of a site the header rotates online (formats/rotation_header.h) wrapped in
+/// HadamardInputLinear.
 class SqmSource final : public WeightSource {
  public:
-  SqmSource(const std::shared_ptr<SqmFile>& f, const nlohmann::json& quant) : f_(f), quant_(quant) {}
+  SqmSource(const std::shared_ptr<SqmFile>& f, const nlohmann::json& quant)
+      : f_(f), quant_(quant), rotation_(rotation_from_quantization(quant, f->path())) {}
   Tensor tensor(const std::string& name, const std::vector<int64_t>& shape) const override { return load_float(f_, name, shape); }
   std::unique_ptr<Linear> linear(const LinearSlot& s) const override {
-    return load_linear(f_, s.name, s.out, s.in, s.bias, quant_, atom_order_name(s.layer, s.site));
+    std::unique_ptr<Linear> lin = load_linear(f_, s.name, s.out, s.in, s.bias, quant_, atom_order_name(s.layer, s.site));
+    const auto it = rotation_.online.find(activation_site_name(s.site));
+    if (it == rotation_.online.end()) return lin;
+    if (s.in % it->second != 0)
+      throw InputError(f_->path() + ": header quantization.rotation.online." + it->first + " is " + std::to_string(it->second) +
+                       ", which does not divide the " + std::to_string(s.in) + " inputs of '" + s.name + "'");
+    return std::make_unique<HadamardInputLinear>(std::move(lin), it->second);
   }
 
  private:
   const std::shared_ptr<SqmFile>& f_;
   const nlohmann::json& quant_;
+  RotationHeader rotation_;
 };
 
 }  // namespace

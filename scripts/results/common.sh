@@ -140,6 +140,34 @@ row() {
 # begin_table: forgets the rows of the previous table.
 begin_table() { local pc; for pc in "${PROTOCOLS[@]}"; do read -r proto _ <<<"$pc"; : > "$OUT/rows.$proto.md"; rm -f "$OUT/rows.$proto.state"; done; }
 
+# llamacpp_base: llama.cpp's side of a frontier table ($LLAMA_CPP_BIN: a build directory with
+# llama-quantize, llama-imatrix and llama-perplexity, built by hand as docs/benchmarks.md says):
+# $P/F32.gguf re-quantized from the original, its KL-divergence base $P/F32.kld on the first $CHUNKS
+# chunks, and the table head. P=$OUT/llamacpp.
+llamacpp_base() {
+  L=$LLAMA_CPP_BIN P=$OUT/llamacpp
+  mkdir -p "$P"
+  [[ -s $P/F32.gguf ]] || "$L/llama-quantize" --allow-requantize "$M" "$P/F32.gguf" F32 >"$P/F32.log" 2>&1
+  [[ -s $P/F32.kld ]] || "$L/llama-perplexity" -m "$P/F32.gguf" -f "$WIKI" -c 512 --chunks "$CHUNKS" -t 2 \
+    --kl-divergence-base "$P/F32.kld" >"$P/F32.ppl.log" 2>&1
+  echo
+  echo "llama.cpp (\`llama-perplexity -c 512 --chunks $CHUNKS --kl-divergence\`, same tokens), base: F32 of $(basename "$M"):"
+  echo
+  echo "| llama.cpp file | PPL | KLD (mean ± se) | KLD p99 | top-1 % | file bits/w | file bytes |"
+  echo "|---|---|---|---|---|---|---|"
+}
+
+# llamacpp_row TYPE [imatrix]: $P/TYPE[-imatrix].gguf quantized from F32.gguf (with $P/imatrix.gguf,
+# which the caller makes), its KLD against the base, and its table row (after llamacpp_base).
+llamacpp_row() {
+  local t=$1 im=${2:-}
+  local f=$P/$t${im:+-$im}.gguf
+  [[ -s $f ]] || "$L/llama-quantize" ${im:+--imatrix "$P/imatrix.gguf"} "$P/F32.gguf" "$f" "$t" >"${f%.gguf}.q.log" 2>&1
+  [[ -s ${f%.gguf}.kld.log ]] || "$L/llama-perplexity" -m "$f" -f "$WIKI" -c 512 --chunks "$CHUNKS" -t 2 \
+    --kl-divergence-base "$P/F32.kld" --kl-divergence >"${f%.gguf}.kld.log" 2>&1
+  python3 scripts/results/llamacpp_row.py --name "$t${im:+ + imatrix}" --log "${f%.gguf}.kld.log" --model "$f"
+}
+
 # print_tables TITLE EXTRA_COLUMN_TITLES...: prints one Markdown table per protocol, from the rows.
 print_tables() {
   local pc proto ctx chunks

@@ -63,23 +63,9 @@ print_tables "sqkit W4A16 recipe" "linear bits/w" "file bits/w" "file bytes"
 [[ -n ${LLAMA_CPP_BIN:-} ]] || exit 0
 # llama.cpp on the same weights: F32 re-quantized from the original file, an imatrix from the first
 # $SAMPLES 512-token chunks of the C4 sample, KLD against the F32 logits on the same chunks.
-L=$LLAMA_CPP_BIN
-P=$OUT/llamacpp
-mkdir -p "$P"
-[[ -s $P/F32.gguf ]] || "$L/llama-quantize" --allow-requantize "$M" "$P/F32.gguf" F32 >"$P/F32.log" 2>&1
+llamacpp_base
 [[ -s $P/imatrix.gguf ]] || "$L/llama-imatrix" -m "$P/F32.gguf" -f "$C4" -c 512 --chunks "$SAMPLES" -t 2 -o "$P/imatrix.gguf" >"$P/imatrix.log" 2>&1
-[[ -s $P/F32.kld ]] || "$L/llama-perplexity" -m "$P/F32.gguf" -f "$WIKI" -c 512 --chunks "$CHUNKS" -t 2 --kl-divergence-base "$P/F32.kld" >"$P/F32.ppl.log" 2>&1
-echo
-echo "llama.cpp (\`llama-perplexity -c 512 --chunks $CHUNKS --kl-divergence\`, same tokens), base: F32 of $(basename "$M"):"
-echo
-echo "| llama.cpp file | PPL | KLD (mean ± se) | KLD p99 | top-1 % | file bits/w | file bytes |"
-echo "|---|---|---|---|---|---|---|"
 for t in Q4_0 Q4_K_M Q8_0; do
-  for im in "" imatrix; do
-    f=$P/$t${im:+-$im}.gguf
-    [[ -s $f ]] || "$L/llama-quantize" ${im:+--imatrix "$P/imatrix.gguf"} "$P/F32.gguf" "$f" $t >"${f%.gguf}.q.log" 2>&1
-    [[ -s ${f%.gguf}.kld.log ]] || "$L/llama-perplexity" -m "$f" -f "$WIKI" -c 512 --chunks "$CHUNKS" -t 2 \
-      --kl-divergence-base "$P/F32.kld" --kl-divergence >"${f%.gguf}.kld.log" 2>&1
-    python3 scripts/results/llamacpp_row.py --name "$t${im:+ + imatrix}" --log "${f%.gguf}.kld.log" --model "$f"
-  done
+  llamacpp_row $t
+  llamacpp_row $t imatrix
 done

@@ -1,0 +1,71 @@
+#include "calib/recipe_rotation.h"
+
+#include <string>
+
+#include "core/error.h"
+#include "ops/hadamard.h"
+
+namespace sq {
+
+namespace {
+
+/// A writable copy of w.tensors' `name` (transforms clone what they touch: the tensors may be views
+/// of the source model's).
+Tensor& own(LayerWork& w, const std::string& name) {
+  Tensor& t = w.tensors.tensors.at(name);
+  t = t.clone();
+  return t;
+}
+
+}  // namespace
+
+RotationStep::RotationStep(const ConvertInputs& in) : enabled_(in.o.rotate) {
+  if (!enabled_) return;
+  const ConvertOptions& o = in.o;
+  const bool float_scheme = o.scheme == ConvertScheme::F32 || o.scheme == ConvertScheme::F16 || o.scheme == ConvertScheme::BF16;
+  if (!float_scheme && o.scheme != ConvertScheme::W8A8)
+    throw UsageError(std::string("--rotate hadamard supports --scheme w8a8 and the float schemes so far, not ") + scheme_name(o.scheme) +
+                     ": its calibration data (Σx² importance, Hessians, outlier channels) describe the unrotated activations");
+  if (o.scheme == ConvertScheme::W8A8 && o.act == ActQuant::PerTensorStatic)
+    throw UsageError("--rotate hadamard needs dynamic activation steps (per-token or per-tensor-dynamic): the calibrated static "
+                     "steps (O3) are of the unrotated activations");
+  if (o.kv.spec.kind == KVKind::Nuq)
+    throw UsageError("--rotate hadamard rotates the values of the KV cache; --kv " + kv_spec_name(o.kv.spec) +
+                     " tables are fitted to the unrotated ones (use a uniform --kv format)");
+  const ModelConfig& c = in.config;
+  online_[ActivationSite::AttnInput] = ops::hadamard_block(c.dim);
+  online_[ActivationSite::FfnInput] = ops::hadamard_block(c.dim);
+  online_[ActivationSite::FfnHidden] = ops::hadamard_block(c.hidden_dim);
+  head_block_ = ops::hadamard_block(c.head_dim);
+}
+
+void RotationStep::apply(LayerWork& w) const {
+  if (!enabled_) return;
+  for (const LinearSlot& s : w.linears) {
+    // Every linear of an online site, the FP32 router included (the runner rotates the site's
+    // activation for all of its readers).
+    if (const auto it = online_.find(s.site); it != online_.end()) {
+      Tensor& W = own(w, s.name + ".weight");
+      ops::hadamard_rows(W.mutable_data(), s.out, s.in, it->second);  // W ← W·R (R symmetric)
+      w.rotation[s.site] = it->second;
+    }
+    if (s.role == LinearRole::V) {  // v ← R·v per KV head (rows; blocks never straddle heads)
+      Tensor& W = own(w, s.name + ".weight");
+      ops::hadamard_columns(W.mutable_data(), s.out, s.in, head_block_);
+      if (s.bias) ops::hadamard_rows(own(w, s.name + ".bias").mutable_data(), 1, s.out, head_block_);
+    } else if (s.role == LinearRole::O) {  // o_proj reads the rotated heads: W ← W·R
+      Tensor& W = own(w, s.name + ".weight");
+      ops::hadamard_rows(W.mutable_data(), s.out, s.in, head_block_);
+      w.rotation[s.site] = head_block_;
+    }
+  }
+}
+
+nlohmann::json RotationStep::describe() const {
+  if (!enabled_) return nullptr;
+  nlohmann::json online = nlohmann::json::object();
+  for (const auto& [site, block] : online_) online[activation_site_name(site)] = block;
+  return {{"method", "hadamard"}, {"online", online}, {"offline", {{activation_site_name(ActivationSite::AttnOutput), head_block_}}}};
+}
+
+}  // namespace sq

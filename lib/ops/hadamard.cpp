@@ -1,0 +1,137 @@
+#include "ops/hadamard.h"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace sq::ops {
+
+namespace {
+
+bool power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+void check_block(int64_t n, int64_t block, const char* what) {
+  if (!power_of_two(block) || n % block != 0)
+    throw std::invalid_argument(std::string(what) + ": Hadamard block " + std::to_string(block) +
+                                " is not a power of two dividing " + std::to_string(n));
+}
+
+using V16 = float __attribute__((vector_size(64)));
+
+/// The first four butterfly passes (distances 1, 2, 4, 8) inside one 16-float vector: pass h pairs
+/// lane i with lane i ^ h and keeps a + c in the lane whose bit h is clear, a − c (= c' − x) in the
+/// other, i.e. x ← swap_h(x) + sign_h ⊙ x with sign_h = −1 where bit h is set.
+inline V16 fwht16(V16 x) {
+  const V16 s1 = {1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1};
+  const V16 s2 = {1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1};
+  const V16 s4 = {1, 1, 1, 1, -1, -1, -1, -1, 1, 1, 1, 1, -1, -1, -1, -1};
+  const V16 s8 = {1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1};
+  x = __builtin_shufflevector(x, x, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14) + s1 * x;
+  x = __builtin_shufflevector(x, x, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13) + s2 * x;
+  x = __builtin_shufflevector(x, x, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11) + s4 * x;
+  x = __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7) + s8 * x;
+  return x;
+}
+
+/// The first log2(16·N) passes of a chunk of 16·N floats held in N vectors: fwht16 in each, then
+/// butterflies between whole vectors at distances 1, 2, …, N/2 vectors. `scale` multiplies the
+/// result (1 when passes remain).
+template <int N>
+void fwht_chunk(float* x, float scale) {
+  V16 r[N];
+  for (int k = 0; k < N; ++k) {
+    std::memcpy(&r[k], x + 16 * k, sizeof(V16));
+    r[k] = fwht16(r[k]);
+  }
+  for (int h = 1; h < N; h *= 2)
+    for (int i = 0; i < N; i += 2 * h)
+      for (int j = i; j < i + h; ++j) {
+        const V16 a = r[j], c = r[j + h];
+        r[j] = a + c;
+        r[j + h] = a - c;
+      }
+  for (int k = 0; k < N; ++k) {
+    const V16 v = r[k] * scale;
+    std::memcpy(x + 16 * k, &v, sizeof(V16));
+  }
+}
+
+/// Sylvester transform of x[0 .. b) in place (b a power of two) times `scale`: log2 b passes of
+/// butterflies (a, c) -> (a + c, a − c) at distance h = 1, 2, 4, …. For b ≥ 16 the passes up to
+/// distance 128 run on chunks of at most 256 floats in registers (fwht_chunk) and the rest on
+/// whole vectors in memory. Each pass computes one rounded addition per element whatever the
+/// path, so every path gives the same bits.
+void fwht(float* x, int64_t b, float scale) {
+  if (b < 16) {
+    for (int64_t h = 1; h < b; h *= 2)
+      for (int64_t i = 0; i < b; i += 2 * h)
+        for (int64_t j = i; j < i + h; ++j) {
+          const float a = x[j], c = x[j + h];
+          x[j] = a + c;
+          x[j + h] = a - c;
+        }
+    for (int64_t j = 0; j < b; ++j) x[j] *= scale;
+    return;
+  }
+  const int64_t chunk = b < 256 ? b : 256;
+  const float chunk_scale = chunk == b ? scale : 1.0f;
+  for (int64_t i = 0; i < b; i += chunk) {
+    switch (chunk) {
+      case 16: fwht_chunk<1>(x + i, chunk_scale); break;
+      case 32: fwht_chunk<2>(x + i, chunk_scale); break;
+      case 64: fwht_chunk<4>(x + i, chunk_scale); break;
+      case 128: fwht_chunk<8>(x + i, chunk_scale); break;
+      default: fwht_chunk<16>(x + i, chunk_scale); break;
+    }
+  }
+  for (int64_t h = chunk; h < b; h *= 2) {
+    const float s = 2 * h == b ? scale : 1.0f;  // the last pass scales
+    for (int64_t i = 0; i < b; i += 2 * h)
+      for (int64_t j = i; j < i + h; j += 16) {
+        V16 a, c;
+        std::memcpy(&a, x + j, sizeof a);
+        std::memcpy(&c, x + j + h, sizeof c);
+        const V16 lo = (a + c) * s, hi = (a - c) * s;
+        std::memcpy(x + j, &lo, sizeof lo);
+        std::memcpy(x + j + h, &hi, sizeof hi);
+      }
+  }
+}
+
+}  // namespace
+
+int64_t hadamard_block(int64_t n, int64_t max_block) {
+  if (n <= 0) throw std::invalid_argument("hadamard_block: width " + std::to_string(n) + " is not positive");
+  if (!power_of_two(max_block)) throw std::invalid_argument("hadamard_block: max_block " + std::to_string(max_block) + " is not a power of two");
+  const int64_t b = n & -n;  // lowest set bit: the largest power of two dividing n
+  return b < max_block ? b : max_block;
+}
+
+void hadamard_rows(const float* x, float* y, int64_t rows, int64_t n, int64_t block) {
+  check_block(n, block, "hadamard_rows");
+  const float scale = float(1.0 / std::sqrt(double(block)));
+  // Rows are independent and each is transformed the same way: the result does not depend on the
+  // thread count. Each thread copies its own rows (while they are in its cache), then transforms them.
+#pragma omp parallel for schedule(static) if (rows * n >= (1 << 16))
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = y + r * n;
+    if (x != y) std::memcpy(row, x + r * n, size_t(n) * sizeof(float));
+    for (int64_t k = 0; k < n; k += block) fwht(row + k, block, scale);
+  }
+}
+
+void hadamard_rows(float* x, int64_t rows, int64_t n, int64_t block) { hadamard_rows(x, x, rows, n, block); }
+
+void hadamard_columns(float* x, int64_t rows, int64_t cols, int64_t block) {
+  check_block(rows, block, "hadamard_columns");
+  std::vector<float> col(static_cast<size_t>(rows));
+  for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t r = 0; r < rows; ++r) col[size_t(r)] = x[r * cols + c];
+    hadamard_rows(col.data(), 1, rows, block);
+    for (int64_t r = 0; r < rows; ++r) x[r * cols + c] = col[size_t(r)];
+  }
+}
+
+}  // namespace sq::ops
