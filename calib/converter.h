@@ -33,6 +33,10 @@ struct ConvertOptions {
   ActQuant act = ActQuant::PerToken;
   std::string preset;       ///< "O1"/"O2"/"O3" when chosen by preset (recorded in the header)
   bool quantize_head = false;
+  /// W8A8 with quantize_head: run the INT8 head with FP32 activations (W8A16, as the weight-only
+  /// schemes do; rows with FP16-exact steps; header quantization.lm_head_activations "fp32")
+  /// instead of per-token INT8 activations (`--head-activations fp32`).
+  bool head_fp32_activations = false;
   /// `--calib-text`: the calibration text that --alpha auto, sequential GPTQ Hessians and Atom
   /// --clip search re-read ("" = the calibration file's text_path, resolved by the rule of
   /// calib/calibration_text.h). Either way its SHA-256 must equal the calibration file's text_sha256.

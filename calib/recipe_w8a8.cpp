@@ -44,16 +44,26 @@ class W8A8Quantizer final : public LinearQuantizer {
     if (needs_calib && o.calib_path.empty())
       throw UsageError(std::string("--calib is required for ") + (o.smooth ? "SmoothQuant smoothing" : "static (O3) activation scales") +
                        " (run sq-calibrate first)");
-    if (o.quantize_head && o.act == ActQuant::PerTensorStatic)
-      throw UsageError("--quantize-head needs a dynamic activation mode (the LM head input has no calibrated static scale)");
+    if (o.quantize_head && o.act == ActQuant::PerTensorStatic && !o.head_fp32_activations)
+      throw UsageError("--quantize-head needs a dynamic activation mode (the LM head input has no calibrated static scale) or "
+                       "--head-activations fp32");
+    if (o.head_fp32_activations && !o.quantize_head) throw UsageError("--head-activations applies with --quantize-head only");
   }
   bool rereads_calibration_text(const ConvertInputs& in) const override { return in.o.smooth && in.o.alpha_auto; }
   void prepare(ConvertInputs& in, ConvertSummary&) override { smooth_ = in.o.smooth; }
 
   // The embedding: LinearQuantizer's (per-channel INT8 with --quantize-head, whatever --weight: one
   // outlier token must not coarsen every row). An untied head follows --weight and --act.
+  // --head-activations fp32: both as the weight-only schemes write them (INT8 rows with FP16-exact
+  // steps, run as W8A16: the head's input is not rounded).
+  void write_embedding(const ConvertInputs& in, SqmWriter& out) override {
+    if (in.o.quantize_head && in.o.head_fp32_activations)
+      return write_int8_rows_fp16_steps(out, in.base.tensors.at(names::kEmbed), "model.embed_tokens");
+    LinearQuantizer::write_embedding(in, out);
+  }
   void write_head(const ConvertInputs& in, SqmWriter& out) override {
     if (!in.o.quantize_head) return LinearQuantizer::write_head(in, out);
+    if (in.o.head_fp32_activations) return write_int8_rows_fp16_steps(out, in.lm_head(), "lm_head");
     write_int8_linear(out, in.lm_head(), nullptr, "lm_head", in.o.weight, in.o.act, 0.0f);
   }
 
@@ -86,6 +96,7 @@ class W8A8Quantizer final : public LinearQuantizer {
     q["act"] = to_string(o.act);
     q["preset"] = o.preset;
     q["quantize_head"] = o.quantize_head;
+    if (o.quantize_head && o.head_fp32_activations) q["lm_head_activations"] = "fp32";
     q["smoothing"] = {{"enabled", o.smooth},
                       {"alpha", o.smooth ? (o.alpha_auto ? nlohmann::json("auto") : nlohmann::json(o.alpha)) : nlohmann::json(nullptr)},
                       {"smooth_vo", o.smooth_vo},

@@ -5,6 +5,8 @@
 #include <filesystem>
 
 #include "formats/calibration_h5.h"
+#include "model/decoder.h"
+#include "model/model_loader.h"
 #include "tests/support/process.h"
 #include "tests/support/test_data.h"
 
@@ -129,6 +131,23 @@ TEST_F(ConvertCli, RotationIsRefusedWhereItWouldBeWrongAndItsFilesAreNotExported
     const ProcessResult r = run_process({tool("sq-export"), out, "--format", format, "-o", target});
     expect_error(r, "rotates the attn_input activation online", target);
   }
+}
+
+// --head-activations fp32 (w8a8 --quantize-head): the tied INT8 head runs with FP32 activations
+// (W8A16) while every layer stays W8A8; the other values and combinations are refused.
+TEST_F(ConvertCli, HeadActivationsFp32RunsTheHeadAloneAsW8A16) {
+  const std::string out = dir_->file("head.sqm");
+  expect_error(convert({"--calib", calib(), "--head-activations", "fp32"}, out), "--head-activations applies with --quantize-head only", out);
+  expect_error(convert({"--calib", calib(), "--quantize-head", "--head-activations", "bf16"}, out), "--head-activations must be int8 or fp32",
+               out);
+  expect_error(convert({"--scheme", "w4a16", "--head-activations", "fp32"}, out), "--head-activations applies to --scheme w8a8", out);
+  ASSERT_EQ(convert({"--calib", calib(), "--quantize-head", "--head-activations", "fp32"}, out).exit_status, 0);
+  const LoadedModel m = load_model(out);
+  EXPECT_EQ(m.model->lm_head().format(), "w8a16-per-channel");
+  EXPECT_EQ(m.model->layers()[0].q_proj->format(), "w8a8-per-channel-per-token");
+  const std::string plain = dir_->file("head-int8.sqm");
+  ASSERT_EQ(convert({"--calib", calib(), "--quantize-head"}, plain).exit_status, 0);
+  EXPECT_EQ(load_model(plain).model->lm_head().format(), "w8a8-per-channel-per-token");
 }
 
 }  // namespace

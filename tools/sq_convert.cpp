@@ -62,6 +62,10 @@ int main(int argc, char** argv) {
       "Also quantize the token embedding and LM head to INT8 rows with one step per row (dequantized on lookup; the head runs with FP32 "
       "activations for w4a16/w4a4-atom, as W8A8 with --weight/--act for w8a8). Default: on for w4a16 (the whole file at ~4.5 bits/weight "
       "plus an 8-bit embedding, as llama.cpp's Q4_0), off otherwise; --no-quantize-head keeps them FP32");
+  std::string head_activations;
+  app.add_option("--head-activations", head_activations,
+                 "w8a8 with --quantize-head: int8 (default: the head runs as W8A8 with --act) | fp32 (the head runs with FP32 "
+                 "activations, W8A16, as in w4a16 files: its input is not rounded)");
   bool sym = false;
   app.add_option("--group-size", o.int4.group_size,
                  "W4A16 / W4A4: input columns per INT4 group (32, 64 or 128; W4A4 also 0 = per channel / per token)")
@@ -157,6 +161,11 @@ int main(int argc, char** argv) {
                             app.count("--weight") || app.count("--act");
     if (w8a8_flags && o.scheme != sq::ConvertScheme::W8A8)
       throw sq::UsageError("--alpha/--no-smooth/--smooth-vo/--preset/--weight/--act apply to --scheme w8a8 only");
+    if (!head_activations.empty() && head_activations != "int8" && head_activations != "fp32")
+      throw sq::UsageError("--head-activations must be int8 or fp32, got '" + head_activations + "'");
+    if (!head_activations.empty() && o.scheme != sq::ConvertScheme::W8A8)
+      throw sq::UsageError("--head-activations applies to --scheme w8a8 (the other schemes' INT8 heads always run with FP32 activations)");
+    o.head_fp32_activations = head_activations == "fp32";
     if (rotate != "none" && rotate != "hadamard") throw sq::UsageError("--rotate must be none or hadamard, got '" + rotate + "'");
     o.rotate = rotate == "hadamard";
     const bool float_scheme = o.scheme == sq::ConvertScheme::F32 || o.scheme == sq::ConvertScheme::F16 || o.scheme == sq::ConvertScheme::BF16;

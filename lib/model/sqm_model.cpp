@@ -443,14 +443,22 @@ std::unique_ptr<Decoder> build_model_from_sqm(const std::shared_ptr<SqmFile>& f)
   // --quantize-head: the embedding is INT8 rows (+ per-row scales); a tied LM head is the same
   // INT8 matrix run as a linear with per-output-channel (= per-row) scales: W8A8 (the activation
   // mode of header quantization.act) or, when quantization.int8_activations is "fp32" (the
-  // weight-only schemes), W8A16.
+  // weight-only schemes) or quantization.lm_head_activations is "fp32" (w8a8 --head-activations
+  // fp32: the head alone), W8A16.
+  nlohmann::json head_quant = quant;
+  if (quant.contains("lm_head_activations")) {
+    if (quant.at("lm_head_activations") != "fp32")
+      throw InputError(f->path() + ": header quantization.lm_head_activations is " + quant.at("lm_head_activations").dump() +
+                       ", expected \"fp32\"");
+    head_quant["int8_activations"] = "fp32";
+  }
   const bool embed_q = f->has(names::kEmbed) && f->info(names::kEmbed).dtype == SqmDType::I8;
   Tensor embed = embed_q ? Tensor() : load_float(f, names::kEmbed, {c.vocab_size, d});
   std::unique_ptr<Linear> head;
   if (c.tied_embeddings && !f->has(names::kLmHead))
-    head = embed_q ? load_linear(f, "model.embed_tokens", c.vocab_size, d, false, quant) : std::make_unique<DenseLinear>(embed);
+    head = embed_q ? load_linear(f, "model.embed_tokens", c.vocab_size, d, false, head_quant) : std::make_unique<DenseLinear>(embed);
   else
-    head = load_linear(f, "lm_head", c.vocab_size, d, false, quant);
+    head = load_linear(f, "lm_head", c.vocab_size, d, false, head_quant);
   auto model = std::make_unique<Decoder>(c, embed, std::move(layers), load_float(f, names::kFinalNorm, {d}), std::move(head),
                                          std::move(globals));
   if (embed_q) {

@@ -18,6 +18,7 @@ convert w8-rot-naive "${W8[@]}" --no-smooth --rotate hadamard
 convert w8-sq0.5-rot "${W8[@]}" --calib "$OUT/calib.h5" --alpha 0.5 --rotate hadamard
 convert w8-sq0.8-rot "${W8[@]}" --calib "$OUT/calib.h5" --alpha 0.8 --rotate hadamard
 convert w8-sq0.5-rot-head "${W8[@]}" --calib "$OUT/calib.h5" --alpha 0.5 --rotate hadamard --quantize-head
+convert w8-sq0.5-rot-head16 "${W8[@]}" --calib "$OUT/calib.h5" --alpha 0.5 --rotate hadamard --quantize-head --head-activations fp32
 begin_table
 row "FP32" "$OUT/f32.sqm"
 row "no smoothing" "$OUT/w8-naive.sqm"
@@ -26,6 +27,7 @@ row "no smoothing, --rotate hadamard" "$OUT/w8-rot-naive.sqm"
 row "SmoothQuant α 0.5, --rotate hadamard" "$OUT/w8-sq0.5-rot.sqm"
 row "SmoothQuant α 0.8, --rotate hadamard" "$OUT/w8-sq0.8-rot.sqm"
 row "SmoothQuant α 0.5, --rotate hadamard, --quantize-head" "$OUT/w8-sq0.5-rot-head.sqm"
+row "SmoothQuant α 0.5, --rotate hadamard, --quantize-head --head-activations fp32" "$OUT/w8-sq0.5-rot-head16.sqm"
 print_tables "sqkit W8A8 recipe (per-channel W, per-token A)" "linear bits/w" "file bits/w" "file bytes"
 
 [[ -n ${LLAMA_CPP_BIN:-} ]] || exit 0
