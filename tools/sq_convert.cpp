@@ -51,8 +51,9 @@ int main(int argc, char** argv) {
   app.add_flag("--smooth-vo", o.smooth_vo, "Also smooth o_proj inputs (folded into v_proj rows; exact under GQA)");
   std::string rotate = "none";
   app.add_option("--rotate", rotate,
-                 "none | hadamard: QuaRot Hadamard rotations (after smoothing): online at the down projections' input (the runner "
-                 "rotates that activation), folded per head into v_proj/o_proj. For w8a8 (dynamic activations) and the float schemes")
+                 "none | hadamard: QuaRot Hadamard rotations after smoothing: online at every linear's input (the runner rotates "
+                 "the attention input, FFN input and FFN hidden activations before quantizing them), folded per head into "
+                 "v_proj/o_proj. For w8a8 with dynamic activations and the float schemes; rotated files do not export yet")
       ->capture_default_str();
   app.add_option("--preset", preset, "O1 | O2 | O3 (SmoothQuant Table 3.2)");
   app.add_option("--weight", weight, "per-channel | per-tensor (overrides the preset)");
