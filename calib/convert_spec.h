@@ -18,6 +18,8 @@ enum class ConvertScheme { F32, F16, BF16, W8A8, W4A16, W4A4Atom };
 ConvertScheme parse_scheme(const std::string& s);
 /// "f32", "f16", "bf16", "w8a8", "w4a16" or "w4a4-atom".
 const char* scheme_name(ConvertScheme s);
+/// True for the plain re-encodings (f32, f16, bf16).
+inline bool is_float_scheme(ConvertScheme s) { return s == ConvertScheme::F32 || s == ConvertScheme::F16 || s == ConvertScheme::BF16; }
 
 /// The option texts exactly as the user typed them (the defaults are sq-convert's).
 struct ConvertFlags {

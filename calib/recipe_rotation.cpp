@@ -22,8 +22,7 @@ Tensor& own(LayerWork& w, const std::string& name) {
 RotationStep::RotationStep(const ConvertInputs& in) : enabled_(in.o.rotate) {
   if (!enabled_) return;
   const ConvertOptions& o = in.o;
-  const bool float_scheme = o.scheme == ConvertScheme::F32 || o.scheme == ConvertScheme::F16 || o.scheme == ConvertScheme::BF16;
-  if (!float_scheme && o.scheme != ConvertScheme::W8A8)
+  if (!is_float_scheme(o.scheme) && o.scheme != ConvertScheme::W8A8)
     throw UsageError(std::string("--rotate hadamard supports --scheme w8a8 and the float schemes so far, not ") + scheme_name(o.scheme) +
                      ": its calibration data (Σx² importance, Hessians, outlier channels) describe the unrotated activations");
   if (o.scheme == ConvertScheme::W8A8 && o.act == ActQuant::PerTensorStatic)
@@ -43,18 +42,19 @@ void RotationStep::apply(LayerWork& w) const {
   if (!enabled_) return;
   for (const LinearSlot& s : w.linears) {
     // Every linear of an online site, the FP32 router included (the runner rotates the site's
-    // activation for all of its readers).
-    if (const auto it = online_.find(s.site); it != online_.end()) {
-      Tensor& W = own(w, s.name + ".weight");
-      ops::hadamard_rows(W.mutable_data(), s.out, s.in, it->second);  // W ← W·R (R symmetric)
-      w.rotation[s.site] = it->second;
+    // activation for all of its readers); v (also an online site's reader) and o offline.
+    const auto online = online_.find(s.site);
+    const bool v = s.role == LinearRole::V, o = s.role == LinearRole::O;
+    if (online == online_.end() && !v && !o) continue;
+    Tensor& W = own(w, s.name + ".weight");  // one copy, whichever rotations it gets
+    if (online != online_.end()) {  // W ← W·R (R symmetric)
+      ops::hadamard_rows(W.mutable_data(), s.out, s.in, online->second);
+      w.rotation[s.site] = online->second;
     }
-    if (s.role == LinearRole::V) {  // v ← R·v per KV head (rows; blocks never straddle heads)
-      Tensor& W = own(w, s.name + ".weight");
+    if (v) {  // v ← R·v per KV head (rows; blocks never straddle heads)
       ops::hadamard_columns(W.mutable_data(), s.out, s.in, head_block_);
       if (s.bias) ops::hadamard_rows(own(w, s.name + ".bias").mutable_data(), 1, s.out, head_block_);
-    } else if (s.role == LinearRole::O) {  // o_proj reads the rotated heads: W ← W·R
-      Tensor& W = own(w, s.name + ".weight");
+    } else if (o) {  // o_proj reads the rotated heads: W ← W·R
       ops::hadamard_rows(W.mutable_data(), s.out, s.in, head_block_);
       w.rotation[s.site] = head_block_;
     }

@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
     o.head_fp32_activations = head_activations == "fp32";
     if (rotate != "none" && rotate != "hadamard") throw sq::UsageError("--rotate must be none or hadamard, got '" + rotate + "'");
     o.rotate = rotate == "hadamard";
-    const bool float_scheme = o.scheme == sq::ConvertScheme::F32 || o.scheme == sq::ConvertScheme::F16 || o.scheme == sq::ConvertScheme::BF16;
+    const bool float_scheme = sq::is_float_scheme(o.scheme);
     if (head_opt->count() == 0) o.quantize_head = o.scheme == sq::ConvertScheme::W4A16;
     if (o.quantize_head && float_scheme) throw sq::UsageError("--quantize-head applies to the quantized schemes (w8a8, w4a16, w4a4-atom)");
     if (int4_flags && o.scheme != sq::ConvertScheme::W4A16 && !atom)

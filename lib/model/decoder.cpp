@@ -17,7 +17,6 @@
 #include "model/hadamard_input_linear.h"
 #include "model/w4a16_linear.h"
 #include "model/w8a8_linear.h"
-#include "ops/hadamard.h"
 #include "ops/ops.h"
 #include "ops/sgemm.h"
 #include "runtime/thread_governor.h"
@@ -48,11 +47,7 @@ void run_sharing_input(std::span<const std::pair<const Linear*, float*>> linears
       inner[k++] = {&r->inner(), y};
     }
     if (k == linears.size()) {
-      static thread_local std::vector<float> rotated;
-      const int64_t in = r0->in_features();
-      if (rotated.size() < size_t(n * in)) rotated.resize(size_t(n * in));
-      ops::hadamard_rows(x, rotated.data(), n, in, r0->block());
-      run_sharing_input(std::span(inner.data(), k), rotated.data(), n);
+      run_sharing_input(std::span(inner.data(), k), r0->rotated_input(x, n), n);
       return;
     }
   }

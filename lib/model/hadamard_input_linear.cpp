@@ -1,6 +1,5 @@
 #include "model/hadamard_input_linear.h"
 
-#include <cstring>
 #include <stdexcept>
 #include <vector>
 
@@ -10,19 +9,18 @@ namespace sq {
 
 HadamardInputLinear::HadamardInputLinear(std::unique_ptr<Linear> inner, int64_t block) : inner_(std::move(inner)), block_(block) {
   if (!inner_) throw std::invalid_argument("HadamardInputLinear: no inner linear");
-  const int64_t n = inner_->in_features();
-  if (block <= 0 || (block & (block - 1)) != 0 || n % block != 0)
-    throw std::invalid_argument("HadamardInputLinear: block " + std::to_string(block) + " is not a power of two dividing the input width " +
-                                std::to_string(n));
+  ops::check_hadamard_block(inner_->in_features(), block, "HadamardInputLinear");
 }
 
-void HadamardInputLinear::forward(const float* x, int64_t n, float* y) const {
+const float* HadamardInputLinear::rotated_input(const float* x, int64_t n) const {
   const int64_t in = inner_->in_features();
   thread_local std::vector<float> rotated;
   if (rotated.size() < size_t(n * in)) rotated.resize(size_t(n * in));
   ops::hadamard_rows(x, rotated.data(), n, in, block_);
-  inner_->forward(rotated.data(), n, y);
+  return rotated.data();
 }
+
+void HadamardInputLinear::forward(const float* x, int64_t n, float* y) const { inner_->forward(rotated_input(x, n), n, y); }
 
 std::string HadamardInputLinear::format() const { return inner_->format() + "+hadamard" + std::to_string(block_); }
 

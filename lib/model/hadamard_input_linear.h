@@ -28,6 +28,10 @@ class HadamardInputLinear final : public Linear {
   std::string format() const override;
   int64_t weight_bytes() const override { return inner_->weight_bytes(); }
 
+  /// R·x for x [n, in] FP32, in a buffer of the calling thread (valid until its next call on this
+  /// thread, by any HadamardInputLinear): what forward passes to the inner linear. The decoder
+  /// rotates an input shared by several such linears once with it.
+  const float* rotated_input(const float* x, int64_t n) const;
   const Linear& inner() const { return *inner_; }
   int64_t block() const { return block_; }
 

@@ -12,12 +12,6 @@ namespace {
 
 bool power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
-void check_block(int64_t n, int64_t block, const char* what) {
-  if (!power_of_two(block) || n % block != 0)
-    throw std::invalid_argument(std::string(what) + ": Hadamard block " + std::to_string(block) +
-                                " is not a power of two dividing " + std::to_string(n));
-}
-
 using V16 = float __attribute__((vector_size(64)));
 
 /// The first four butterfly passes (distances 1, 2, 4, 8) inside one 16-float vector: pass h pairs
@@ -35,6 +29,20 @@ inline V16 fwht16(V16 x) {
   return x;
 }
 
+/// The butterfly passes (a, c) -> (a + c, a − c) at distances 1, 2, …, n/2 over v[0 .. n), n a
+/// power of two: on floats (a block below 16) or on whole vectors (v[j] and v[j + h] 16·h floats
+/// apart, the passes above fwht16's).
+template <typename T>
+void butterflies(T* v, int64_t n) {
+  for (int64_t h = 1; h < n; h *= 2)
+    for (int64_t i = 0; i < n; i += 2 * h)
+      for (int64_t j = i; j < i + h; ++j) {
+        const T a = v[j], c = v[j + h];
+        v[j] = a + c;
+        v[j + h] = a - c;
+      }
+}
+
 /// The first log2(16·N) passes of a chunk of 16·N floats held in N vectors: fwht16 in each, then
 /// butterflies between whole vectors at distances 1, 2, …, N/2 vectors. `scale` multiplies the
 /// result (1 when passes remain).
@@ -45,13 +53,7 @@ void fwht_chunk(float* x, float scale) {
     std::memcpy(&r[k], x + 16 * k, sizeof(V16));
     r[k] = fwht16(r[k]);
   }
-  for (int h = 1; h < N; h *= 2)
-    for (int i = 0; i < N; i += 2 * h)
-      for (int j = i; j < i + h; ++j) {
-        const V16 a = r[j], c = r[j + h];
-        r[j] = a + c;
-        r[j + h] = a - c;
-      }
+  butterflies(r, N);
   for (int k = 0; k < N; ++k) {
     const V16 v = r[k] * scale;
     std::memcpy(x + 16 * k, &v, sizeof(V16));
@@ -65,13 +67,7 @@ void fwht_chunk(float* x, float scale) {
 /// path, so every path gives the same bits.
 void fwht(float* x, int64_t b, float scale) {
   if (b < 16) {
-    for (int64_t h = 1; h < b; h *= 2)
-      for (int64_t i = 0; i < b; i += 2 * h)
-        for (int64_t j = i; j < i + h; ++j) {
-          const float a = x[j], c = x[j + h];
-          x[j] = a + c;
-          x[j + h] = a - c;
-        }
+    butterflies(x, b);
     for (int64_t j = 0; j < b; ++j) x[j] *= scale;
     return;
   }
@@ -102,6 +98,12 @@ void fwht(float* x, int64_t b, float scale) {
 
 }  // namespace
 
+void check_hadamard_block(int64_t n, int64_t block, const char* what) {
+  if (!power_of_two(block) || n % block != 0)
+    throw std::invalid_argument(std::string(what) + ": Hadamard block " + std::to_string(block) +
+                                " is not a power of two dividing " + std::to_string(n));
+}
+
 int64_t hadamard_block(int64_t n, int64_t max_block) {
   if (n <= 0) throw std::invalid_argument("hadamard_block: width " + std::to_string(n) + " is not positive");
   if (!power_of_two(max_block)) throw std::invalid_argument("hadamard_block: max_block " + std::to_string(max_block) + " is not a power of two");
@@ -110,7 +112,7 @@ int64_t hadamard_block(int64_t n, int64_t max_block) {
 }
 
 void hadamard_rows(const float* x, float* y, int64_t rows, int64_t n, int64_t block) {
-  check_block(n, block, "hadamard_rows");
+  check_hadamard_block(n, block, "hadamard_rows");
   const float scale = float(1.0 / std::sqrt(double(block)));
   // Rows are independent and each is transformed the same way: the result does not depend on the
   // thread count. Each thread copies its own rows (while they are in its cache), then transforms them.
@@ -125,7 +127,7 @@ void hadamard_rows(const float* x, float* y, int64_t rows, int64_t n, int64_t bl
 void hadamard_rows(float* x, int64_t rows, int64_t n, int64_t block) { hadamard_rows(x, x, rows, n, block); }
 
 void hadamard_columns(float* x, int64_t rows, int64_t cols, int64_t block) {
-  check_block(rows, block, "hadamard_columns");
+  check_hadamard_block(rows, block, "hadamard_columns");
   std::vector<float> col(static_cast<size_t>(rows));
   for (int64_t c = 0; c < cols; ++c) {
     for (int64_t r = 0; r < rows; ++r) col[size_t(r)] = x[r * cols + c];

@@ -20,6 +20,10 @@ namespace sq::ops {
 /// Throws std::invalid_argument when n <= 0 or max_block is not a power of two.
 int64_t hadamard_block(int64_t n, int64_t max_block = int64_t(1) << 15);
 
+/// Throws std::invalid_argument "<what>: Hadamard block B is not a power of two dividing N" unless
+/// `block` is a power of two that divides n.
+void check_hadamard_block(int64_t n, int64_t block, const char* what);
+
 /// In place: every row of x [rows, n] (row-major FP32) becomes R_n·row with blocks of `block`
 /// (consecutive channels [k·b, (k+1)·b) transformed together), scaled by 1/√block; rows split over
 /// OpenMP threads when there are many (the same result for any thread count). Throws
