@@ -71,6 +71,10 @@ struct ConvertOptions {
   /// are re-cut from the ids, no tokenizer needed), else file — never chosen by whether the text happens to be found: a
   /// missing or different text is an error, so the result does not depend on the working directory).
   std::string gptq_hessians = "auto";
+  /// W8A8 without --gptq / --no-gptq: GPTQ's weights when the calibration file holds Hessians
+  /// (`sq-calibrate --hessian`; they are used as they are, no windows re-run) and the weights are
+  /// per channel, round-to-nearest otherwise (the default recipe, docs/quantization.md).
+  bool w8a8_gptq_when_hessians = false;
   /// KV-cache format the model is meant to run with (`--kv`), recorded in the header's kv_cache
   /// object; for nuq formats with the per-layer codebooks and key scaling from
   /// calib/kv_calibration.h (written as model.layers.{l}.kv.* tensors).
@@ -108,6 +112,15 @@ struct ConvertSummary {
     bool calibration_weighted = false;
   };
   WeightErrorComparison w8a8_weight_error;
+  /// W8A8 with --gptq: per quantized linear its base name and the Hessian-weighted error
+  /// Σ_r (W−Ŵ)ᵣ·H'·(W−Ŵ)ᵣᵀ of GPTQ's weights and of round-to-nearest's (same steps), H' the Hessian
+  /// of the linear's smoothed and rotated input (transform_hessian).
+  struct W8Gptq {
+    std::string name;
+    double gptq_error = 0;
+    double rtn_error = 0;
+  };
+  std::vector<W8Gptq> w8a8_gptq;
   uint64_t file_bytes = 0;
 };
 

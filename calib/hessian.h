@@ -100,4 +100,16 @@ class HessianCollector final : public ActivationObserver {
 HessianCollector collect_hessians(const Decoder& model, const std::vector<std::vector<int32_t>>& windows,
                                   const std::function<void(int64_t, int64_t)>& progress = {});
 
+/// In place: H [n, n] (row-major double, symmetric) of a linear's input x becomes the Hessian of
+/// the input x' = R·(x ⊘ s) that the same linear reads once smoothed and rotated, i.e.
+///   H' = R·D⁻¹·H·D⁻¹·R,   D = diag(smoothing),
+/// where smoothing [n] holds the SmoothQuant factors the activations were divided by (empty: none;
+/// SmoothQuant Eq. 4 — the weights become W·D) and R is the block-diagonal normalized Walsh–Hadamard
+/// matrix of ops/hadamard.h with `rotation_block` (0: none; QuaRot §3 — the weights become W·D·R,
+/// R symmetric and orthogonal). GPTQ on W·D·R with H' then minimizes the same output error on the
+/// calibration tokens as GPTQ on the linear's real input (calib/recipe_w8a8.cpp). O(n²·log block)
+/// in double. Throws std::invalid_argument when H.size() != n·n, smoothing is neither empty nor
+/// [n] long, or the block is not a power of two dividing n.
+void transform_hessian(std::vector<double>& H, int64_t n, const std::vector<float>& smoothing, int64_t rotation_block);
+
 }  // namespace sq

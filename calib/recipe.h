@@ -135,6 +135,13 @@ class LayerInputs {
   std::array<std::vector<double>, kActivationSites> held_;
 };
 
+/// GPTQ's Hessians, for a quantizer's prepare step (after load_convert_inputs resolved
+/// in.hessian_mode): "sequential" returns a LayerInputs that re-runs the calibration windows (UsageError
+/// when the windows cannot be re-drawn: no tokenizer); "file" checks that the calibration file holds
+/// every layer's Hessians (InputError naming the file and layer) and returns null. Records the mode
+/// in summary.hessian_source.
+std::unique_ptr<LayerInputs> prepare_gptq_hessians(ConvertInputs& in, ConvertSummary& summary);
+
 /// A per-linear quantizer: one scheme's treatment of every linear of a layer.
 class LinearQuantizer {
  public:
@@ -181,6 +188,11 @@ void write_float(SqmWriter& w, const std::string& name, const Tensor& t, Convert
 /// per-tensor static, `base`.bias F32 [out] when `bias` is given. W: [out, in] FP32.
 void write_int8_linear(SqmWriter& w, const Tensor& W, const Tensor* bias, const std::string& base, WeightGranularity weight,
                        ActQuant act, float step);
+/// Writes an INT8 linear from codes [out, in] (row-major, −127…127) and their steps: `scales` [out]
+/// (per-channel) or [1] (per-tensor); the other tensors as write_int8_linear (GPTQ's codes, which
+/// are not round(W/Δ)).
+void write_int8_linear_codes(SqmWriter& w, const std::vector<int8_t>& codes, const std::vector<float>& scales, int64_t out,
+                             int64_t in, const Tensor* bias, const std::string& base, ActQuant act, float step);
 /// Writes W [out, in] as INT8 rows `base`.weight I8 [out, in] with `base`.weight_scale F32 [out]: per
 /// row Δ = FP16(absmax / 127) (an FP16 value stored as F32; 0 for a zero row), q = clamp(round(w/Δ),
 /// −127, 127) (Eq. 3.1 per channel with an FP16-exact step, as GGML's Q8_0 stores d). Throws

@@ -82,12 +82,7 @@ class AtomQuantizer final : public LinearQuantizer {
                                                                 : "--gptq-hessians sequential",
                                                             "or use the Hessians stored by sq-calibrate --hessian: --gptq-hessians file");
     }
-    if (gptq && mode == "file") {
-      for (size_t l = 0; l < in.calib.layers.size(); ++l)
-        if (in.calib.layers[l].hessians.size() != size_t(kActivationSites))
-          throw InputError(in.o.calib_path + ": no GPTQ Hessians for layer " + std::to_string(l) +
-                           " (record them with sq-calibrate --hessian, or let sq-convert recompute them from the calibration text)");
-    }
+    if (gptq && mode == "file") prepare_gptq_hessians(in, summary);  // checks the file's Hessians
     if (gptq) summary.hessian_source = mode;
     sequential_hessians_ = gptq && mode == "sequential";
   }

@@ -87,21 +87,7 @@ class Int4Quantizer final : public LinearQuantizer {
   void prepare(ConvertInputs& in, ConvertSummary& summary) override {
     validate_int4_options(in.o.int4);
     if (mixed(in.o)) choose_precision(in, summary);
-    if (!in.o.int4.gptq) return;
-    const std::string& mode = in.hessian_mode;
-    if (mode == "sequential") {
-      if (!in.can_redraw) throw UsageError("--gptq-hessians sequential needs the tokenizer (give --tokenizer)");
-      inputs_ = std::make_unique<LayerInputs>(in, true,
-                                              in.o.gptq_hessians == "auto" ? "--gptq (sequential Hessians, the --gptq-hessians auto default)"
-                                                                           : "--gptq-hessians sequential",
-                                              "or use the Hessians stored by sq-calibrate --hessian: --gptq-hessians file");
-    } else {
-      for (size_t l = 0; l < in.calib.layers.size(); ++l)
-        if (in.calib.layers[l].hessians.size() != size_t(kActivationSites))
-          throw InputError(in.o.calib_path + ": no GPTQ Hessians for layer " + std::to_string(l) +
-                           " (record them with sq-calibrate --hessian, or let sq-convert recompute them from the calibration text)");
-    }
-    summary.hessian_source = mode;
+    if (in.o.int4.gptq) inputs_ = prepare_gptq_hessians(in, summary);
   }
 
   void convert_layer(ConvertInputs& in, LayerWork& w, SqmWriter& out, ConvertSummary& summary) override {

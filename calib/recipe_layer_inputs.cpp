@@ -79,4 +79,20 @@ void ConvertInputs::release_file_hessian(int l, ActivationSite site) {
 
 void LayerInputs::release_hessian(ActivationSite site) { std::vector<double>().swap(held_[size_t(site)]); }
 
+std::unique_ptr<LayerInputs> prepare_gptq_hessians(ConvertInputs& in, ConvertSummary& summary) {
+  summary.hessian_source = in.hessian_mode;
+  if (in.hessian_mode == "sequential") {
+    if (!in.can_redraw) throw UsageError("--gptq-hessians sequential needs the tokenizer (give --tokenizer)");
+    return std::make_unique<LayerInputs>(in, true,
+                                         in.o.gptq_hessians == "auto" ? "--gptq (sequential Hessians, the --gptq-hessians auto default)"
+                                                                      : "--gptq-hessians sequential",
+                                         "or use the Hessians stored by sq-calibrate --hessian: --gptq-hessians file");
+  }
+  for (size_t l = 0; l < in.calib.layers.size(); ++l)
+    if (in.calib.layers[l].hessians.size() != size_t(kActivationSites))
+      throw InputError(in.o.calib_path + ": no GPTQ Hessians for layer " + std::to_string(l) +
+                       " (record them with sq-calibrate --hessian, or let sq-convert recompute them from the calibration text)");
+  return nullptr;
+}
+
 }  // namespace sq

@@ -4,6 +4,18 @@
 // site. The smoothing itself is the transform step (calib/recipe_smoothing.h). The MoE router stays
 // FP32; expert gate/up share the ffn_input step, expert down_proj uses the ffn_hidden statistics
 // pooled over every expert's input (lib/model/observer.h), i.e. one static step for all experts.
+//
+// GPTQ (--gptq; by default when the calibration file holds Hessians): the per-channel INT8 weights by GPTQ (Frantar et al. 2023, Algorithm 1; calib/gptq.h with
+// b = 8, one group per row, symmetric: Δ = absmax/127 as round-to-nearest's) instead of rounding,
+// as llm-compressor's W8A8 recipe (SmoothQuant, then GPTQ). The Hessian of each site is that of the
+// FP32 model's input (sequential: recomputed layer by layer through the FP32 layers; or the
+// calibration file's), carried through the smoothing and rotation steps (transform_hessian:
+// H' = R·D⁻¹·H·D⁻¹·R), so GPTQ minimizes the output error on the calibration tokens of the weights
+// the file holds. Activation rounding is not part of GPTQ's objective.
+#include <map>
+
+#include "calib/gptq.h"
+#include "calib/hessian.h"
 #include "calib/recipe_schemes.h"
 #include "calib/recipe_smoothing.h"
 #include "core/error.h"
@@ -48,9 +60,25 @@ class W8A8Quantizer final : public LinearQuantizer {
       throw UsageError("--quantize-head needs a dynamic activation mode (the LM head input has no calibrated static scale) or "
                        "--head-activations fp32");
     if (o.head_fp32_activations && !o.quantize_head) throw UsageError("--head-activations applies with --quantize-head only");
+    if (o.int4.gptq && o.calib_path.empty()) throw UsageError("--gptq needs --calib (a calibration file from sq-calibrate, for the Hessians)");
+    if (o.int4.gptq && o.weight != WeightGranularity::PerChannel)
+      throw UsageError("--gptq with --scheme w8a8 needs per-channel weights (the presets' per-tensor step is one for the whole matrix: "
+                       "give --weight per-channel)");
   }
-  bool rereads_calibration_text(const ConvertInputs& in) const override { return in.o.smooth && in.o.alpha_auto; }
-  void prepare(ConvertInputs& in, ConvertSummary&) override { smooth_ = in.o.smooth; }
+  bool rereads_calibration_text(const ConvertInputs& in) const override {
+    return (in.o.smooth && in.o.alpha_auto) || (in.o.int4.gptq && in.hessian_mode == "sequential");
+  }
+  void prepare(ConvertInputs& in, ConvertSummary& summary) override {
+    smooth_ = in.o.smooth;
+    if (in.o.int4.gptq) {
+      inputs_ = prepare_gptq_hessians(in, summary);
+      gptq_ = true;
+    } else if (in.o.w8a8_gptq_when_hessians && in.o.weight == WeightGranularity::PerChannel && file_has_hessians(in)) {
+      in.hessian_mode = "file";
+      prepare_gptq_hessians(in, summary);
+      gptq_ = true;
+    }
+  }
 
   // The embedding: LinearQuantizer's (per-channel INT8 with --quantize-head, whatever --weight: one
   // outlier token must not coarsen every row). An untied head follows --weight and --act.
@@ -69,6 +97,9 @@ class W8A8Quantizer final : public LinearQuantizer {
 
   void convert_layer(ConvertInputs& in, LayerWork& w, SqmWriter& out, ConvertSummary& summary) override {
     const ConvertOptions& o = in.o;
+    std::array<const std::vector<double>*, kActivationSites> H{};
+    if (gptq_) H = inputs_ ? inputs_->sequential_hessians(w.layer, *w.fp32) : in.file_hessians(w.layer);
+    std::map<ActivationSite, std::vector<double>> site_hessians;  // H' of each site, as its linears read it
     for (const LinearSlot& s : w.linears) {
       if (!s.quantize) {
         write_float_linear(out, w.tensors, s, ConvertScheme::F32);
@@ -82,8 +113,27 @@ class W8A8Quantizer final : public LinearQuantizer {
       const Tensor bias = s.bias ? w.tensors.get(s.name + ".bias", {s.out}) : Tensor();
       const Tensor W = w.tensors.get(s.name + ".weight", {s.out, s.in});
       if (o.weight == WeightGranularity::PerTensor) compare_with_per_channel(in, w, s, W, summary);
-      write_int8_linear(out, W, s.bias ? &bias : nullptr, s.name, o.weight, o.act, step);
+      if (!gptq_) {
+        write_int8_linear(out, W, s.bias ? &bias : nullptr, s.name, o.weight, o.act, step);
+        continue;
+      }
+      auto it = site_hessians.find(s.site);
+      if (it == site_hessians.end()) {
+        const std::vector<double>* h = H[size_t(s.site)];
+        if (!h)
+          throw InputError("GPTQ: no Hessian of layer " + std::to_string(w.layer) + "'s " + activation_site_name(s.site) +
+                           " input (no calibration token reached " + s.name + ")");
+        const auto f = w.smoothing.find(s.site);
+        const auto r = w.rotation.find(s.site);
+        it = site_hessians.emplace(s.site, *h).first;
+        transform_hessian(it->second, s.in, f == w.smoothing.end() ? std::vector<float>() : f->second,
+                          r == w.rotation.end() ? 0 : r->second);
+      }
+      const Int8Gptq q = gptq_int8(W, it->second, o.int4, s.name);
+      summary.w8a8_gptq.push_back({s.name, q.gptq_error, q.rtn_error});
+      write_int8_linear_codes(out, q.codes, q.steps, s.out, s.in, s.bias ? &bias : nullptr, s.name, o.act, step);
     }
+    if (inputs_) inputs_->advance(w.layer, *w.fp32);  // the FP32 layer gives the next layer's inputs (file comment)
   }
 
   nlohmann::json describe(const ConvertInputs& in, const ConvertSummary& summary) const override {
@@ -97,6 +147,9 @@ class W8A8Quantizer final : public LinearQuantizer {
     q["preset"] = o.preset;
     q["quantize_head"] = o.quantize_head;
     if (o.quantize_head && o.head_fp32_activations) q["lm_head_activations"] = "fp32";
+    q["method"] = gptq_ ? "gptq" : "rtn";
+    if (gptq_)
+      q["gptq"] = {{"act_order", o.int4.act_order}, {"damp", o.int4.damp}, {"hessians", summary.hessian_source == "sequential" ? "sequential (FP32 layers)" : summary.hessian_source}};
     q["smoothing"] = {{"enabled", o.smooth},
                       {"alpha", o.smooth ? (o.alpha_auto ? nlohmann::json("auto") : nlohmann::json(o.alpha)) : nlohmann::json(nullptr)},
                       {"smooth_vo", o.smooth_vo},
@@ -123,7 +176,49 @@ class W8A8Quantizer final : public LinearQuantizer {
     summary.w8a8_weight_error.calibration_weighted = !imp.empty();
   }
 
+  /// Whether the calibration file recorded GPTQ Hessians for every layer (sq-calibrate --hessian).
+  static bool file_has_hessians(const ConvertInputs& in) {
+    if (in.calib.layers.empty()) return false;
+    for (const LayerStats& st : in.calib.layers)
+      if (st.hessians.size() != size_t(kActivationSites)) return false;
+    return true;
+  }
+
+  /// GPTQ's per-channel INT8 codes of one linear and the Hessian-weighted errors of them and of
+  /// round-to-nearest (the same Δ = absmax/127 per row), both on H.
+  struct Int8Gptq {
+    std::vector<int8_t> codes;  ///< [out, in] row-major, −127…127
+    std::vector<float> steps;   ///< [out]
+    double gptq_error = 0, rtn_error = 0;
+  };
+  static Int8Gptq gptq_int8(const Tensor& W, const std::vector<double>& H, const Int4Options& opt, const std::string& name) {
+    const int64_t out = W.dim(0), in = W.dim(1);
+    GptqOptions g;
+    g.bits = 8;
+    g.group_size = 0;  // per channel
+    g.symmetric = true;
+    g.damp = opt.damp;
+    g.act_order = opt.act_order;
+    g.name = name;
+    const GptqResult r = gptq_quantize(W.data(), out, in, H, g);
+    Int8Gptq q;
+    q.codes.resize(r.codes.size());
+    // GPTQ's codes span 0…255 around z = 128; the lowest (−128) appears only where the error
+    // feedback pushed a weight past its row's absmax, and sqkit's INT8 weights are −127…127.
+    for (size_t k = 0; k < r.codes.size(); ++k) q.codes[k] = int8_t(std::max(int(r.codes[k]) - 128, -127));
+    q.steps = r.scales;
+    std::vector<float> what(r.codes.size());
+    for (int64_t i = 0; i < out; ++i)
+      for (int64_t j = 0; j < in; ++j) what[size_t(i * in + j)] = q.steps[size_t(i)] * float(q.codes[size_t(i * in + j)]);
+    q.gptq_error = hessian_weighted_error(W.data(), what.data(), out, in, H);
+    const GptqResult rtn = rtn_quantize(W.data(), out, in, g);
+    q.rtn_error = hessian_weighted_error(W.data(), rtn.dequantized.data(), out, in, H);
+    return q;
+  }
+
   bool smooth_ = false;
+  bool gptq_ = false;
+  std::unique_ptr<LayerInputs> inputs_;  ///< sequential Hessians (null: the calibration file's)
 };
 
 }  // namespace

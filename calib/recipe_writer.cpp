@@ -39,7 +39,12 @@ void write_int8_linear(SqmWriter& w, const Tensor& W, const Tensor* bias, const 
   std::vector<int8_t> q(size_t(out * in));
   std::vector<float> scales(weight == WeightGranularity::PerChannel ? size_t(out) : 1);
   quantize_weight(W.data(), out, in, weight, q.data(), scales.data());
-  w.add_tensor(base + ".weight", SqmDType::I8, {out, in}, q.data(), q.size());
+  write_int8_linear_codes(w, q, scales, out, in, bias, base, act, step);
+}
+
+void write_int8_linear_codes(SqmWriter& w, const std::vector<int8_t>& codes, const std::vector<float>& scales, int64_t out,
+                             int64_t in, const Tensor* bias, const std::string& base, ActQuant act, float step) {
+  w.add_tensor(base + ".weight", SqmDType::I8, {out, in}, codes.data(), codes.size());
   w.add_tensor(base + ".weight_scale", SqmDType::F32, {int64_t(scales.size())}, scales.data(), scales.size() * 4);
   if (act == ActQuant::PerTensorStatic) w.add_tensor(base + ".input_scale", SqmDType::F32, {1}, &step, 4);
   if (bias) write_float(w, base + ".bias", *bias, ConvertScheme::F32);

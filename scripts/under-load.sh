@@ -41,7 +41,7 @@ C4=$DATA/c4/c4-sample-1480.txt WIKI=$DATA/wikitext2/wiki.test.raw HS=$DATA/hella
 
 # The files, made once (quiet, before any load starts).
 [[ -s $OUT/cal8.h5 ]] || $B/sq-calibrate -m "$M" -f $C4 --samples 8 --seq-len 512 --hessian -o "$OUT/cal8.h5" -q --force >/dev/null
-W8=(--scheme w8a8 --calib "$OUT/cal8.h5" --alpha 0.5 --weight per-channel --act per-token)
+W8=(--scheme w8a8 --calib "$OUT/cal8.h5" --alpha 0.5 --weight per-channel --act per-token --rotate none --no-gptq)
 [[ -s $OUT/w8a8.sqm ]] || $B/sq-convert -m "$M" "${W8[@]}" --no-quantize-head -o "$OUT/w8a8.sqm" -q --force >/dev/null
 [[ -s $OUT/w8a8h.sqm ]] || $B/sq-convert -m "$M" "${W8[@]}" --quantize-head -o "$OUT/w8a8h.sqm" -q --force >/dev/null
 [[ -s $OUT/w4a16.sqm ]] || $B/sq-convert -m "$M" --scheme w4a16 --group-size 32 --calib "$OUT/cal8.h5" -o "$OUT/w4a16.sqm" -q --force >/dev/null
@@ -93,7 +93,7 @@ streaming() {  # THREADS
   python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens_per_second"])' "$OUT/st.json"
 }
 fisher() { seconds $B/sq-calibrate -m "$M" -f $C4 --samples 4 --seq-len 512 --fisher -o "$OUT/calF-run.h5" -q --force ${1:+-t $1}; }
-alpha_auto() { seconds $B/sq-convert -m "$M" --scheme w8a8 --calib "$OUT/cal8.h5" --alpha auto -o "$OUT/auto-run.sqm" -q --force ${1:+-t $1}; }
+alpha_auto() { seconds $B/sq-convert -m "$M" --scheme w8a8 --calib "$OUT/cal8.h5" --alpha auto --rotate none --no-gptq -o "$OUT/auto-run.sqm" -q --force ${1:+-t $1}; }
 clip_search() { seconds $B/sq-convert -m "$M" --scheme w4a4-atom --calib "$OUT/cal8.h5" --clip search -o "$OUT/clip-run.sqm" -q --force ${1:+-t $1}; }
 kmeans() { seconds $B/sq-convert -m "$M" --scheme f32 --calib "$OUT/calF.h5" --kv nuq4 -o "$OUT/nuq-run.sqm" -q --force ${1:+-t $1}; }
 llama() {  # FILE

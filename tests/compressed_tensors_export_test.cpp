@@ -464,7 +464,7 @@ TEST(ExportFused, Phi3StacksRowsWithTheirScalesAndRefusesDifferentPerTensorScale
   ScratchDir dir;
   const std::string pc = dir.file("pc.sqm"), pt = dir.file("pt.sqm");
   ProcessResult r = run_process({tool("sq-convert"), "-m", hf_tiny("phi3"), "-o", pc, "-q", "-t", "2", "--scheme", "w8a8", "--no-smooth",
-                                 "--weight", "per-channel", "--act", "per-token"});
+                                 "--weight", "per-channel", "--act", "per-token", "--rotate", "none"});
   ASSERT_EQ(r.exit_status, 0) << r.err;
   r = run_process({tool("sq-export"), pc, "--format", "compressed-tensors", "-o", dir.file("ct")});
   ASSERT_EQ(r.exit_status, 0) << r.err;
@@ -497,7 +497,7 @@ TEST(ExportFused, Phi3StacksRowsWithTheirScalesAndRefusesDifferentPerTensorScale
   EXPECT_EQ(load_model(dir.file("hf")).model->config().architecture, "phi3");
   // O1: per-tensor weight scales, different for q, k and v: one qkv_proj scale cannot hold them.
   r = run_process({tool("sq-convert"), "-m", hf_tiny("phi3"), "-o", pt, "-q", "-t", "2", "--scheme", "w8a8", "--no-smooth", "--weight",
-                   "per-tensor", "--act", "per-token"});
+                   "per-tensor", "--act", "per-token", "--rotate", "none"});
   ASSERT_EQ(r.exit_status, 0) << r.err;
   r = run_process({tool("sq-export"), pt, "--format", "compressed-tensors", "-o", dir.file("ct-pt")});
   EXPECT_EQ(r.exit_status, 2);
@@ -512,7 +512,7 @@ TEST(ExportInterleaved, StoriesQKRowsMoveWithTheirScalesAndTheHfExportRunsTheSam
   ScratchDir dir;
   const std::string m = dir.file("s.sqm");
   ProcessResult r = run_process({tool("sq-convert"), "-m", stories_model(), "--tokenizer", stories_tokenizer(), "-o", m, "-q", "-t", "2",
-                                 "--scheme", "w8a8", "--no-smooth", "--weight", "per-channel", "--act", "per-token"});
+                                 "--scheme", "w8a8", "--no-smooth", "--weight", "per-channel", "--act", "per-token", "--rotate", "none"});
   ASSERT_EQ(r.exit_status, 0) << r.err;
   r = run_process({tool("sq-export"), m, "--format", "compressed-tensors", "-o", dir.file("ct")});
   ASSERT_EQ(r.exit_status, 0) << r.err;
@@ -618,8 +618,8 @@ TEST_P(ExportQuantizedArchitecture, CompressedTensorsAndDequantizedHf) {
   ASSERT_EQ(c.exit_status, 0) << c.err;
   const std::vector<std::pair<std::string, std::vector<std::string>>> schemes = {
       {"w8a8-o1", {"--scheme", "w8a8", "--preset", "O1", "--calib", dir.file("calib.h5")}},  // SmoothQuant, per-tensor weights
-      {"w8a8-pc", {"--scheme", "w8a8", "--no-smooth", "--weight", "per-channel", "--act", "per-token"}},
-      {"w8a8-pt", {"--scheme", "w8a8", "--no-smooth", "--weight", "per-tensor", "--act", "per-token"}},
+      {"w8a8-pc", {"--scheme", "w8a8", "--no-smooth", "--weight", "per-channel", "--act", "per-token", "--rotate", "none"}},
+      {"w8a8-pt", {"--scheme", "w8a8", "--no-smooth", "--weight", "per-tensor", "--act", "per-token", "--rotate", "none"}},
       {"w4a16-sym", {"--scheme", "w4a16", "--group-size", "32", "--sym"}},
       {"w4a16-asym", {"--scheme", "w4a16", "--group-size", "32", "--asym"}},
   };

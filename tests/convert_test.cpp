@@ -4,6 +4,8 @@
 
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "formats/calibration_h5.h"
 #include "model/decoder.h"
 #include "model/model_loader.h"
@@ -95,7 +97,7 @@ TEST_F(ConvertCli, BadInputsGiveOneLineAndNoOutput) {
   expect_error(convert({"--calib", calib(), "--alpha", "1.5"}, out), "--alpha must be in [0, 1]", out);
   expect_error(convert({"--calib", calib(), "--alpha", "-0.1"}, out), "--alpha must be in [0, 1]", out);
   expect_error(convert({"--calib", calib(), "--alpha", "abc"}, out), "--alpha must be a number", out);
-  expect_error(convert({}, out), "--calib is required", out);
+  expect_error(convert({"--alpha", "0.5"}, out), "--calib is required for SmoothQuant smoothing", out);
   expect_error(convert({"--calib", calib(), "--no-smooth", "--alpha", "0.7"}, out), "--alpha has no effect with --no-smooth", out);
   expect_error(convert({"--calib", calib(), "--preset", "O4"}, out), "--preset must be O1, O2 or O3", out);
   expect_error(convert({"--calib", dir_->file("missing.h5")}, out), "missing.h5", out);
@@ -119,7 +121,7 @@ TEST_F(ConvertCli, BadInputsGiveOneLineAndNoOutput) {
 // (GGUF, compressed-tensors, plain HF) refuse it with one line and write nothing.
 TEST_F(ConvertCli, RotationIsRefusedWhereItWouldBeWrongAndItsFilesAreNotExported) {
   const std::string out = dir_->file("rot.sqm");
-  expect_error(convert({"--calib", calib(), "--rotate", "givens"}, out), "--rotate must be none or hadamard", out);
+  expect_error(convert({"--calib", calib(), "--rotate", "givens"}, out), "--rotate must be auto, none or hadamard", out);
   expect_error(convert({"--scheme", "w4a16", "--rotate", "hadamard"}, out), "--rotate hadamard supports --scheme w8a8", out);
   expect_error(convert({"--calib", calib(), "--preset", "O3", "--rotate", "hadamard"}, out), "needs dynamic activation steps", out);
   const ProcessResult ok = convert({"--calib", calib(), "--rotate", "hadamard"}, out);
@@ -133,6 +135,86 @@ TEST_F(ConvertCli, RotationIsRefusedWhereItWouldBeWrongAndItsFilesAreNotExported
   }
 }
 
+/// header.quantization of an .sqm file (sq-inspect --json).
+nlohmann::json quantization_of(const std::string& sqm) {
+  const ProcessResult i = run_process({tool("sq-inspect"), "--json", sqm});
+  EXPECT_EQ(i.exit_status, 0) << i.err;
+  return nlohmann::json::parse(i.out).at("header").at("quantization");
+}
+
+// Issue 35 item 6: `--scheme w8a8` alone is the most accurate INT8 recipe measured (per-channel
+// weights, per-token activations, SmoothQuant α 0.5 when --calib is given, Hadamard rotations); the
+// presets stay SmoothQuant's own recipes (no rotation).
+TEST_F(ConvertCli, DefaultW8A8RecipeIsRotatedAndSmoothedWhenCalibrated) {
+  const std::string out = dir_->file("default.sqm");
+  ProcessResult r = convert({}, out);  // no --calib: no smoothing, rotations alone
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_NE(r.out.find("per-channel weights (round-to-nearest), per-token activations, no smoothing (no --calib), Hadamard rotations"), std::string::npos)
+      << r.out;
+  nlohmann::json q = quantization_of(out);
+  EXPECT_EQ(q.at("rotation").at("method"), "hadamard");
+  EXPECT_EQ(q.at("smoothing").at("enabled"), false);
+  EXPECT_EQ(q.at("method"), "rtn");
+  r = convert({"--calib", calib(), "--force"}, out);
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_NE(r.out.find("SmoothQuant alpha 0.5, Hadamard rotations"), std::string::npos) << r.out;
+  q = quantization_of(out);
+  EXPECT_EQ(q.at("rotation").at("method"), "hadamard");
+  EXPECT_EQ(q.at("smoothing").at("enabled"), true);
+  for (const std::vector<std::string>& no_rotation :
+       {std::vector<std::string>{"--preset", "O1"}, {"--rotate", "none"}, {"--act", "per-tensor-static"}}) {
+    std::vector<std::string> args = {"--calib", calib(), "--force"};
+    args.insert(args.end(), no_rotation.begin(), no_rotation.end());
+    r = convert(args, out);
+    ASSERT_EQ(r.exit_status, 0) << r.err;
+    EXPECT_NE(r.out.find(", no rotation"), std::string::npos) << no_rotation[0] << ": " << r.out;
+    EXPECT_FALSE(quantization_of(out).contains("rotation")) << no_rotation[0];
+  }
+}
+
+// Issue 35 item 2: --gptq for W8A8 (calib/recipe_w8a8.cpp) lowers the Hessian-weighted weight error
+// of every linear below round-to-nearest's with the same steps, on the smoothed and rotated
+// linears; its bits do not depend on the thread count; what it cannot do is refused.
+TEST_F(ConvertCli, GptqForW8A8BeatsRoundingOnItsObjectiveAndIsDeterministic) {
+  const std::string out = dir_->file("gptq8.sqm"), again = dir_->file("gptq8-t2.sqm");
+  expect_error(convert({"--gptq"}, out), "--gptq needs --calib", out);
+  expect_error(convert({"--calib", calib(), "--gptq", "--preset", "O1"}, out), "--gptq with --scheme w8a8 needs per-channel weights", out);
+  expect_error(convert({"--scheme", "f32", "--gptq"}, out), "apply to the quantized schemes", out);
+  expect_error(convert({"--calib", calib(), "--group-size", "32"}, out), "--group-size/--sym/--asym apply to --scheme w4a16", out);
+  const ProcessResult r = convert({"--calib", calib(), "--gptq", "-t", "1"}, out);
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  const size_t at = r.out.find("gptq: Hessian-weighted weight error ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const double ratio = std::stod(r.out.substr(at + 36));
+  const size_t hi = r.out.find("highest ratio ", at);
+  ASSERT_NE(hi, std::string::npos) << r.out;
+  const double highest = std::stod(r.out.substr(hi + 14));
+  std::printf("stories260K w8a8 --gptq: weight error %.3f of RTN's (sum), highest linear %.3f\n", ratio, highest);
+  EXPECT_GT(ratio, 0.0);
+  EXPECT_LT(highest, 1.0);  // GPTQ ≤ RTN on every linear (Frantar et al.: RTN is GPTQ without the error feedback)
+  const nlohmann::json q = quantization_of(out);
+  EXPECT_EQ(q.at("method"), "gptq");
+  EXPECT_EQ(q.at("gptq").at("hessians"), "sequential (FP32 layers)");
+  ASSERT_EQ(convert({"--calib", calib(), "--gptq", "-t", "2"}, again).exit_status, 0);
+  EXPECT_EQ(read_file(out), read_file(again));
+  // The default: GPTQ when the calibration file holds Hessians (sq-calibrate --hessian), on them.
+  EXPECT_NE(convert({"--calib", calib(), "--force"}, again).out.find("weights (round-to-nearest; GPTQ with --gptq or"), std::string::npos);
+  const std::string with_h = dir_->file("calib-hessian.h5");
+  const auto c = run_process({tool("sq-calibrate"), "-m", stories_model(), "--tokenizer", stories_tokenizer(), "-f",
+                              shared_data("tinystories/tinystories-train-2MiB.txt"), "--samples", "16", "--seq-len", "128", "--hessian",
+                              "-o", with_h, "-q"});
+  ASSERT_EQ(c.exit_status, 0) << c.err;
+  ProcessResult d = convert({"--calib", with_h, "--force"}, again);
+  ASSERT_EQ(d.exit_status, 0) << d.err;
+  EXPECT_NE(d.out.find("per-channel weights (GPTQ on the calibration file's Hessians)"), std::string::npos) << d.out;
+  EXPECT_EQ(quantization_of(again).at("gptq").at("hessians"), "file");
+  d = convert({"--calib", with_h, "--no-gptq", "--force"}, again);
+  ASSERT_EQ(d.exit_status, 0) << d.err;
+  EXPECT_EQ(quantization_of(again).at("method"), "rtn");
+  const ProcessResult run = run_process({tool("sq-eval"), "-m", out, "-f", tinystories_valid(), "-c", "128", "--chunks", "2", "-q"});
+  EXPECT_EQ(run.exit_status, 0) << run.err;
+}
+
 // --head-activations fp32 (w8a8 --quantize-head): the tied INT8 head runs with FP32 activations
 // (W8A16) while every layer stays W8A8; the other values and combinations are refused.
 TEST_F(ConvertCli, HeadActivationsFp32RunsTheHeadAloneAsW8A16) {
@@ -144,7 +226,7 @@ TEST_F(ConvertCli, HeadActivationsFp32RunsTheHeadAloneAsW8A16) {
   ASSERT_EQ(convert({"--calib", calib(), "--quantize-head", "--head-activations", "fp32"}, out).exit_status, 0);
   const LoadedModel m = load_model(out);
   EXPECT_EQ(m.model->lm_head().format(), "w8a16-per-channel");
-  EXPECT_EQ(m.model->layers()[0].q_proj->format(), "w8a8-per-channel-per-token");
+  EXPECT_EQ(m.model->layers()[0].q_proj->format(), "w8a8-per-channel-per-token+hadamard64");  // the default recipe rotates
   const std::string plain = dir_->file("head-int8.sqm");
   ASSERT_EQ(convert({"--calib", calib(), "--quantize-head"}, plain).exit_status, 0);
   EXPECT_EQ(load_model(plain).model->lm_head().format(), "w8a8-per-channel-per-token");

@@ -385,7 +385,8 @@ TEST(GgufExport, DropsStaticActivationStepsWithAWarning) {
 // BF16 weights stay BF16 (MOSTLY_BF16) with F32 norms; a KV-cache format is dropped with a warning.
 TEST(GgufExport, QuantizedHeadBf16AndKvCache) {
   Fixture& fx = fixture();
-  const std::vector<std::string> w8 = {"--scheme", "w8a8", "--no-smooth", "--weight", "per-channel", "--act", "per-token", "--quantize-head"};
+  const std::vector<std::string> w8 = {"--scheme", "w8a8", "--no-smooth", "--weight", "per-channel",
+                                       "--act", "per-token", "--rotate", "none", "--quantize-head"};
   for (const char* arch : {"gemma3-text", "llama-gqa"}) {
     SCOPED_TRACE(arch);
     const std::string sqm = fx.convert(arch, "w8-head", w8), out = fx.dir.file(std::string(arch) + "-head.gguf");

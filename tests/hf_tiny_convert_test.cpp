@@ -95,7 +95,8 @@ std::vector<SchemeCase> schemes() {
   s.push_back({"w8a8-o1", {"--scheme", "w8a8", "--preset", "O1", "--calib", "{calib}"}, 0.1});
   s.push_back({"w8a8-o3", {"--scheme", "w8a8", "--preset", "O3", "--smooth-vo", "--calib", "{calib}"}, 0.15});
   s.push_back({"w8a8-o3-auto", {"--scheme", "w8a8", "--preset", "O3", "--smooth-vo", "--alpha", "auto", "--calib", "{calib}"}, 0.15});
-  s.push_back({"w8a8-pc", {"--scheme", "w8a8", "--no-smooth", "--weight", "per-channel", "--act", "per-token"}, kW8PerChannelRelError});
+  s.push_back({"w8a8-pc", {"--scheme", "w8a8", "--no-smooth", "--weight", "per-channel", "--act", "per-token", "--rotate", "none"},
+                 kW8PerChannelRelError});
   // --rotate hadamard (calib/recipe_rotation.h): a change of basis folded into the weights plus
   // the runner's online transforms, so FP32 stays FP32 up to rounding: measured ≤ 8.8e-7 on the
   // dense models, 5.7e-6 on Gemma 3 (its factor: 6e-5); 1e-5 is ≈ 11× the dense maximum, while a
@@ -103,7 +104,9 @@ std::vector<SchemeCase> schemes() {
   // W8A8 per-channel / per-token on top (measured ≤ 0.027 dense, 0.064 Mixtral, 0.18 Gemma 3) it
   // must stay within the O1 bound.
   s.push_back({"f32-rotated", {"--scheme", "f32", "--rotate", "hadamard"}, 1e-5});
-  s.push_back({"w8a8-rotated", {"--scheme", "w8a8", "--rotate", "hadamard", "--calib", "{calib}"}, 0.1});
+  s.push_back({"w8a8-rotated", {"--scheme", "w8a8", "--rotate", "hadamard", "--no-gptq", "--calib", "{calib}"}, 0.1});
+  // The default W8A8 recipe (SmoothQuant α 0.5 + rotations) with GPTQ's weights: within the O1 bound.
+  s.push_back({"w8a8-gptq", {"--scheme", "w8a8", "--gptq", "--calib", "{calib}"}, 0.1});
   s.push_back({"w4a16-gptq", {"--scheme", "w4a16", "--group-size", "32", "--gptq", "--calib", "{calib}"}, 0.4});
   s.push_back({"w4a4-atom", {"--scheme", "w4a4-atom", "--group-size", "32", "--calib", "{calib}"}, 0.6});
   // nuq3 KV tables from the calibration windows (uniform weighting: sq-calibrate --fisher needs a

@@ -49,11 +49,13 @@ int main(int argc, char** argv) {
   app.add_option("--alpha", alpha, "SmoothQuant migration strength in [0,1], or 'auto' (grid search per group)")->capture_default_str();
   app.add_flag("--no-smooth", no_smooth, "Naive W8A8: no smoothing");
   app.add_flag("--smooth-vo", o.smooth_vo, "Also smooth o_proj inputs (folded into v_proj rows; exact under GQA)");
-  std::string rotate = "none";
+  std::string rotate = "auto";
   app.add_option("--rotate", rotate,
-                 "none | hadamard: QuaRot Hadamard rotations after smoothing: online at every linear's input (the runner rotates "
-                 "the attention input, FFN input and FFN hidden activations before quantizing them), folded per head into "
-                 "v_proj/o_proj. For w8a8 with dynamic activations and the float schemes; rotated files do not export yet")
+                 "auto | none | hadamard: QuaRot Hadamard rotations after smoothing: online at every linear's input (the runner "
+                 "rotates the attention input, FFN input and FFN hidden activations before quantizing them), folded per head into "
+                 "v_proj/o_proj. For w8a8 with dynamic activations and the float schemes. auto = hadamard for --scheme w8a8 without "
+                 "--preset with dynamic activations and no nuq KV format (the most accurate INT8 recipe, docs/results.md section 8), "
+                 "none otherwise. Files with online rotations run in sq-run/sq-eval (CPU) but do not export (use --rotate none)")
       ->capture_default_str();
   app.add_option("--preset", preset, "O1 | O2 | O3 (SmoothQuant Table 3.2)");
   app.add_option("--weight", weight, "per-channel | per-tensor (overrides the preset)");
@@ -73,7 +75,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--sym", sym, "W4A16: symmetric INT4 (the default)");
   app.add_flag("--asym", o.int4.asym, "W4A16: asymmetric INT4 with a zero point per group");
-  app.add_flag("--gptq", o.int4.gptq, "W4A16 / W4A4: GPTQ (needs --calib) instead of round-to-nearest");
+  CLI::Option* gptq_opt = app.add_flag(
+      "--gptq,!--no-gptq", o.int4.gptq,
+      "GPTQ (needs --calib) instead of round-to-nearest: W4A16 / W4A4 groups, W8A8 per-channel INT8 weights (on the smoothed and "
+      "rotated linears). Default: on for w8a8 when the calibration file holds Hessians (sq-calibrate --hessian; used as they are), "
+      "off otherwise");
   std::string observer = "mse";
   app.add_option("--observer", observer,
                  "W4A16: how each group's scale is chosen: mse = search minimizing the weighted squared error, full-range "
@@ -153,8 +159,8 @@ int main(int argc, char** argv) {
     if (atom_flags && !atom)
       throw sq::UsageError("--outlier-channels/--outlier-format/--clip/--weight-clip/--act-clip apply to --scheme w4a4-atom only");
     if (atom && (sym || o.int4.asym)) throw sq::UsageError("--scheme w4a4-atom is symmetric only (Atom §4.3): drop --sym/--asym");
-    const bool int4_flags = app.count("--group-size") || sym || o.int4.asym || o.int4.gptq || app.count("--damp") ||
-                            o.int4.act_order || app.count("--gptq-hessians");
+    const bool int4_flags = app.count("--group-size") || sym || o.int4.asym;
+    const bool gptq_flags = o.int4.gptq || app.count("--damp") || o.int4.act_order || app.count("--gptq-hessians");
     if (observer != "mse" && observer != "minmax") throw sq::UsageError("--observer must be mse or minmax, got '" + observer + "'");
     if (app.count("--observer") && o.scheme != sq::ConvertScheme::W4A16) throw sq::UsageError("--observer applies to --scheme w4a16 only");
     o.int4.scale_search = observer == "mse";
@@ -167,13 +173,19 @@ int main(int argc, char** argv) {
     if (!head_activations.empty() && o.scheme != sq::ConvertScheme::W8A8)
       throw sq::UsageError("--head-activations applies to --scheme w8a8 (the other schemes' INT8 heads always run with FP32 activations)");
     o.head_fp32_activations = head_activations == "fp32";
-    if (rotate != "none" && rotate != "hadamard") throw sq::UsageError("--rotate must be none or hadamard, got '" + rotate + "'");
-    o.rotate = rotate == "hadamard";
+    if (rotate != "auto" && rotate != "none" && rotate != "hadamard")
+      throw sq::UsageError("--rotate must be auto, none or hadamard, got '" + rotate + "'");
+    // SmoothQuant smoothing needs the calibration's per-channel absmax: without --calib (and no
+    // --alpha or --preset asking for it) the default w8a8 recipe is rotation alone.
+    const bool smooth_default_off = o.scheme == sq::ConvertScheme::W8A8 && o.smooth && o.calib_path.empty() &&
+                                    !app.count("--alpha") && preset.empty();
+    if (smooth_default_off) o.smooth = false;
     const bool float_scheme = sq::is_float_scheme(o.scheme);
     if (head_opt->count() == 0) o.quantize_head = o.scheme == sq::ConvertScheme::W4A16;
     if (o.quantize_head && float_scheme) throw sq::UsageError("--quantize-head applies to the quantized schemes (w8a8, w4a16, w4a4-atom)");
     if (int4_flags && o.scheme != sq::ConvertScheme::W4A16 && !atom)
-      throw sq::UsageError("--group-size/--sym/--asym/--gptq/--act-order/--damp apply to --scheme w4a16 or w4a4-atom only");
+      throw sq::UsageError("--group-size/--sym/--asym apply to --scheme w4a16 or w4a4-atom only");
+    if (gptq_flags && float_scheme) throw sq::UsageError("--gptq/--act-order/--damp/--gptq-hessians apply to the quantized schemes (w8a8, w4a16, w4a4-atom)");
     if (atom) {
       if (outliers == "auto") {
         o.atom.outlier_channels = -1;
@@ -221,6 +233,9 @@ int main(int argc, char** argv) {
       kv_spec = sq::parse_kv_spec(kv);
       sq::apply_kv_options(kv_spec, kv_group, kv_outliers, kv_qnorm, kv_sink, kv_keys, kv_key_axis);
     }
+    o.rotate = rotate == "hadamard" || (rotate == "auto" && o.scheme == sq::ConvertScheme::W8A8 && preset.empty() &&
+                                        o.act != sq::ActQuant::PerTensorStatic && kv_spec.kind != sq::KVKind::Nuq);
+    o.w8a8_gptq_when_hessians = o.scheme == sq::ConvertScheme::W8A8 && gptq_opt->count() == 0;
     sq::check_output_path("-o", out_path, o.write.force, {model_path, o.calib_path, o.tokenizer_path, o.calib_text, o.mixed_sensitivity_from});  // before any work
 
     std::unique_ptr<sq::PeakRssAnonSampler> mem;
@@ -279,6 +294,28 @@ int main(int argc, char** argv) {
                      "on this model; per-channel weights run on the same INT8 GEMMs: add --weight per-channel\n",
                      preset.empty() ? "" : (" (--preset " + preset + ")").c_str(), ratio);
     }
+    if (!s.w8a8_gptq.empty()) {  // GPTQ's objective against round-to-nearest's, same Hessians
+      double g = 0, r = 0, worst = 0;
+      std::string worst_name;
+      for (const auto& l : s.w8a8_gptq) {
+        g += l.gptq_error;
+        r += l.rtn_error;
+        if (l.rtn_error > 0 && l.gptq_error / l.rtn_error > worst) worst = l.gptq_error / l.rtn_error, worst_name = l.name;
+      }
+      std::printf("gptq: Hessian-weighted weight error %.3f of round-to-nearest's (sum over %zu linears; highest ratio %.3f, %s)\n",
+                  r > 0 ? g / r : 0.0, s.w8a8_gptq.size(), worst, worst_name.c_str());
+    }
+    if (o.scheme == sq::ConvertScheme::W8A8)
+      std::printf("w8a8 recipe: %s weights (%s), %s activations, %s, %s\n", sq::to_string(o.weight),
+                  !s.w8a8_gptq.empty() ? (s.hessian_source == "file" ? "GPTQ on the calibration file's Hessians"
+                                                                        : "GPTQ on Hessians recomputed from the calibration windows")
+                  : o.w8a8_gptq_when_hessians && !o.calib_path.empty() && o.weight == sq::WeightGranularity::PerChannel
+                      ? "round-to-nearest; GPTQ with --gptq or a calibration file from sq-calibrate --hessian"
+                      : "round-to-nearest",
+                  sq::to_string(o.act),
+                  o.smooth ? (o.alpha_auto ? "SmoothQuant alpha auto" : ("SmoothQuant alpha " + alpha).c_str())
+                           : (smooth_default_off ? "no smoothing (no --calib)" : "no smoothing"),
+                  o.rotate ? "Hadamard rotations (--rotate none: a file that exports)" : "no rotation");
     if (mem) {
       mem->stop();
       std::fprintf(stderr, "sq-convert: peak RssAnon %.1f MiB\n", static_cast<double>(mem->peak_bytes()) / (1 << 20));
@@ -305,7 +342,7 @@ int main(int argc, char** argv) {
         std::printf("  int8 %-44s KLD as 4-bit %.5f, as INT8 %.6f\n", l->at("name").get<std::string>().c_str(),
                     l->at("kld_int4").get<double>(), l->at("kld_int8_estimate").get<double>());
     }
-    if (!s.groups.empty()) {
+    if (!s.groups.empty() && o.alpha_auto) {  // a fixed alpha is the recipe line's
       std::string sites;  // the mappings of a layer (calib/smoothing_mappings.h), e.g. no ffn_input under a shared input norm
       for (const auto& g : s.groups)
         if (g.layer == s.groups.front().layer) sites += (sites.empty() ? "" : " / ") + std::string(sq::activation_site_name(g.site));

@@ -48,8 +48,11 @@ void check_device_linear_format(const sq::Linear& linear, const std::string& nam
   if (!dynamic_cast<const DenseLinear*>(&linear) && !dynamic_cast<const W8A8Linear*>(&linear) &&
       !dynamic_cast<const W4A16Linear*>(&linear) && !dynamic_cast<const W8A16Linear*>(&linear))
     throw UnsupportedError("CUDA backend: " + name + " is a '" + linear.format() +
-                           "' linear; the CUDA backend runs f32, w8a8-*, w4a16-* and w8a16-* linears only (Atom W4A4 and other "
-                           "formats are not implemented on CUDA)");
+                           "' linear; the CUDA backend runs f32, w8a8-*, w4a16-* and w8a16-* linears only (" +
+                           (linear.format().find("+hadamard") != std::string::npos
+                                ? "online Hadamard rotations run on the CPU only so far: convert with sq-convert --rotate none"
+                                : "Atom W4A4 and other formats are not implemented on CUDA") +
+                           ")");
 }
 
 std::unique_ptr<DeviceLinear> upload_linear(const sq::Linear& linear, const std::string& name) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The 8-bit frontier of docs/results.md (issue #35): sqkit's W8A8 recipes, all on INT8 GEMMs with
 # per-channel weights and per-token dynamic activations, from no smoothing to SmoothQuant and the
-# Hadamard rotations (sq-convert --rotate hadamard, calib/recipe_rotation.h); with LLAMA_CPP_BIN
+# Hadamard rotations (sq-convert --rotate hadamard, calib/recipe_rotation.h) and GPTQ; with LLAMA_CPP_BIN
 # (a llama.cpp build directory as docs/benchmarks.md says), llama.cpp's Q8_0 of the same weights on
 # the same tokens (frontier4.sh measures it too, with the same commands, into the same directory).
 # The llamacpp protocol only (-c 512). Calibration: $OUT/calib.h5 (frontier4.sh's and table 2's).
@@ -11,21 +11,24 @@ source "$(dirname "$0")/common.sh"
 PROTOCOLS=("llamacpp 512 $CHUNKS")
 calibrate calib --hessian
 convert f32 --scheme f32
-W8=(--scheme w8a8 --weight per-channel --act per-token)
-convert w8-naive "${W8[@]}" --no-smooth
-convert w8-sq0.5 "${W8[@]}" --calib "$OUT/calib.h5" --alpha 0.5
+# --no-gptq: round-to-nearest weights (calib.h5 holds Hessians, with which GPTQ is the default)
+W8=(--scheme w8a8 --weight per-channel --act per-token --no-gptq)
+convert w8-naive "${W8[@]}" --no-smooth --rotate none
+convert w8-sq0.5 "${W8[@]}" --calib "$OUT/calib.h5" --alpha 0.5 --rotate none
 convert w8-rot-naive "${W8[@]}" --no-smooth --rotate hadamard
 convert w8-sq0.5-rot "${W8[@]}" --calib "$OUT/calib.h5" --alpha 0.5 --rotate hadamard
 convert w8-sq0.8-rot "${W8[@]}" --calib "$OUT/calib.h5" --alpha 0.8 --rotate hadamard
+convert w8-sq0.5-rot-gptq --calib "$OUT/calib.h5"  # the default recipe: SmoothQuant α 0.5, rotations, GPTQ on the file's Hessians
 convert w8-sq0.5-rot-head "${W8[@]}" --calib "$OUT/calib.h5" --alpha 0.5 --rotate hadamard --quantize-head
 convert w8-sq0.5-rot-head16 "${W8[@]}" --calib "$OUT/calib.h5" --alpha 0.5 --rotate hadamard --quantize-head --head-activations fp32
 begin_table
 row "FP32" "$OUT/f32.sqm"
 row "no smoothing" "$OUT/w8-naive.sqm"
-row "SmoothQuant α 0.5 (the --calib default)" "$OUT/w8-sq0.5.sqm"
+row "SmoothQuant α 0.5" "$OUT/w8-sq0.5.sqm"
 row "no smoothing, --rotate hadamard" "$OUT/w8-rot-naive.sqm"
-row "SmoothQuant α 0.5, --rotate hadamard" "$OUT/w8-sq0.5-rot.sqm"
+row "SmoothQuant α 0.5, --rotate hadamard (the default without Hessians)" "$OUT/w8-sq0.5-rot.sqm"
 row "SmoothQuant α 0.8, --rotate hadamard" "$OUT/w8-sq0.8-rot.sqm"
+row "SmoothQuant α 0.5, --rotate hadamard, GPTQ (the default: sq-convert --calib, Hessians in the file)" "$OUT/w8-sq0.5-rot-gptq.sqm"
 row "SmoothQuant α 0.5, --rotate hadamard, --quantize-head" "$OUT/w8-sq0.5-rot-head.sqm"
 row "SmoothQuant α 0.5, --rotate hadamard, --quantize-head --head-activations fp32" "$OUT/w8-sq0.5-rot-head16.sqm"
 print_tables "sqkit W8A8 recipe (per-channel W, per-token A)" "linear bits/w" "file bits/w" "file bytes"
