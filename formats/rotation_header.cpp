@@ -42,7 +42,7 @@ void refuse_online_rotation(const nlohmann::json& quant, const std::string& path
   if (h.online.empty()) return;
   throw UnsupportedError(path + ": the model rotates the " + h.online.begin()->first + " activation online (sq-convert --rotate " +
                          h.method + ": a Hadamard transform the runner applies before the linear) and " + format +
-                         " has no such operation: no " + format + " export (convert without --rotate)");
+                         " has no such operation: no " + format + " export (convert with --rotate none; --format compressed-tensors expresses it for w8a8)");
 }
 
 }  // namespace sq

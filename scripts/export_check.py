@@ -10,7 +10,11 @@ sqkit's own numbers:
                vLLM use) and compared with `--dequantized HFDIR` (sq-export --format hf: the weights
                sqkit's runner multiplies with), which must agree exactly (0 difference). Then
                transformers.AutoModelForCausalLM loads DIR on CPU and its logits on `--token-ids` are
-               compared with sqkit's (`sq-run --logits`).
+               compared with sqkit's (`sq-run --logits`). A file with online Hadamard rotations
+               (quantization_config.transform_config) has no plain export to compare weights with
+               (omit --dequantized): its modules are decompressed and checked finite, and its
+               transforms are applied after loading with compressed_tensors' apply_transform_config
+               (transformers 5.24 does not apply them itself; vLLM does) before the logit comparison.
   gguf FILE    GGUF file. gguf.GGUFReader parses every key and tensor; gguf.quants.dequantize of every
                tensor is compared with `--dequantized F32FILE` (sq-export --format gguf --outtype f32),
                which must agree to FP16 scale rounding (`--weight-tol`); transformers loads the GGUF
@@ -67,15 +71,29 @@ def compare_logits(theirs, sqkit_npy, tol, report, what):
         fail(f"{what}: max |Δlogit| {d.max():.3g} > {tol:.3g}", report)
 
 
-def simulate_w8a8(hf_dir, ct_tensors, act, ids, qmax, qmin, div, threads):
+def simulate_w8a8(hf_dir, ct_tensors, act, ids, qmax, qmin, div, threads, transform_config=None):
     """Logits of the plain FP32 checkpoint `hf_dir` with every quantized linear's input fake-quantized:
     per token (dynamic) or per tensor (dynamic: one absmax over the call; static: the export's
-    input_scale), q = clamp(round(x / Δ), qmin, qmax), x' = Δ·q (torch.round: half to even)."""
+    input_scale), q = clamp(round(x / Δ), qmin, qmax), x' = Δ·q (torch.round: half to even).
+    With `transform_config` (a compressed-tensors directory with online rotations, loaded
+    decompressed) its transforms are applied first, so each input is rotated, then rounded."""
     import torch
     from transformers import AutoModelForCausalLM
     torch.set_num_threads(threads)
-    model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
+    kwargs = {"dtype": torch.float32}
+    if transform_config is not None:
+        from transformers import CompressedTensorsConfig
+        kwargs["quantization_config"] = CompressedTensorsConfig(run_compressed=False)
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, **kwargs)
     model.eval()
+    if transform_config is not None:
+        from compressed_tensors.transform import TransformConfig, apply_transform_config
+        apply_transform_config(model, TransformConfig.model_validate(transform_config))
+        # The decompressed model still fake-quantizes activations itself (compressed-tensors'
+        # forward); switch that off so only the sqkit-style rounding below is applied.
+        for m in model.modules():
+            if hasattr(m, "quantization_enabled"):
+                m.quantization_enabled = False
     quantized = {k[: -len(".weight_scale")] for k in ct_tensors if k.endswith(".weight_scale")}
     hooks = []
     for name, mod in model.named_modules():
@@ -115,7 +133,7 @@ def cmd_ct(args):
     config = json.load(open(os.path.join(args.dir, "config.json")))
     qc = config.get("quantization_config")
     tensors = load_file(os.path.join(args.dir, "model.safetensors"))
-    ref = load_file(os.path.join(args.dequantized, "model.safetensors"))
+    ref = load_file(os.path.join(args.dequantized, "model.safetensors")) if args.dequantized else None
     if qc is None:
         fail("config.json has no quantization_config", report)
     else:
@@ -140,6 +158,11 @@ def cmd_ct(args):
             local = {k[len(m) + 1:]: v for k, v in tensors.items() if k.startswith(m + ".") and k[len(m) + 1:].startswith(("weight", "input"))}
             out = compressor.decompress(local, scheme)
             w = out["weight"].float()
+            if ref is None:  # rotated: no plain export to compare with (the logits check the weights)
+                if not torch.isfinite(w).all():
+                    fail(f"{m}: decompressed weights are not finite", report)
+                count += 1
+                continue
             # A tied head (the INT8 embedding run as lm_head) is the embedding in the plain export,
             # named by the architecture (model.embed_tokens, OPT's model.decoder.embed_tokens,
             # GPT-2's transformer.wte, BLOOM's word_embeddings, GPT-NeoX's embed_in).
@@ -160,10 +183,10 @@ def cmd_ct(args):
         # Tensors that are not quantized are copied: they must equal the dequantized export too.
         plain_worst = 0.0
         for k, v in tensors.items():
-            if k in ref and v.is_floating_point() and not k.endswith(("_scale", "_zero_point")):
+            if ref is not None and k in ref and v.is_floating_point() and not k.endswith(("_scale", "_zero_point")):
                 plain_worst = max(plain_worst, float((v.float() - ref[k].float()).abs().max()))
         report["decompressed_modules"] = count
-        report["decompress_max_abs_diff"] = worst
+        report["decompress_max_abs_diff"] = worst if ref is not None else "not compared (no plain export)"
         report["unquantized_max_abs_diff"] = plain_worst
         if count == 0:
             fail("no quantized module found", report)
@@ -174,7 +197,19 @@ def cmd_ct(args):
     if args.no_transformers:
         args.token_ids = None
         report["transformers"] = "not loaded: " + args.no_transformers
-    if args.token_ids and qc is not None and qc.get("format") == "int-quantized":
+    if args.token_ids and not args.dequantized and qc is not None and qc.get("transform_config"):
+        # Online rotations: the sqkit-style simulation on the decompressed export with its
+        # transforms applied must reproduce sqkit's runner (rotate, round per token with absmax/127,
+        # multiply by the stored W·R).
+        group = next(iter(qc["config_groups"].values()))
+        act = group.get("input_activations") or {}
+        sim = simulate_w8a8(args.dir, tensors, act, load_ids(args.token_ids), 127, -127, 127.0, args.threads, qc["transform_config"])
+        sub = {}
+        compare_logits(sim, args.sqkit_logits, args.sqkit_sim_tol, sub, "simulated_sqkit_vs_sqkit")
+        report["simulated_sqkit_vs_sqkit"] = sub["simulated_sqkit_vs_sqkit"]
+        for f in sub.get("failures", []):
+            fail(f, report)
+    if args.token_ids and args.dequantized and qc is not None and qc.get("format") == "int-quantized":
         # W8A8: run the dequantized export (--dequantized) with activations fake-quantized two ways.
         # sqkit: q = clamp(round(x/Δ), −127, 127), Δ = absmax/127 (lib/quant/int8_quantize.h);
         # compressed-tensors' simulation (quantization/utils/helpers.py calculate_qparams): Δ =
@@ -204,6 +239,11 @@ def cmd_ct(args):
         t0 = time.time()
         model = AutoModelForCausalLM.from_pretrained(args.dir, **kwargs)
         model.eval()
+        if qc is not None and qc.get("transform_config"):
+            from compressed_tensors.transform import TransformConfig, apply_transform_config
+            tc = TransformConfig.model_validate(qc["transform_config"])
+            apply_transform_config(model, tc)
+            report["transforms"] = {k: {"head_dim": g.head_dim, "modules": sum(len(a.targets) for a in g.apply)} for k, g in tc.config_groups.items()}
         report["transformers_class"] = type(model).__name__
         report["transformers_load_seconds"] = round(time.time() - t0, 2)
         theirs = logits_of(model, load_ids(args.token_ids))
@@ -329,7 +369,7 @@ def main():
     common.add_argument("--ct-dequantize", action="store_true", help="load with CompressedTensorsConfig(run_compressed=False)")
     a = sub.add_parser("ct", parents=[common])
     a.add_argument("dir")
-    a.add_argument("--dequantized", required=True, help="sq-export --format hf of the same .sqm")
+    a.add_argument("--dequantized", help="sq-export --format hf of the same .sqm (required unless the file has online rotations)")
     g = sub.add_parser("gguf", parents=[common])
     g.add_argument("file")
     g.add_argument("--dequantized", help="sq-export --format gguf --outtype f32 of the same .sqm")

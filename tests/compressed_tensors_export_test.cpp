@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -504,6 +505,45 @@ TEST(ExportFused, Phi3StacksRowsWithTheirScalesAndRefusesDifferentPerTensorScale
   EXPECT_NE(r.err.find("per-tensor weight scales differ"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("qkv_proj"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(dir.file("ct-pt")));
+}
+
+// ---- online Hadamard rotations as transform_config ----------------------------------------------
+
+// The default W8A8 recipe rotates online (sq-convert --rotate auto): a fused module reading one
+// rotated site (Phi-3's qkv_proj, gate_up_proj) is a target of that site's transform; what cannot
+// carry transforms is refused with one line and nothing written (Mixtral's experts are fused
+// parameters in transformers 5, GPT-2's linears Conv1D).
+TEST(ExportRotated, FusedModulesAreTransformTargetsAndMoeAndConv1DAreRefused) {
+  ScratchDir dir;
+  const std::string phi = dir.file("phi3.sqm");
+  ProcessResult r = run_process({tool("sq-convert"), "-m", hf_tiny("phi3"), "-o", phi, "-q", "-t", "2", "--scheme", "w8a8", "--no-smooth"});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  r = run_process({tool("sq-export"), phi, "--format", "compressed-tensors", "-o", dir.file("ct")});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  const nlohmann::json cfg = nlohmann::json::parse(read_file(dir.file("ct") + "/config.json"));
+  const nlohmann::json& groups = cfg.at("quantization_config").at("transform_config").at("config_groups");
+  const ModelConfig c = load_model(phi).model->config();
+  const std::map<std::string, std::string> first = {{"attn_input", "model.layers.0.self_attn.qkv_proj"},
+                                                    {"ffn_input", "model.layers.0.mlp.gate_up_proj"},
+                                                    {"ffn_hidden", "model.layers.0.mlp.down_proj"}};
+  ASSERT_EQ(groups.size(), first.size()) << groups.dump();
+  for (const auto& [site, module] : first) {
+    const nlohmann::json& targets = groups.at(site).at("apply").at(0).at("targets");
+    EXPECT_EQ(targets.size(), size_t(c.n_layers)) << site << ": one fused module per layer";
+    EXPECT_EQ(targets.at(0), module) << site;
+    const int64_t width = site == "ffn_hidden" ? c.hidden_dim : c.dim;
+    EXPECT_EQ(groups.at(site).at("head_dim").get<int64_t>(), width & -width) << site;  // the largest power of two dividing it
+  }
+  for (const char* arch : {"mixtral-moe", "gpt2"}) {
+    const std::string m = dir.file(std::string(arch) + ".sqm"), out = dir.file(std::string(arch) + "-ct");
+    r = run_process({tool("sq-convert"), "-m", hf_tiny(arch), "-o", m, "-q", "-t", "2", "--scheme", "w8a8", "--no-smooth"});
+    ASSERT_EQ(r.exit_status, 0) << arch << ": " << r.err;
+    r = run_process({tool("sq-export"), m, "--format", "compressed-tensors", "-o", out});
+    EXPECT_EQ(r.exit_status, 2) << arch;
+    EXPECT_NE(r.err.find(std::string(arch) == "gpt2" ? "Conv1D" : "mixture of experts"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--rotate none"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(out)) << arch;
+  }
 }
 
 // ---- interleaved RoPE layout (llama2.c): q/k rows reordered to half-split with their scales --------

@@ -2,7 +2,9 @@
 // issue #3 acceptance 3 (one clear line, exit 2, no output file left behind).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -117,9 +119,9 @@ TEST_F(ConvertCli, BadInputsGiveOneLineAndNoOutput) {
 }
 
 // --rotate hadamard (calib/recipe_rotation.h): refused where the calibration data would describe
-// unrotated activations; a rotated file runs, and the export formats without an online Hadamard
-// (GGUF, compressed-tensors, plain HF) refuse it with one line and write nothing.
-TEST_F(ConvertCli, RotationIsRefusedWhereItWouldBeWrongAndItsFilesAreNotExported) {
+// unrotated activations; a rotated file runs, the export formats without an online Hadamard (GGUF,
+// plain HF) refuse it with one line and write nothing, compressed-tensors writes transform_config.
+TEST_F(ConvertCli, RotationIsRefusedWhereItWouldBeWrongAndExportsAsCompressedTensorsTransforms) {
   const std::string out = dir_->file("rot.sqm");
   expect_error(convert({"--calib", calib(), "--rotate", "givens"}, out), "--rotate must be auto, none or hadamard", out);
   expect_error(convert({"--scheme", "w4a16", "--rotate", "hadamard"}, out), "--rotate hadamard supports --scheme w8a8", out);
@@ -128,11 +130,39 @@ TEST_F(ConvertCli, RotationIsRefusedWhereItWouldBeWrongAndItsFilesAreNotExported
   ASSERT_EQ(ok.exit_status, 0) << ok.err;
   const ProcessResult run = run_process({tool("sq-run"), "-m", out, "-p", "Once upon a time", "-n", "8", "-t", "1"});
   EXPECT_EQ(run.exit_status, 0) << run.err;
-  for (const char* format : {"gguf", "compressed-tensors", "hf"}) {
+  for (const char* format : {"gguf", "hf"}) {
     const std::string target = dir_->file(std::string("export-") + format);
     const ProcessResult r = run_process({tool("sq-export"), out, "--format", format, "-o", target});
     expect_error(r, "rotates the attn_input activation online", target);
   }
+  // compressed-tensors expresses the online rotations as transform_config: one "hadamard" scheme
+  // per rotated site at the input of the modules reading it, head_dim = the block (stories260K:
+  // dim 64, hidden 172 = 4·43).
+  const std::string ct = dir_->file("export-ct");
+  const ProcessResult e = run_process({tool("sq-export"), out, "--format", "compressed-tensors", "-o", ct});
+  ASSERT_EQ(e.exit_status, 0) << e.err;
+  const nlohmann::json t =
+      nlohmann::json::parse(read_file(ct + "/config.json")).at("quantization_config").at("transform_config").at("config_groups");
+  ASSERT_EQ(t.size(), 3u) << t.dump();
+  const std::map<std::string, std::pair<int, std::string>> expected = {
+      {"attn_input", {64, "model.layers.0.self_attn.k_proj"}},
+      {"ffn_input", {64, "model.layers.4.mlp.up_proj"}},
+      {"ffn_hidden", {4, "model.layers.2.mlp.down_proj"}}};
+  for (const auto& [site, e2] : expected) {
+    const nlohmann::json& g = t.at(site);
+    EXPECT_EQ(g.at("type"), "hadamard");
+    EXPECT_EQ(g.at("head_dim"), e2.first) << site;
+    const nlohmann::json& a = g.at("apply").at(0);
+    EXPECT_EQ(a.at("location"), "input");
+    const auto& targets = a.at("targets");
+    EXPECT_NE(std::find(targets.begin(), targets.end(), e2.second), targets.end()) << site << ": " << targets.dump();
+    EXPECT_EQ(targets.size(), site == "attn_input" ? 15u : site == "ffn_input" ? 10u : 5u) << site;  // 5 layers
+  }
+  // A float file with rotations has no quantization_config to hold them.
+  const std::string f32 = dir_->file("rot-f32.sqm");
+  ASSERT_EQ(convert({"--scheme", "f32", "--rotate", "hadamard"}, f32).exit_status, 0);
+  expect_error(run_process({tool("sq-export"), f32, "--format", "compressed-tensors", "-o", dir_->file("export-ct-f32")}),
+               "exported for --scheme w8a8 only", dir_->file("export-ct-f32"));
 }
 
 /// header.quantization of an .sqm file (sq-inspect --json).

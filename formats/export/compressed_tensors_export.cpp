@@ -9,7 +9,9 @@
 #include "formats/calibration_h5.h"
 #include "formats/hf_config.h"
 #include "formats/hf_plan.h"
+#include "formats/rotation_header.h"
 #include "formats/safetensors.h"
+#include "model/decoder_linears.h"
 
 namespace sq {
 
@@ -62,6 +64,55 @@ Plan make_plan(const ExportInput& in) {
     for (auto& e : p.entries)
       if (e.linear && e.sources == std::vector<std::string>{"lm_head"}) e.sources = {"model.embed_tokens"};
   return p;
+}
+
+/// compressed-tensors' transform_config for a file with online Hadamard rotations
+/// (quantization.rotation, formats/rotation_header.h), null without them: one "hadamard" scheme per
+/// rotated activation site, applied online at the input of every module reading that site (the
+/// exported weights already hold W·R), with head_dim = the site's block, so the transform is
+/// block-diagonal with blocks of Sylvester's Walsh–Hadamard matrix scaled by 1/√block — exactly the
+/// runner's R (lib/ops/hadamard.h; compressed-tensors' HadamardFactory, deterministic_hadamard_matrix
+/// and apply_transform_weight). The per-head v/o rotation is folded into the weights and needs
+/// nothing. Throws UnsupportedError naming the file when a module reads two rotated sites or a
+/// rotated site has no module in the plan.
+nlohmann::ordered_json transform_config(const ExportInput& in, const Plan& p) {
+  const RotationHeader r = rotation_from_quantization(in.quant, in.file->path());
+  if (r.online.empty()) return nullptr;
+  std::map<std::string, std::string> site_of;  // sqkit linear base name -> activation site name
+  for (int l = 0; l < in.config.n_layers; ++l)
+    for (const LinearSlot& slot : decoder_layer_linears(in.config, l)) site_of[slot.name] = activation_site_name(slot.site);
+  std::map<std::string, std::vector<std::string>> targets;  // site -> module names
+  for (const HfPlanEntry& e : p.entries) {
+    if (!e.linear) continue;
+    std::string site;
+    for (const std::string& src : e.sources) {
+      const auto it = site_of.find(src);
+      if (it == site_of.end()) continue;
+      if (!site.empty() && site != it->second)
+        throw UnsupportedError(in.file->path() + ": the module '" + e.name + "' reads both the " + site + " and the " + it->second +
+                               " activations, which are rotated differently: no transform_config can express it");
+      site = it->second;
+    }
+    if (!site.empty() && r.online.count(site)) targets[site].push_back(e.name);
+  }
+  nlohmann::ordered_json groups = nlohmann::ordered_json::object();
+  for (const auto& [site, block] : r.online) {
+    if (targets[site].empty())
+      throw UnsupportedError(in.file->path() + ": no module of the export reads the rotated " + site + " activation");
+    nlohmann::ordered_json apply;
+    apply["targets"] = targets[site];
+    apply["location"] = "input";
+    apply["inverse"] = false;
+    apply["ignore"] = nlohmann::ordered_json::array();
+    nlohmann::ordered_json scheme;
+    scheme["type"] = "hadamard";
+    scheme["apply"] = nlohmann::ordered_json::array({apply});
+    scheme["randomize"] = false;
+    scheme["requires_grad"] = false;
+    scheme["head_dim"] = block;
+    groups[site] = scheme;
+  }
+  return {{"config_groups", groups}};
 }
 
 bool is_quantized_weight(const ExportInput& in, const std::string& base) {
@@ -155,6 +206,22 @@ void check_compressed_tensors_export(const ExportInput& in, const ExportOptions&
   if (float_scheme(in.scheme) && !o.kv.empty())
     throw UnsupportedError(in.file->path() + ": --kv fp8 needs a quantized scheme (w8a8 or w4a16); this model is " + in.scheme);
   const Plan p = make_plan(in);  // UnsupportedError for an architecture without a plan
+  if (!rotation_from_quantization(in.quant, in.file->path()).online.empty()) {
+    // Online Hadamard rotations become transform_config (compressed-tensors' transforms, which vLLM
+    // runs) on W8A8 files of dense models.
+    if (in.scheme != "w8a8")
+      throw UnsupportedError(in.file->path() + ": online Hadamard rotations are exported for --scheme w8a8 only (compressed-tensors "
+                             "keeps its transform_config inside quantization_config); this model is " + in.scheme +
+                             ": convert it with --rotate none");
+    if (in.config.spec.n_experts > 0)
+      throw UnsupportedError(in.file->path() + ": online Hadamard rotations of a mixture of experts: transformers 5 holds the experts "
+                             "as fused parameters, not nn.Linear modules a transform can target: convert with --rotate none");
+    for (const HfPlanEntry& e : p.entries)
+      if (e.linear && e.conv1d)
+        throw UnsupportedError(in.file->path() + ": online Hadamard rotations of " + in.config.architecture + ", whose '" + e.name +
+                               "' is a Conv1D (compressed-tensors' transforms target nn.Linear): convert with --rotate none");
+    transform_config(in, p);  // its refusals, before anything is written
+  }
   ModelConfig written = p.config;
   written.rope_layout = RopeLayout::HalfSplit;
   make_hf_config_json(written, "float32");
@@ -316,6 +383,12 @@ void write_compressed_tensors_export(const ExportInput& in, const ExportOptions&
     qc["kv_cache_scheme"] = kv_scheme;
     qc["quant_method"] = "compressed-tensors";
     qc["quantization_status"] = "compressed";
+    if (nlohmann::ordered_json t = transform_config(in, p); !t.is_null()) {
+      qc["transform_config"] = t;
+      s.notes.push_back("online Hadamard rotations: quantization_config.transform_config (compressed-tensors transforms at the input of " +
+                        std::to_string(t.at("config_groups").size()) + " rotated activation sites; vLLM runs them, transformers 5.24 "
+                        "loads the file without them: apply compressed_tensors.transform.apply_transform_config after loading)");
+    }
     config["quantization_config"] = qc;
     s.quantization_config = qc;
   }

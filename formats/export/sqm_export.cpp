@@ -292,6 +292,7 @@ void check_hf(const ExportInput& in, const ExportOptions& o, ExportSummary&) {
     throw UnsupportedError(in.file->path() + ": scheme w4a4-atom (Atom W4A4: reordered input channels, INT4 groups and outlier "
                            "columns) is not exported by --format hf");
   if (!o.kv.empty()) throw UsageError("--kv " + o.kv + " applies to --format compressed-tensors only");
+  refuse_online_rotation(in.quant, in.file->path(), "hf");  // a plain checkpoint has no online transform
   hf_write_plan(in.config);  // UnsupportedError for an architecture without a plan
   ModelConfig written = in.config;
   written.rope_layout = RopeLayout::HalfSplit;
@@ -414,7 +415,6 @@ ExportSummary export_sqm(const std::string& sqm_path, const std::string& out_dir
   s.format = o.format;
   s.scheme = in.scheme;
   s.output = out_dir;
-  refuse_online_rotation(in.quant, sqm_path, o.format);
   format->check(in, o, s);  // refusals before anything is written
   TempDir tmp(out_dir);
   format->write(in, o, tmp.path(), s);
