@@ -55,7 +55,8 @@ int main(int argc, char** argv) {
                  "rotates the attention input, FFN input and FFN hidden activations before quantizing them), folded per head into "
                  "v_proj/o_proj. For w8a8 with dynamic activations and the float schemes. auto = hadamard for --scheme w8a8 without "
                  "--preset with dynamic activations and no nuq KV format (the most accurate INT8 recipe, docs/results.md section 8), "
-                 "none otherwise. Files with online rotations run in sq-run/sq-eval (CPU) but do not export (use --rotate none)")
+                 "none otherwise. Files with online rotations run in sq-run/sq-eval (CPU) and export to compressed-tensors (as its "
+                 "transform_config); GGUF, --format hf and the CUDA runner need --rotate none")
       ->capture_default_str();
   app.add_option("--preset", preset, "O1 | O2 | O3 (SmoothQuant Table 3.2)");
   app.add_option("--weight", weight, "per-channel | per-tensor (overrides the preset)");
@@ -315,7 +316,7 @@ int main(int argc, char** argv) {
                   sq::to_string(o.act),
                   o.smooth ? (o.alpha_auto ? "SmoothQuant alpha auto" : ("SmoothQuant alpha " + alpha).c_str())
                            : (smooth_default_off ? "no smoothing (no --calib)" : "no smoothing"),
-                  o.rotate ? "Hadamard rotations (--rotate none: a file that exports)" : "no rotation");
+                  o.rotate ? "Hadamard rotations (for GGUF or CUDA: --rotate none)" : "no rotation");
     if (mem) {
       mem->stop();
       std::fprintf(stderr, "sq-convert: peak RssAnon %.1f MiB\n", static_cast<double>(mem->peak_bytes()) / (1 << 20));
