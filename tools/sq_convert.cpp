@@ -246,8 +246,9 @@ int main(int argc, char** argv) {
     const bool whole = o.alpha_auto || kv_spec.kind == sq::KVKind::Nuq || mixed;
     {  // the peak estimate, before anything is loaded
       const sq::ModelFootprint fp = sq::model_footprint(model_path);
-      const bool gptq = o.int4.gptq;
-      const bool runs_forward = o.alpha_auto || (gptq && o.gptq_hessians != "file") || o.atom.clip == "search" || mixed;
+      const bool runs_forward = o.alpha_auto || (o.int4.gptq && o.gptq_hessians != "file") || o.atom.clip == "search" || mixed;
+      // W8A8's default GPTQ holds a calibration file's Hessians of one layer (when it has them).
+      const bool gptq = o.int4.gptq || (o.w8a8_gptq_when_hessians && !o.calib_path.empty());
       sq::check_memory_fits(sq::estimate_convert(fp, fp.format == "hf-safetensors" && !whole, gptq, runs_forward,
                                                  std::min(512, fp.config.max_seq_len), omp_get_max_threads()),
                             sq::current_memory_budget(), "sq-convert of " + model_path,
