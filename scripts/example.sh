@@ -7,8 +7,9 @@
 #     sample (128 x 512 tokens), converts with the default W8A8 recipe (`sq-convert --calib`, nothing
 #     else: per-channel weights, per-token activations, SmoothQuant alpha 0.5, Hadamard rotations),
 #     prints the FP32 vs W8A8 WikiText-2 perplexities (llamacpp protocol, -c 512, first 40 chunks)
-#     and a greedy continuation. Whole script measured at 5 min 26 s on 2 cores with a warm compiler cache, while
-#     another build ran beside it (docs/benchmarks.md, "The main job on SmolLM2").
+#     and a greedy continuation. Whole script measured at 3 min 37 s on 2 cores in a fresh clone
+#     whose build directory was configured, another job beside it (docs/benchmarks.md, "The main
+#     job on SmolLM2").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=../shared/data
