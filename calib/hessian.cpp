@@ -8,7 +8,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cmath>
 #include <numeric>
 #include <memory>
 #include <stdexcept>
@@ -153,45 +152,21 @@ HessianCollector collect_hessians(const Decoder& model, const std::vector<std::v
   return observe_windows<HessianCollector>(model, windows, progress);
 }
 
-namespace {
-/// Every row of M [n, n] (row-major double) becomes R·row: Sylvester's Walsh–Hadamard butterflies
-/// on each block of `block` consecutive entries, scaled by 1/√block (the textbook transform that
-/// ops::hadamard_rows vectorizes in FP32).
-void hadamard_rows_double(double* M, int64_t n, int64_t block) {
-  const double scale = 1.0 / std::sqrt(double(block));
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < n; ++r) {
-    double* row = M + r * n;
-    for (int64_t b0 = 0; b0 < n; b0 += block) {
-      double* x = row + b0;
-      for (int64_t h = 1; h < block; h *= 2)
-        for (int64_t i = 0; i < block; i += 2 * h)
-          for (int64_t j = i; j < i + h; ++j) {
-            const double a = x[j], c = x[j + h];
-            x[j] = a + c;
-            x[j + h] = a - c;
-          }
-      for (int64_t j = 0; j < block; ++j) x[j] *= scale;
-    }
-  }
-}
-}  // namespace
-
 void transform_hessian(std::vector<double>& H, int64_t n, const std::vector<float>& smoothing, int64_t rotation_block) {
   if (n < 0 || H.size() != size_t(n) * size_t(n))
     throw std::invalid_argument("transform_hessian: H holds " + std::to_string(H.size()) + " values, expected " + std::to_string(n) + "²");
   if (!smoothing.empty() && smoothing.size() != size_t(n))
     throw std::invalid_argument("transform_hessian: " + std::to_string(smoothing.size()) + " smoothing factors for width " + std::to_string(n));
+  if (rotation_block != 0 && n > 0) ops::check_hadamard_block(n, rotation_block, "transform_hessian");  // before H is touched
   if (!smoothing.empty())
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < n; ++j) H[size_t(i * n + j)] /= double(smoothing[size_t(i)]) * double(smoothing[size_t(j)]);
   if (rotation_block == 0 || n == 0) return;
-  ops::check_hadamard_block(n, rotation_block, "transform_hessian");
   // H' = R·H·R: rotate the rows (H·R, R symmetric), transpose (R·H, H symmetric), rotate the rows again.
-  hadamard_rows_double(H.data(), n, rotation_block);
+  ops::hadamard_rows(H.data(), n, n, rotation_block);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = i + 1; j < n; ++j) std::swap(H[size_t(i * n + j)], H[size_t(j * n + i)]);
-  hadamard_rows_double(H.data(), n, rotation_block);
+  ops::hadamard_rows(H.data(), n, n, rotation_block);
 }
 
 }  // namespace sq

@@ -135,6 +135,10 @@ class LayerInputs {
   std::array<std::vector<double>, kActivationSites> held_;
 };
 
+/// The first layer whose GPTQ Hessians the calibration file does not hold (sq-calibrate --hessian
+/// records all of them or none), or −1 when it holds every layer's (or has no layers).
+int64_t first_layer_without_hessians(const ConvertInputs& in);
+
 /// GPTQ's Hessians, for a quantizer's prepare step (after load_convert_inputs resolved
 /// in.hessian_mode): "sequential" returns a LayerInputs that re-runs the calibration windows (UsageError
 /// when the windows cannot be re-drawn: no tokenizer); "file" checks that the calibration file holds

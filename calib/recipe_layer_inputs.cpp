@@ -88,11 +88,16 @@ std::unique_ptr<LayerInputs> prepare_gptq_hessians(ConvertInputs& in, ConvertSum
                                                                       : "--gptq-hessians sequential",
                                          "or use the Hessians stored by sq-calibrate --hessian: --gptq-hessians file");
   }
-  for (size_t l = 0; l < in.calib.layers.size(); ++l)
-    if (in.calib.layers[l].hessians.size() != size_t(kActivationSites))
-      throw InputError(in.o.calib_path + ": no GPTQ Hessians for layer " + std::to_string(l) +
-                       " (record them with sq-calibrate --hessian, or let sq-convert recompute them from the calibration text)");
+  if (const int64_t l = first_layer_without_hessians(in); l >= 0)
+    throw InputError(in.o.calib_path + ": no GPTQ Hessians for layer " + std::to_string(l) +
+                     " (record them with sq-calibrate --hessian, or let sq-convert recompute them from the calibration text)");
   return nullptr;
+}
+
+int64_t first_layer_without_hessians(const ConvertInputs& in) {
+  for (size_t l = 0; l < in.calib.layers.size(); ++l)
+    if (in.calib.layers[l].hessians.size() != size_t(kActivationSites)) return int64_t(l);
+  return -1;
 }
 
 }  // namespace sq

@@ -73,7 +73,8 @@ class W8A8Quantizer final : public LinearQuantizer {
     if (in.o.int4.gptq) {
       inputs_ = prepare_gptq_hessians(in, summary);
       gptq_ = true;
-    } else if (in.o.w8a8_gptq_when_hessians && in.o.weight == WeightGranularity::PerChannel && file_has_hessians(in)) {
+    } else if (in.o.w8a8_gptq_when_hessians && in.o.weight == WeightGranularity::PerChannel && !in.calib.layers.empty() &&
+               first_layer_without_hessians(in) < 0) {
       in.hessian_mode = "file";
       prepare_gptq_hessians(in, summary);
       gptq_ = true;
@@ -176,14 +177,6 @@ class W8A8Quantizer final : public LinearQuantizer {
     summary.w8a8_weight_error.calibration_weighted = !imp.empty();
   }
 
-  /// Whether the calibration file recorded GPTQ Hessians for every layer (sq-calibrate --hessian).
-  static bool file_has_hessians(const ConvertInputs& in) {
-    if (in.calib.layers.empty()) return false;
-    for (const LayerStats& st : in.calib.layers)
-      if (st.hessians.size() != size_t(kActivationSites)) return false;
-    return true;
-  }
-
   /// GPTQ's per-channel INT8 codes of one linear and the Hessian-weighted errors of them and of
   /// round-to-nearest (the same Δ = absmax/127 per row), both on H.
   struct Int8Gptq {
@@ -205,12 +198,19 @@ class W8A8Quantizer final : public LinearQuantizer {
     q.codes.resize(r.codes.size());
     // GPTQ's codes span 0…255 around z = 128; the lowest (−128) appears only where the error
     // feedback pushed a weight past its row's absmax, and sqkit's INT8 weights are −127…127.
-    for (size_t k = 0; k < r.codes.size(); ++k) q.codes[k] = int8_t(std::max(int(r.codes[k]) - 128, -127));
+    bool clamped = false;
+    for (size_t k = 0; k < r.codes.size(); ++k) {
+      clamped = clamped || r.codes[k] == 0;
+      q.codes[k] = int8_t(std::max(int(r.codes[k]) - 128, -127));
+    }
     q.steps = r.scales;
-    std::vector<float> what(r.codes.size());
-    for (int64_t i = 0; i < out; ++i)
-      for (int64_t j = 0; j < in; ++j) what[size_t(i * in + j)] = q.steps[size_t(i)] * float(q.codes[size_t(i * in + j)]);
-    q.gptq_error = hessian_weighted_error(W.data(), what.data(), out, in, H);
+    q.gptq_error = r.hessian_error;  // of r.dequantized = steps · (codes − 128), on H
+    if (clamped) {  // the written weights differ from GPTQ's: their own error
+      std::vector<float> what(r.codes.size());
+      for (int64_t i = 0; i < out; ++i)
+        for (int64_t j = 0; j < in; ++j) what[size_t(i * in + j)] = q.steps[size_t(i)] * float(q.codes[size_t(i * in + j)]);
+      q.gptq_error = hessian_weighted_error(W.data(), what.data(), out, in, H);
+    }
     const GptqResult rtn = rtn_quantize(W.data(), out, in, g);
     q.rtn_error = hessian_weighted_error(W.data(), rtn.dequantized.data(), out, in, H);
     return q;

@@ -126,6 +126,18 @@ void hadamard_rows(const float* x, float* y, int64_t rows, int64_t n, int64_t bl
 
 void hadamard_rows(float* x, int64_t rows, int64_t n, int64_t block) { hadamard_rows(x, x, rows, n, block); }
 
+void hadamard_rows(double* x, int64_t rows, int64_t n, int64_t block) {
+  check_hadamard_block(n, block, "hadamard_rows");
+  const double scale = 1.0 / std::sqrt(double(block));
+#pragma omp parallel for schedule(static) if (rows * n >= (1 << 16))
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < n; k += block) {
+      double* v = x + r * n + k;
+      butterflies(v, block);
+      for (int64_t j = 0; j < block; ++j) v[j] *= scale;
+    }
+}
+
 void hadamard_columns(float* x, int64_t rows, int64_t cols, int64_t block) {
   check_hadamard_block(rows, block, "hadamard_columns");
   std::vector<float> col(static_cast<size_t>(rows));

@@ -33,6 +33,11 @@ void hadamard_rows(float* x, int64_t rows, int64_t n, int64_t block);
 /// may be x). Same bits as copying x to y and rotating y in place.
 void hadamard_rows(const float* x, float* y, int64_t rows, int64_t n, int64_t block);
 
+/// In place, in double: every row of x [rows, n] (row-major) becomes R·row as above, by the
+/// textbook butterflies (no vector paths; for the converter's Hessians, calib/hessian.h). Rows
+/// split over OpenMP threads (the same result for any thread count). Throws as hadamard_rows.
+void hadamard_rows(double* x, int64_t rows, int64_t n, int64_t block);
+
 /// In place on the columns: every column of a [rows, cols] row-major matrix becomes R·column with
 /// blocks of `block` consecutive rows (W ← R·W: the rows of a linear whose outputs are rotated).
 /// Throws std::invalid_argument as hadamard_rows (block must divide rows).
