@@ -1,5 +1,5 @@
 // The Walsh–Hadamard rotation (ops/hadamard.h), the linear that applies it online
-// (model/hadamard_input_linear.h) and the header that records it (formats/rotation_header.h),
+// (model/hadamard_input_linear.h, with its fused W8A8 path) and the header that records it (formats/rotation_header.h),
 // against the definition: (H_b)_ij = (−1)^popcount(i & j) / √b, block-diagonal over the row.
 #include <gtest/gtest.h>
 
@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -15,8 +16,10 @@
 #include "formats/rotation_header.h"
 #include "model/hadamard_input_linear.h"
 #include "model/linear.h"
+#include "model/w8a8_linear.h"
 #include "ops/hadamard.h"
 #include "ops/library_threads.h"
+#include "quant/int8_quantize.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/random_values.h"
 
@@ -165,6 +168,47 @@ TEST(HadamardInputLinear, RotatingTheInputUndoesTheFoldedWeight) {
   }
   EXPECT_THROW(HadamardInputLinear(std::make_unique<DenseLinear>(Tensor::from_vector({out, in}, wr)), 128), std::invalid_argument);
   EXPECT_THROW(HadamardInputLinear(nullptr, 64), std::invalid_argument);
+}
+
+TEST(HadamardInputLinear, W8A8RotatesWhileQuantizingWithTheSameBits) {
+  // The fused path (quantize_activations_u8_hadamard: each row rotated in a per-thread buffer and
+  // quantized from there) against the two-step definition: ops::hadamard_rows, then per-token
+  // quantize_activations_u8. Widths with blocks 64 (SmolLM2's 576) and 512 (its 1536), a row with
+  // one huge channel (what the rotation exists for), every row count around the thread split.
+  for (const auto& [in, b] : std::vector<std::pair<int64_t, int64_t>>{{576, 64}, {1536, 512}, {96, 32}}) {
+    for (int64_t n : {int64_t(1), int64_t(5), int64_t(300)}) {
+      SCOPED_TRACE("in " + std::to_string(in) + " block " + std::to_string(b) + " rows " + std::to_string(n));
+      std::vector<float> x = normal_floats(n * in, uint32_t(in + n));
+      x[size_t(in / 3)] = 400.0f;  // row 0: one outlier channel
+      const int64_t ld = in + 64;
+      std::vector<float> rotated(x.size());
+      ops::hadamard_rows(x.data(), rotated.data(), n, in, b);
+      std::vector<uint8_t> want(size_t(n * ld)), got(size_t(n * ld), 7);
+      std::vector<float> want_s(static_cast<size_t>(n)), got_s(static_cast<size_t>(n));
+      quantize_activations_u8(rotated.data(), n, in, ActQuant::PerToken, 0.0f, want.data(), ld, want_s.data());
+      quantize_activations_u8_hadamard(x.data(), n, in, b, got.data(), ld, got_s.data());
+      EXPECT_EQ(got, want);
+      EXPECT_EQ(got_s, want_s);
+      // The rotation spreads the outlier: row 0's step is far below the unrotated absmax/127.
+      EXPECT_LT(got_s[0], 0.5f * 400.0f / 127.0f);
+      // And the whole layer: a W8A8 linear behind HadamardInputLinear equals the W8A8 linear on R·x.
+      const int64_t out = 48;
+      const std::vector<float> w = normal_floats(out * in, uint32_t(in));
+      auto q = std::make_unique<W8A8Linear>(Tensor::from_vector({out, in}, w), WeightGranularity::PerChannel, ActQuant::PerToken);
+      std::vector<float> y0(size_t(n * out)), y1(size_t(n * out));
+      q->forward(rotated.data(), n, y0.data());
+      const HadamardInputLinear layer(std::move(q), b);
+      layer.forward(x.data(), n, y1.data());
+      EXPECT_EQ(y1, y0);
+    }
+  }
+  std::vector<float> bad = normal_floats(2 * 64, 5);
+  bad[70] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<uint8_t> q(2 * 64);
+  std::vector<float> s(2);
+  EXPECT_THROW(quantize_activations_u8_hadamard(bad.data(), 2, 64, 64, q.data(), 64, s.data()), std::invalid_argument);
+  EXPECT_THROW(quantize_activations_u8_hadamard(bad.data(), 2, 64, 48, q.data(), 64, s.data()), std::invalid_argument);
+  EXPECT_THROW(quantize_activations_u8_hadamard(bad.data(), 2, 64, 64, q.data(), 60, s.data()), std::invalid_argument);
 }
 
 TEST(RotationHeader, ReadsTheSitesAndRefusesMalformedOnes) {

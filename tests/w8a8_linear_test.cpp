@@ -50,6 +50,7 @@ std::vector<Int8Backend> backends() {
   std::vector<Int8Backend> b = {Int8Backend::Reference};
   if (int8_backend_available(Int8Backend::OneDnn)) b.push_back(Int8Backend::OneDnn);  // exact only with INT8 dot products
   if (int8_backend_available(Int8Backend::Vnni)) b.push_back(Int8Backend::Vnni);
+  if (int8_backend_available(Int8Backend::Amx)) b.push_back(Int8Backend::Amx);  // AMX tiles + VNNI row tails
   if (int8_backend_available(Int8Backend::Avx2)) b.push_back(Int8Backend::Avx2);
   return b;
 }
@@ -268,6 +269,36 @@ TEST(Int8Gemm, LlamaWidthsAndPanelTails) {
       w.unpack(back.data());
       ASSERT_EQ(back, B) << to_string(b);
     }
+}
+
+TEST(Int8Gemm, AmxTileBlocksAndVnniRowTailsEqualTheReference) {
+  // Int8Backend::Amx: 32- and 16-row tile blocks, 32- and 16-column panel tails, a masked last
+  // column group, k not a multiple of the 64-deep tile chunk (zero-padded quads), and the m mod 16
+  // rows the VNNI kernel takes; through gemm_s32 and the fused dequantization.
+  if (!int8_backend_available(Int8Backend::Amx)) GTEST_SKIP() << "no AMX-INT8 here (CPU, build or OS permission)";
+  EXPECT_EQ(resolve_int8_backend(Int8Backend::Auto), Int8Backend::Amx);
+  const std::tuple<int64_t, int64_t, int64_t> shapes[] = {{16, 16, 64},  {32, 32, 128},  {48, 48, 576},  {31, 80, 100},
+                                                           {17, 33, 1536}, {512, 96, 64}, {513, 576, 576}, {64, 1, 200}};
+  for (auto [m, n, k] : shapes) {
+    SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k));
+    const auto A = random_int8(m * k, uint32_t(m + k)), B = random_int8(n * k, uint32_t(n + 2 * k));
+    std::vector<int32_t> want(static_cast<size_t>(m * n)), got(want.size(), -1);
+    int8_gemm_reference(A.data(), B.data(), want.data(), m, n, k);
+    const PackedInt8Weights w(B.data(), n, k, Int8Backend::Amx);
+    EXPECT_EQ(w.backend(), Int8Backend::Amx);
+    w.gemm_s32(A.data(), m, got.data());
+    ASSERT_EQ(got, want);
+    const auto sa = normal_vector(m, 41), sb = normal_vector(n, 42);
+    Int8Dequant dq;
+    dq.a_scales = sa.data();
+    dq.a_per_row = true;
+    dq.b_scales = sb.data();
+    dq.b_per_col = true;
+    std::vector<float> yr(want.size()), ya(want.size(), -1.0f);
+    int8_gemm_dequant_reference(A.data(), B.data(), dq, yr.data(), m, n, k);
+    w.gemm_f32(A.data(), m, dq, ya.data());
+    ASSERT_EQ(std::memcmp(ya.data(), yr.data(), yr.size() * 4), 0);
+  }
 }
 
 TEST(Int8Gemm, ExtremeValuesDoNotOverflow) {

@@ -22,6 +22,8 @@ namespace sq::bench {
 nlohmann::json run_w8a8_linear_bench(int tokens, double min_seconds) {
   const int threads = omp_get_max_threads();
   const bool have_onednn = int8_backend_available(Int8Backend::OneDnn);
+  // The VNNI kernel side by side when Auto picks another one (AMX).
+  const bool vnni_column = resolve_int8_backend(Int8Backend::Auto) != Int8Backend::Vnni && int8_backend_available(Int8Backend::Vnni);
   nlohmann::json out;
   out["threads"] = threads;
   out["tokens"] = tokens;
@@ -29,13 +31,15 @@ nlohmann::json run_w8a8_linear_bench(int tokens, double min_seconds) {
   out["load_average_before"] = load_average();
   std::printf("== W8A8 linear (INT8 GEMM, default backend %s) vs OpenBLAS FP32 sgemm, %d tokens, %d threads, load average %.2f ==\n",
               to_string(resolve_int8_backend(Int8Backend::Auto)), tokens, threads, load_average());
-  std::printf("%-22s %9s | %-22s | %-22s | %-22s | %-22s\n", "shape", "sgemm", "W8A8Linear per-token", "int8 GEMM only",
-              "oneDNN W8A8Linear", "oneDNN int8 GEMM");
-  std::printf("%-22s %9s | %-22s | %-22s | %-22s | %-22s\n", "", "GFLOP/s", "GOP/s   x sgemm", "GOP/s   x sgemm", "GOP/s   x sgemm",
-              "GOP/s   x sgemm");
+  std::printf("%-22s %9s | %-22s | %-22s | %-22s | %-22s%s\n", "shape", "sgemm", "W8A8Linear per-token", "int8 GEMM only",
+              "oneDNN W8A8Linear", "oneDNN int8 GEMM", vnni_column ? " | VNNI W8A8Linear       | VNNI int8 GEMM" : "");
+  std::printf("%-22s %9s | %-22s | %-22s | %-22s | %-22s%s\n", "", "GFLOP/s", "GOP/s   x sgemm", "GOP/s   x sgemm", "GOP/s   x sgemm",
+              "GOP/s   x sgemm", vnni_column ? " | GOP/s   x sgemm        | GOP/s   x sgemm" : "");
 
   struct Shape { int k, n; const char* name; };
-  const Shape shapes[] = {{4096, 4096, "q/o 4096->4096"}, {4096, 11008, "gate/up 4096->11008"}, {11008, 4096, "down 11008->4096"}};
+  // LLaMA-7B's linears (the 4x target), then SmolLM2-135M's (the real model of docs/benchmarks.md).
+  const Shape shapes[] = {{4096, 4096, "q/o 4096->4096"}, {4096, 11008, "gate/up 4096->11008"}, {11008, 4096, "down 11008->4096"},
+                          {576, 576, "q/o 576->576"},     {576, 1536, "gate/up 576->1536"},     {1536, 576, "down 1536->576"}};
   double min_target_ratio = 1e30;
   for (const Shape& s : shapes) {
     const int m = tokens;
@@ -60,15 +64,20 @@ nlohmann::json run_w8a8_linear_bench(int tokens, double min_seconds) {
                      }});
     items.push_back({"w8a8_linear", [&] { lin.forward(x.data(), m, y.data()); }});
     items.push_back({"int8_gemm", [&] { packed.gemm_s32(xq.data(), m, c.data()); }});
-    std::unique_ptr<W8A8Linear> lin_dnnl;
-    std::unique_ptr<PackedInt8Weights> packed_dnnl;
-    if (have_onednn) {
-      lin_dnnl = std::make_unique<W8A8Linear>(wq, lin.weight_scales(), s.n, s.k, WeightGranularity::PerChannel, ActQuant::PerToken,
-                                              0.0f, Tensor{}, Int8Backend::OneDnn);
-      packed_dnnl = std::make_unique<PackedInt8Weights>(wq.data(), s.n, s.k, Int8Backend::OneDnn);
-      items.push_back({"onednn_w8a8_linear", [&] { lin_dnnl->forward(x.data(), m, y.data()); }});
-      items.push_back({"onednn_int8_gemm", [&] { packed_dnnl->gemm_s32(xq.data(), m, c.data()); }});
-    }
+    // The same two items through another backend: oneDNN's matmul, and the VNNI kernel on AMX machines.
+    std::vector<std::unique_ptr<W8A8Linear>> other_lin;
+    std::vector<std::unique_ptr<PackedInt8Weights>> other_packed;
+    auto add_backend = [&](Int8Backend b, const std::string& prefix) {
+      other_lin.push_back(std::make_unique<W8A8Linear>(wq, lin.weight_scales(), s.n, s.k, WeightGranularity::PerChannel,
+                                                       ActQuant::PerToken, 0.0f, Tensor{}, b));
+      other_packed.push_back(std::make_unique<PackedInt8Weights>(wq.data(), s.n, s.k, b));
+      const W8A8Linear* l = other_lin.back().get();
+      const PackedInt8Weights* p = other_packed.back().get();
+      items.push_back({prefix + "_w8a8_linear", [&, l] { l->forward(x.data(), m, y.data()); }});
+      items.push_back({prefix + "_int8_gemm", [&, p] { p->gemm_s32(xq.data(), m, c.data()); }});
+    };
+    if (have_onednn) add_backend(Int8Backend::OneDnn, "onednn");
+    if (vnni_column) add_backend(Int8Backend::Vnni, "vnni");
     time_interleaved(items, min_seconds, 5);  // each keeps its fastest call
 
     const double ops = 2.0 * m * s.k * s.n;

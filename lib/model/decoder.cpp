@@ -32,14 +32,16 @@ void ensure(std::vector<float>& v, int64_t n) {
 }
 
 /// Runs linears that read the same input x [n, in] into their outputs. When all of them rotate
-/// their input online with the same block (HadamardInputLinear), x is rotated once and their inner
-/// linears run on it; when all are W8A8 linears that quantize their input identically, x is
-/// quantized once (straight into the INT8 kernel's layout) and shared; a decode step (n == 1) of
-/// W4A16 linears runs them in one parallel region (W4A16Linear::forward_batch1); otherwise each
+/// their input online with the same block (HadamardInputLinear), their inner linears run on x
+/// rotated once; when all (inner) linears are W8A8 linears that quantize their input identically,
+/// x is quantized once (straight into the INT8 kernel's layout; per-token with a rotation: rotated
+/// and quantized row by row, quantize_activations_u8_hadamard) and shared; a decode step (n == 1)
+/// of W4A16 linears runs them in one parallel region (W4A16Linear::forward_batch1); otherwise each
 /// linear runs on its own.
 void run_sharing_input(std::span<const std::pair<const Linear*, float*>> linears, const float* x, int64_t n) {
+  std::array<std::pair<const Linear*, float*>, 4> inner;
+  const HadamardInputLinear* rotation = nullptr;  // the rotation every linear applies to x, if any
   if (const auto* r0 = dynamic_cast<const HadamardInputLinear*>(linears.front().first); r0 && linears.size() > 1) {
-    std::array<std::pair<const Linear*, float*>, 4> inner;
     size_t k = 0;
     for (const auto& [lin, y] : linears) {
       const auto* r = dynamic_cast<const HadamardInputLinear*>(lin);
@@ -47,10 +49,23 @@ void run_sharing_input(std::span<const std::pair<const Linear*, float*>> linears
       inner[k++] = {&r->inner(), y};
     }
     if (k == linears.size()) {
-      run_sharing_input(std::span(inner.data(), k), r0->rotated_input(x, n), n);
-      return;
+      linears = std::span(inner.data(), k);
+      rotation = r0;
     }
   }
+  const W8A8Linear* first = dynamic_cast<const W8A8Linear*>(linears.front().first);
+  bool shared = first != nullptr;
+  for (const auto& [lin, y] : linears) {
+    const auto* q = dynamic_cast<const W8A8Linear*>(lin);
+    shared = shared && q && q->shares_input_quantization(*first);
+  }
+  if (shared) {
+    static thread_local W8A8Linear::QuantizedInput qx;
+    first->quantize_input_u8(x, n, qx, rotation ? rotation->block() : 0);
+    for (const auto& [lin, y] : linears) static_cast<const W8A8Linear*>(lin)->forward_prequantized(qx, y);
+    return;
+  }
+  if (rotation) x = rotation->rotated_input(x, n);
   if (n == 1 && linears.size() <= 4) {
     std::array<std::pair<const W4A16Linear*, float*>, 4> w4;
     size_t k = 0;
@@ -61,19 +76,7 @@ void run_sharing_input(std::span<const std::pair<const Linear*, float*>> linears
       return;
     }
   }
-  const W8A8Linear* first = dynamic_cast<const W8A8Linear*>(linears.front().first);
-  bool shared = first != nullptr;
-  for (const auto& [lin, y] : linears) {
-    const auto* q = dynamic_cast<const W8A8Linear*>(lin);
-    shared = shared && q && q->shares_input_quantization(*first);
-  }
-  if (!shared) {
-    for (const auto& [lin, y] : linears) lin->forward(x, n, y);
-    return;
-  }
-  static thread_local W8A8Linear::QuantizedInput qx;
-  first->quantize_input_u8(x, n, qx);
-  for (const auto& [lin, y] : linears) static_cast<const W8A8Linear*>(lin)->forward_prequantized(qx, y);
+  for (const auto& [lin, y] : linears) lin->forward(x, n, y);
 }
 
 

@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "model/w8a8_linear.h"
 #include "ops/hadamard.h"
 
 namespace sq {
@@ -20,7 +21,15 @@ const float* HadamardInputLinear::rotated_input(const float* x, int64_t n) const
   return rotated.data();
 }
 
-void HadamardInputLinear::forward(const float* x, int64_t n, float* y) const { inner_->forward(rotated_input(x, n), n, y); }
+void HadamardInputLinear::forward(const float* x, int64_t n, float* y) const {
+  if (const auto* q = dynamic_cast<const W8A8Linear*>(inner_.get())) {  // rotated while quantized, row by row
+    thread_local W8A8Linear::QuantizedInput qx;
+    q->quantize_input_u8(x, n, qx, block_);
+    q->forward_prequantized(qx, y);
+    return;
+  }
+  inner_->forward(rotated_input(x, n), n, y);
+}
 
 std::string HadamardInputLinear::format() const { return inner_->format() + "+hadamard" + std::to_string(block_); }
 

@@ -1,5 +1,7 @@
 #include "model/w8a8_linear.h"
 
+#include "ops/hadamard.h"
+
 #include <cmath>
 #include <stdexcept>
 #include <utility>
@@ -108,11 +110,21 @@ bool W8A8Linear::shares_input_quantization(const W8A8Linear& o) const {
          packed_.backend() == o.packed_.backend();
 }
 
-void W8A8Linear::quantize_input_u8(const float* x, int64_t n, QuantizedInput& out) const {
+void W8A8Linear::quantize_input_u8(const float* x, int64_t n, QuantizedInput& out, int64_t hadamard_block) const {
   out.n = n;
   out.ld = packed_.padded_k();
   out.q.resize(static_cast<size_t>(n * out.ld));
   out.scales.resize(static_cast<size_t>(act_scale_count(aq_, n)));
+  if (hadamard_block > 0 && aq_ == ActQuant::PerToken) {
+    quantize_activations_u8_hadamard(x, n, in_, hadamard_block, out.q.data(), out.ld, out.scales.data());
+    return;
+  }
+  if (hadamard_block > 0) {
+    thread_local std::vector<float> rotated;
+    if (rotated.size() < static_cast<size_t>(n * in_)) rotated.resize(static_cast<size_t>(n * in_));
+    ops::hadamard_rows(x, rotated.data(), n, in_, hadamard_block);
+    x = rotated.data();
+  }
   quantize_activations_u8(x, n, in_, aq_, static_step_, out.q.data(), out.ld, out.scales.data());
 }
 

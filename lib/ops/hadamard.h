@@ -33,6 +33,11 @@ void hadamard_rows(float* x, int64_t rows, int64_t n, int64_t block);
 /// may be x). Same bits as copying x to y and rotating y in place.
 void hadamard_rows(const float* x, float* y, int64_t rows, int64_t n, int64_t block);
 
+/// One row: y [n] = R_n·x as hadamard_rows computes it (y may be x), on the calling thread, without
+/// checks: the caller guarantees that block is a power of two dividing n (check_hadamard_block).
+/// For callers that transform rows inside their own parallel loops (quant/int8_quantize.h).
+void hadamard_row(const float* x, float* y, int64_t n, int64_t block);
+
 /// In place, in double: every row of x [rows, n] (row-major) becomes R·row as above, by the
 /// textbook butterflies (no vector paths; for the converter's Hessians, calib/hessian.h). Rows
 /// split over OpenMP threads (the same result for any thread count). Throws as hadamard_rows.

@@ -18,11 +18,13 @@
 
 #include "core/error.h"
 #include "quant/gemm_common.h"
+#include "quant/int8_gemm_amx.h"
 #include "quant/int8_gemm_avx2.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #define SQ_INT8_VNNI 1
 #include "core/immintrin_quiet.h"
+#include "quant/int8_gemm_epilogue.h"
 #else
 #define SQ_INT8_VNNI 0
 #endif
@@ -111,25 +113,7 @@ void vnni_kernel(const uint8_t* a, int64_t lda, const int8_t* b, int64_t kq, con
   } else {
     alignas(64) int32_t tile[MR][NV * 16];
     vnni_accumulate<MR, NV>(a, lda, b, kq, comp, &tile[0][0], NV * 16, __mmask16(0xFFFF));
-    float* y = static_cast<float*>(out) + i0 * ldo + j0;
-    __m512 sb[NV], bias[NV];
-    for (int v = 0; v < NV; ++v) {
-      const __mmask16 mk = v == NV - 1 ? last_mask : __mmask16(0xFFFF);
-      sb[v] = !dq.b_scales ? _mm512_set1_ps(1.0f)
-              : dq.b_per_col ? _mm512_maskz_loadu_ps(mk, dq.b_scales + j0 + 16 * v)
-                             : _mm512_set1_ps(dq.b_scales[0]);
-      bias[v] = dq.bias ? _mm512_maskz_loadu_ps(mk, dq.bias + j0 + 16 * v) : _mm512_setzero_ps();
-    }
-    for (int r = 0; r < MR; ++r) {
-      const __m512 vsa = _mm512_set1_ps(dq.a_scales ? dq.a_scales[dq.a_per_row ? i0 + r : 0] : 1.0f);
-      for (int v = 0; v < NV; ++v) {
-        const __m512 s = _mm512_mul_ps(vsa, sb[v]);
-        const __m512 f = _mm512_cvtepi32_ps(_mm512_load_si512(&tile[r][16 * v]));
-        const __m512 res = dq.bias ? _mm512_fmadd_ps(f, s, bias[v]) : _mm512_mul_ps(f, s);
-        if (v == NV - 1) _mm512_mask_storeu_ps(y + r * ldo + 16 * v, last_mask, res);
-        else _mm512_storeu_ps(y + r * ldo + 16 * v, res);
-      }
-    }
+    int8_epilogue::store_tile<true>(&tile[0][0], NV * 16, MR, NV, nullptr, last_mask, out, ldo, i0, j0, dq);
   }
 }
 
@@ -194,6 +178,7 @@ const char* to_string(Int8Backend b) {
   switch (b) {
     case Int8Backend::Auto: return "auto";
     case Int8Backend::Vnni: return "vnni";
+    case Int8Backend::Amx: return "amx";
     case Int8Backend::OneDnn: return "onednn";
     case Int8Backend::Avx2: return "avx2";
     case Int8Backend::Reference: return "reference";
@@ -203,6 +188,7 @@ const char* to_string(Int8Backend b) {
 
 bool int8_backend_available(Int8Backend b) {
   if (b == Int8Backend::Vnni) return cpu_has_vnni();
+  if (b == Int8Backend::Amx) return cpu_has_vnni() && int8_amx::available();  // row tails run on VNNI
   if (b == Int8Backend::OneDnn) return cpu_has_int8_dot_product();
   if (b == Int8Backend::Avx2) return int8_avx2::available();
   return true;
@@ -210,6 +196,7 @@ bool int8_backend_available(Int8Backend b) {
 
 Int8Backend resolve_int8_backend(Int8Backend b) {
   if (b != Int8Backend::Auto) return b;
+  if (int8_backend_available(Int8Backend::Amx)) return Int8Backend::Amx;
   if (cpu_has_vnni()) return Int8Backend::Vnni;
   if (cpu_has_int8_dot_product()) return Int8Backend::OneDnn;
   return int8_avx2::available() ? Int8Backend::Avx2 : Int8Backend::Reference;
@@ -266,7 +253,8 @@ struct PackedInt8Weights::Impl {
   int64_t n = 0, k = 0;
   int64_t kq = 0;        // ceil(k / 4): groups of 4 along k
   int64_t kpad = 0;      // padded_k(): row stride of biased-u8 activations
-  int64_t panels = 0;    // VNNI: ceil(n / kNR)
+  int64_t nr = kNR;      // panel width: kNR (VNNI), 32 (AMX: whole 2 × 2 tile blocks)
+  int64_t panels = 0;    // VNNI / AMX: ceil(n / nr)
   std::vector<int32_t> comp;  // −128 · Σ_k B[j, k], [panels·kNR] (VNNI) or [n]
   AlignedBytes packed;        // VNNI panels / Reference plain copy
 
@@ -276,8 +264,10 @@ struct PackedInt8Weights::Impl {
   mutable std::mutex dnnl_mutex;
   mutable std::map<std::tuple<int64_t, bool, int64_t>, dnnl::matmul> dnnl_cache;
 
-  int64_t panel_width(int64_t p) const { return std::min<int64_t>(kNR, round_up(n - p * kNR, 16)); }
-  const int8_t* panel(int64_t p) const { return packed.data + p * kq * kNR * 4; }
+  int64_t panel_width(int64_t p) const { return std::min<int64_t>(nr, round_up(n - p * nr, 16)); }
+  /// Panel p: [kpad / 4][panel_width(p)][4] bytes, the k-quads from kq on zero (AMX reads whole
+  /// 64-deep chunks).
+  const int8_t* panel(int64_t p) const { return packed.data + p * (kpad / 4) * nr * 4; }
 
   void pack_vnni(const int8_t* B);
   void prepare_onednn(const int8_t* B);
@@ -285,18 +275,26 @@ struct PackedInt8Weights::Impl {
   void run_onednn(const void* A, bool biased_u8, int64_t lda, int64_t m, int32_t* C) const;
   template <bool kF32>
   void run_vnni(const uint8_t* Au, int64_t lda, int64_t m, void* out, const Int8Dequant& dq) const;
+  template <bool kF32>
+  void run_amx(const uint8_t* Au, int64_t lda, int64_t m, void* out, const Int8Dequant& dq) const;
+  /// run_amx or run_vnni, by backend.
+  template <bool kF32>
+  void run_packed(const uint8_t* Au, int64_t lda, int64_t m, void* out, const Int8Dequant& dq) const {
+    if (backend == Int8Backend::Amx) run_amx<kF32>(Au, lda, m, out, dq);
+    else run_vnni<kF32>(Au, lda, m, out, dq);
+  }
   const uint8_t* to_biased(const int8_t* A, int64_t m) const;
 };
 
 void PackedInt8Weights::Impl::pack_vnni(const int8_t* B) {
-  panels = (n + kNR - 1) / kNR;
-  packed.resize(panels * kq * kNR * 4);
-  comp.assign(static_cast<size_t>(panels * kNR), 0);
+  panels = (n + nr - 1) / nr;
+  packed.resize(panels * (kpad / 4) * nr * 4);
+  comp.assign(static_cast<size_t>(panels * nr), 0);
   for (int64_t p = 0; p < panels; ++p) {
     const int64_t w = panel_width(p);
-    int8_t* dst = packed.data + p * kq * kNR * 4;
+    int8_t* dst = const_cast<int8_t*>(panel(p));
     for (int64_t c = 0; c < w; ++c) {
-      const int64_t j = p * kNR + c;
+      const int64_t j = p * nr + c;
       if (j >= n) break;
       const int8_t* row = B + j * k;
       int64_t colsum = 0;
@@ -384,16 +382,54 @@ void PackedInt8Weights::Impl::run_vnni(const uint8_t* Au, int64_t lda, int64_t m
       const int nv = static_cast<int>(w / 16);
       const __mmask16 mask = p == panels - 1 ? tail_mask : __mmask16(0xFFFF);
       const int8_t* bp = panel(p);
-      const int32_t* cp = comp.data() + p * kNR;
+      const int32_t* cp = comp.data() + p * nr;
       for (int64_t i = ic; i < iend; i += kMR) {
         const int mr = static_cast<int>(std::min<int64_t>(kMR, iend - i));
-        table[static_cast<size_t>(mr - 1)][static_cast<size_t>(nv - 1)](Au + i * lda, lda, bp, kq, cp, mask, out, n, i, p * kNR, dq);
+        table[static_cast<size_t>(mr - 1)][static_cast<size_t>(nv - 1)](Au + i * lda, lda, bp, kq, cp, mask, out, n, i, p * nr, dq);
       }
     }
   }
 #else
   (void)Au, (void)lda, (void)m, (void)out, (void)dq;
   throw UnsupportedError("INT8 GEMM: this build has no AVX-512-VNNI kernel");
+#endif
+}
+
+template <bool kF32>
+void PackedInt8Weights::Impl::run_amx(const uint8_t* Au, int64_t lda, int64_t m, void* out, const Int8Dequant& dq) const {
+#if SQ_INT8_VNNI
+  // Whole 16-row tiles on AMX; the last m mod 16 rows (and rows whose stride cannot hold the
+  // padded 64-deep chunks) on the VNNI kernel.
+  const int64_t m16 = lda >= kpad ? m / 16 * 16 : 0;
+  if (m16 > 0) {
+    const bool par = m16 * n * k >= kParallelMinMacs && panels > 1 && omp_get_max_threads() > 1;
+    const __mmask16 tail_mask = n % 16 ? static_cast<__mmask16>((1u << (n % 16)) - 1) : __mmask16(0xFFFF);
+    const int64_t kchunks = kpad / 64;
+#pragma omp parallel if (par)
+    {
+      const int8_amx::TileScope tiles;
+      for (int64_t ic = 0; ic < m16; ic += kMC) {
+        const int64_t iend = std::min(m16, ic + kMC);
+        // As run_vnni: panels handed out dynamically, each computed by one thread in a fixed order.
+#pragma omp for schedule(dynamic, 1) nowait
+        for (int64_t p = 0; p < panels; ++p) {
+          const int64_t w = panel_width(p);
+          const __mmask16 mask = p == panels - 1 ? tail_mask : __mmask16(0xFFFF);
+          for (int64_t i = ic; i < iend; i += 32)
+            int8_amx::block<kF32>(Au + i * lda, lda, static_cast<int>(std::min<int64_t>(32, iend - i)), panel(p), w * 4, kchunks,
+                                  static_cast<int>(w / 16), comp.data() + p * nr, mask, out, n, i, p * nr, dq);
+        }
+      }
+    }
+  }
+  if (m16 == m) return;
+  Int8Dequant rest = dq;  // rows m16 … m−1: their activation scales and outputs
+  if (rest.a_scales && rest.a_per_row) rest.a_scales += m16;
+  void* out_rest = kF32 ? static_cast<void*>(static_cast<float*>(out) + m16 * n) : static_cast<void*>(static_cast<int32_t*>(out) + m16 * n);
+  run_vnni<kF32>(Au + m16 * lda, lda, m - m16, out_rest, rest);
+#else
+  (void)Au, (void)lda, (void)m, (void)out, (void)dq;
+  throw UnsupportedError("INT8 GEMM: this build has no AVX-512-VNNI kernel for AMX's row tails");
 #endif
 }
 
@@ -422,6 +458,10 @@ PackedInt8Weights::PackedInt8Weights(const int8_t* B, int64_t n, int64_t k, Int8
   w.kpad = round_up(k, 64);
   switch (w.backend) {
     case Int8Backend::Vnni: w.pack_vnni(B); break;
+    case Int8Backend::Amx:
+      w.nr = 32;
+      w.pack_vnni(B);
+      break;
     case Int8Backend::OneDnn: w.prepare_onednn(B); break;
     default:
       w.packed.resize(n * k);
@@ -449,8 +489,9 @@ void PackedInt8Weights::unpack(int8_t* B) const {
   const Impl& w = *impl_;
   switch (w.backend) {
     case Int8Backend::Vnni:
+    case Int8Backend::Amx:
       for (int64_t j = 0; j < w.n; ++j) {
-        const int64_t p = j / kNR, c = j % kNR, width = w.panel_width(p);
+        const int64_t p = j / w.nr, c = j % w.nr, width = w.panel_width(p);
         const int8_t* src = w.panel(p);
         for (int64_t t = 0; t < w.k; ++t) B[j * w.k + t] = src[((t / 4) * width + c) * 4 + t % 4];
       }
@@ -472,7 +513,8 @@ void PackedInt8Weights::gemm_s32(const int8_t* A, int64_t m, int32_t* C) const {
   check_gemm_sizes("PackedInt8Weights::gemm_s32", m, w.n, w.k);
   if (m == 0) return;
   switch (w.backend) {
-    case Int8Backend::Vnni: w.run_vnni<false>(w.to_biased(A, m), w.kpad, m, C, Int8Dequant{}); break;
+    case Int8Backend::Vnni:
+    case Int8Backend::Amx: w.run_packed<false>(w.to_biased(A, m), w.kpad, m, C, Int8Dequant{}); break;
     case Int8Backend::OneDnn: w.run_onednn(A, false, w.k, m, C); break;
     case Int8Backend::Avx2: int8_avx2::gemm_s32(A, w.k, w.packed.data, m, w.n, w.k, C); break;
     default: int8_gemm_reference(A, w.packed.data, C, m, w.n, w.k); break;
@@ -503,7 +545,8 @@ void PackedInt8Weights::gemm_f32(const int8_t* A, int64_t m, const Int8Dequant& 
   check_gemm_sizes("PackedInt8Weights::gemm_f32", m, w.n, w.k);
   if (m == 0) return;
   switch (w.backend) {
-    case Int8Backend::Vnni: w.run_vnni<true>(w.to_biased(A, m), w.kpad, m, y, dq); break;
+    case Int8Backend::Vnni:
+    case Int8Backend::Amx: w.run_packed<true>(w.to_biased(A, m), w.kpad, m, y, dq); break;
     case Int8Backend::OneDnn:
       static_assert(sizeof(float) == sizeof(int32_t));
       w.run_onednn(A, false, w.k, m, reinterpret_cast<int32_t*>(y));
@@ -521,15 +564,16 @@ void PackedInt8Weights::gemm_f32_biased(const uint8_t* Au, int64_t lda, int64_t 
   if (m == 0) return;
   switch (w.backend) {
     case Int8Backend::Vnni:
+    case Int8Backend::Amx:
       if (lda % 4 == 0) {
-        w.run_vnni<true>(Au, lda, m, y, dq);
+        w.run_packed<true>(Au, lda, m, y, dq);
       } else {
         uint8_t* copy = thread_scratch<uint8_t>(m * w.kpad);
         for (int64_t i = 0; i < m; ++i) {
           std::memcpy(copy + i * w.kpad, Au + i * lda, static_cast<size_t>(w.k));
           std::memset(copy + i * w.kpad + w.k, 0x80, static_cast<size_t>(w.kpad - w.k));
         }
-        w.run_vnni<true>(copy, w.kpad, m, y, dq);
+        w.run_packed<true>(copy, w.kpad, m, y, dq);
       }
       break;
     case Int8Backend::OneDnn:

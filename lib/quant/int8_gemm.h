@@ -14,8 +14,12 @@
 //     shifted to u8 (a + 128) and the shift is undone with a per-column compensation
 //     −128 · Σ_k B[j, k] precomputed when the weights are packed (it is the accumulators' initial
 //     value, so it costs nothing per call). Weights are packed once into 48-column panels
-//     ([k/4][48][4] bytes) that the 8×48 register-blocked micro-kernel streams; the dequantization
-//     is fused into the kernel's store. Fastest on this machine (see lib/bench/w8a8_bench.h).
+//     ([k/4][48][4] bytes, k/4 rounded up to a multiple of 16 with zero weights) that the 8×48
+//     register-blocked micro-kernel streams; the dequantization is fused into the kernel's store
+//     (quant/int8_gemm_epilogue.h). The fastest kernel without AMX (lib/bench/w8a8_bench.h).
+//   - Amx: the same packed panels multiplied with AMX-INT8 tile instructions (TDPBUSD, 16 × 16 × 64
+//     per instruction; quant/int8_gemm_amx.h) for whole 16-row tiles of A, the VNNI kernel for the
+//     last m mod 16 rows. Needs an AMX build and CPU and the OS's tile permission.
 //   - OneDnn: oneDNN's matmul primitive (s8/u8 × s8 → s32, weights reordered once into oneDNN's
 //     blocked layout, one cached primitive per row count m) followed by sqkit's dequantization pass.
 //     oneDNN is exact only on CPUs with an INT8 dot-product instruction that accumulates into INT32
@@ -29,8 +33,10 @@
 //     outputs split over the threads; the definition the tests compare every backend with, and
 //     the exact fallback of builds without AVX2 (on an AVX2-only EPYC, SmolLM2 W8A8 HellaSwag ran
 //     48 tokens/s with it, 273 with Avx2).
-// `Auto` picks Vnni when the CPU (and the build) has AVX-512-VNNI, else OneDnn when the CPU has
-// AVX-VNNI or AMX-INT8, else Avx2 when the CPU (and the build) has AVX2, else Reference.
+// `Auto` picks Amx when it is available (build, CPU and OS), else Vnni when the CPU (and the build)
+// has AVX-512-VNNI, else OneDnn when the CPU has AVX-VNNI or AMX-INT8, else Avx2 when the CPU (and
+// the build) has AVX2, else Reference. (SmolLM2-135M W8A8 prefill, 512 tokens, one thread on a Xeon
+// with AMX: 2.63× FP32 with Amx against 2.02× with Vnni; docs/benchmarks.md.)
 //
 // Threading: large products use all OpenMP threads (omp_get_max_threads()); products under about
 // 4M multiply-adds run on the calling thread. Results never depend on the thread count (integer
@@ -46,12 +52,13 @@
 namespace sq {
 
 /// Which INT8 GEMM implementation runs (see file comment).
-enum class Int8Backend { Auto, Vnni, OneDnn, Avx2, Reference };
+enum class Int8Backend { Auto, Vnni, Amx, OneDnn, Avx2, Reference };
 
-/// "auto" / "vnni" / "onednn" / "avx2" / "reference".
+/// "auto" / "vnni" / "amx" / "onednn" / "avx2" / "reference".
 const char* to_string(Int8Backend b);
 
-/// True when `b` can run here (Vnni needs an AVX-512-VNNI build and CPU, OneDnn a CPU with an INT8
+/// True when `b` can run here (Vnni needs an AVX-512-VNNI build and CPU, Amx that and
+/// int8_amx::available() (quant/int8_gemm_amx.h), OneDnn a CPU with an INT8
 /// dot-product instruction (cpu_has_int8_dot_product), Avx2 an AVX2 build and CPU; Auto and
 /// Reference always).
 bool int8_backend_available(Int8Backend b);
@@ -60,8 +67,8 @@ bool int8_backend_available(Int8Backend b);
 /// matmul is exact.
 bool cpu_has_int8_dot_product();
 
-/// What `Int8Backend::Auto` resolves to on this machine: Vnni if available, else OneDnn if
-/// available, else Avx2 if available, else Reference.
+/// What `Int8Backend::Auto` resolves to on this machine: Amx if available, else Vnni, else OneDnn,
+/// else Avx2, else Reference (the first one available).
 Int8Backend resolve_int8_backend(Int8Backend b);
 
 /// Largest supported reduction length k (so that every INT32 result is exact).

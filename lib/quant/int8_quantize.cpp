@@ -1,11 +1,14 @@
 #include "quant/int8_quantize.h"
 
+#include "ops/hadamard.h"
+
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #ifdef __AVX512F__
 #include "core/immintrin_quiet.h"
@@ -15,11 +18,12 @@ namespace sq {
 
 namespace {
 
-/// Inputs below this many elements are quantized on the calling thread. One thread quantizes about
-/// 10 elements per ns, so [512 × 11008] takes well under a millisecond; a parallel region would save
-/// a fraction of that but, on a loaded machine, can wait a whole scheduler time slice for a
-/// descheduled thread.
-constexpr int64_t kParallelMinElements = int64_t(1) << 22;
+/// Inputs below this many elements are quantized on the calling thread, as the other elementwise
+/// ops (ops/ops.cpp) do. (It was 2²², for fear of waiting on a descheduled thread on a loaded
+/// machine; the thread governor (runtime/thread_governor.h) now sizes the team to the free cores.
+/// Serial quantization of SmolLM2's [512 × 576] and [512 × 1536] prompt activations left the second
+/// core idle for about a tenth of a 2-thread W8A8 prefill once the GEMMs ran on AMX.)
+constexpr int64_t kParallelMinElements = int64_t(1) << 16;
 
 void check_sizes(const char* what, int64_t rows, int64_t cols) {
   if (rows < 0 || cols < 0)
@@ -104,29 +108,37 @@ void check_static_step(float step) {
                                 std::to_string(step));
 }
 
+/// Per-token quantization of the n rows row(i) (a pointer to k floats, valid until the next call on
+/// the same thread) into q (row stride ldq, padding bytes set to quantized zero) and scales[n]: one
+/// pass per row (absmax, then quantize while the row is in L1), one parallel region. Throws
+/// std::invalid_argument when a row holds NaN or infinity.
+template <bool kBiased, typename Out, typename RowFn>
+void quantize_per_token(RowFn&& row_of, int64_t n, int64_t k, Out* q, int64_t ldq, float* scales) {
+  std::atomic<bool> ok{true};
+  const Out zero = static_cast<Out>(kBiased ? 128 : 0);
+#pragma omp parallel for schedule(dynamic, 16) if (n * k >= kParallelMinElements && n > 1)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* x = row_of(i);
+    const float m = abs_max(x, k);
+    if (!std::isfinite(m)) ok.store(false, std::memory_order_relaxed);
+    const float step = std::isfinite(m) && m > 0.0f ? m / float(kInt8Max) : 1.0f;
+    scales[i] = step;
+    Out* row = q + i * ldq;
+    quantize_span<kBiased>(x, k, step, row);
+    for (int64_t j = k; j < ldq; ++j) row[j] = zero;
+  }
+  if (!ok.load()) throw std::invalid_argument("quantize_activations (per-token): the activations contain NaN or infinity");
+}
+
 template <bool kBiased, typename Out>
 void quantize_activations_impl(const float* x, int64_t n, int64_t k, ActQuant mode, float static_step, Out* q, int64_t ldq,
                                float* scales) {
   check_sizes("quantize_activations", n, k);
   if (ldq < k) throw std::invalid_argument("quantize_activations: row stride " + std::to_string(ldq) + " < k = " + std::to_string(k));
   switch (mode) {
-    case ActQuant::PerToken: {
-      // One pass per row (absmax, then quantize while the row is in L1), one parallel region.
-      std::atomic<bool> ok{true};
-      const Out zero = static_cast<Out>(kBiased ? 128 : 0);
-#pragma omp parallel for schedule(dynamic, 16) if (n * k >= kParallelMinElements && n > 1)
-      for (int64_t i = 0; i < n; ++i) {
-        const float m = abs_max(x + i * k, k);
-        if (!std::isfinite(m)) ok.store(false, std::memory_order_relaxed);
-        const float step = std::isfinite(m) && m > 0.0f ? m / float(kInt8Max) : 1.0f;
-        scales[i] = step;
-        Out* row = q + i * ldq;
-        quantize_span<kBiased>(x + i * k, k, step, row);
-        for (int64_t j = k; j < ldq; ++j) row[j] = zero;
-      }
-      if (!ok.load()) throw std::invalid_argument("quantize_activations (per-token): the activations contain NaN or infinity");
+    case ActQuant::PerToken:
+      quantize_per_token<kBiased>([&](int64_t i) { return x + i * k; }, n, k, q, ldq, scales);
       return;
-    }
     case ActQuant::PerTensorDynamic:
       scales[0] = int8_step(block_abs_max(x, n, k));
       quantize_rows<kBiased>(x, n, k, scales, false, q, ldq);
@@ -224,6 +236,23 @@ void quantize_activations(const float* x, int64_t n, int64_t k, ActQuant mode, f
 void quantize_activations_u8(const float* x, int64_t n, int64_t k, ActQuant mode, float static_step, uint8_t* q, int64_t ldq,
                              float* scales) {
   quantize_activations_impl<true>(x, n, k, mode, static_step, q, ldq, scales);
+}
+
+void quantize_activations_u8_hadamard(const float* x, int64_t n, int64_t k, int64_t block, uint8_t* q, int64_t ldq, float* scales) {
+  check_sizes("quantize_activations_u8_hadamard", n, k);
+  ops::check_hadamard_block(k, block, "quantize_activations_u8_hadamard");
+  if (ldq < k)
+    throw std::invalid_argument("quantize_activations_u8_hadamard: row stride " + std::to_string(ldq) + " < k = " + std::to_string(k));
+  // Each thread rotates one row at a time into its own buffer (k floats, cache-resident) and
+  // quantizes it from there: the rotated activations never make a round trip through memory.
+  quantize_per_token<true>(
+      [&](int64_t i) {
+        thread_local std::vector<float> rotated;
+        if (static_cast<int64_t>(rotated.size()) < k) rotated.resize(static_cast<size_t>(k));
+        ops::hadamard_row(x + i * k, rotated.data(), k, block);
+        return static_cast<const float*>(rotated.data());
+      },
+      n, k, q, ldq, scales);
 }
 
 }  // namespace sq

@@ -96,4 +96,12 @@ void quantize_activations(const float* x, int64_t n, int64_t k, ActQuant mode, f
 void quantize_activations_u8(const float* x, int64_t n, int64_t k, ActQuant mode, float static_step, uint8_t* q,
                              int64_t ldq, float* scales);
 
+/// Per-token quantization (biased u8, as quantize_activations_u8 with ActQuant::PerToken) of the
+/// rotated rows R·x[i] (R: the block-diagonal Walsh–Hadamard rotation of ops/hadamard.h, blocks of
+/// `block` channels, QuaRot's online transform), fused: each row is rotated in a per-thread buffer
+/// and quantized while it is in cache. The same bits as ops::hadamard_rows followed by
+/// quantize_activations_u8. Throws like quantize_activations_u8, and std::invalid_argument when
+/// block is not a power of two dividing k.
+void quantize_activations_u8_hadamard(const float* x, int64_t n, int64_t k, int64_t block, uint8_t* q, int64_t ldq, float* scales);
+
 }  // namespace sq
