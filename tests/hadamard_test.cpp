@@ -1,6 +1,7 @@
 // The Walsh–Hadamard rotation (ops/hadamard.h), the linear that applies it online
-// (model/hadamard_input_linear.h, with its fused W8A8 path) and the header that records it (formats/rotation_header.h),
-// against the definition: (H_b)_ij = (−1)^popcount(i & j) / √b, block-diagonal over the row.
+// (model/hadamard_input_linear.h, with its fused W8A8 path) and the header that records it
+// (formats/rotation_header.h), against the definition: (H_b)_ij = (−1)^popcount(i & j) / √b,
+// block-diagonal over the row.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -201,6 +202,22 @@ TEST(HadamardInputLinear, W8A8RotatesWhileQuantizingWithTheSameBits) {
       layer.forward(x.data(), n, y1.data());
       EXPECT_EQ(y1, y0);
     }
+  }
+  {
+    // Other activation modes rotate first (HadamardInputLinear::rotated_input), the same layer output;
+    // W8A8Linear itself rotates while quantizing per token only.
+    const int64_t in = 192, out = 16, n = 9, b = 64;
+    const std::vector<float> x = normal_floats(n * in, 31), w = normal_floats(out * in, 32);
+    std::vector<float> rotated(x.size());
+    ops::hadamard_rows(x.data(), rotated.data(), n, in, b);
+    auto q = std::make_unique<W8A8Linear>(Tensor::from_vector({out, in}, w), WeightGranularity::PerChannel, ActQuant::PerTensorDynamic);
+    std::vector<float> y0(size_t(n * out)), y1(size_t(n * out));
+    q->forward(rotated.data(), n, y0.data());
+    W8A8Linear::QuantizedInput qx;
+    EXPECT_THROW(q->quantize_input_u8(x.data(), n, qx, b), std::invalid_argument);
+    const HadamardInputLinear layer(std::move(q), b);
+    layer.forward(x.data(), n, y1.data());
+    EXPECT_EQ(y1, y0);
   }
   std::vector<float> bad = normal_floats(2 * 64, 5);
   bad[70] = std::numeric_limits<float>::quiet_NaN();

@@ -59,13 +59,15 @@ void run_sharing_input(std::span<const std::pair<const Linear*, float*>> linears
     const auto* q = dynamic_cast<const W8A8Linear*>(lin);
     shared = shared && q && q->shares_input_quantization(*first);
   }
+  // Per-token W8A8 rotates each row as it quantizes it; every other case rotates x once first.
+  const int64_t fused_block = rotation && shared && first->act_quant() == ActQuant::PerToken ? rotation->block() : 0;
+  if (rotation && fused_block == 0) x = rotation->rotated_input(x, n);
   if (shared) {
     static thread_local W8A8Linear::QuantizedInput qx;
-    first->quantize_input_u8(x, n, qx, rotation ? rotation->block() : 0);
+    first->quantize_input_u8(x, n, qx, fused_block);
     for (const auto& [lin, y] : linears) static_cast<const W8A8Linear*>(lin)->forward_prequantized(qx, y);
     return;
   }
-  if (rotation) x = rotation->rotated_input(x, n);
   if (n == 1 && linears.size() <= 4) {
     std::array<std::pair<const W4A16Linear*, float*>, 4> w4;
     size_t k = 0;

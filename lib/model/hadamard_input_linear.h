@@ -22,7 +22,7 @@ class HadamardInputLinear final : public Linear {
   int64_t in_features() const override { return inner_->in_features(); }
   int64_t out_features() const override { return inner_->out_features(); }
   /// x: [n, in] FP32 (not modified) → y: [n, out]: R·x into a per-thread buffer, then inner's
-  /// forward; a W8A8 inner linear quantizes R·x row by row as it rotates
+  /// forward; a per-token W8A8 inner linear quantizes R·x row by row as it rotates
   /// (W8A8Linear::quantize_input_u8 with the block), the same bits. Safe to call concurrently.
   void forward(const float* x, int64_t n, float* y) const override;
   /// inner's format + "+hadamard<block>", e.g. "w8a8-per-channel-per-token+hadamard512".

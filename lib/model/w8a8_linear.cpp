@@ -1,7 +1,5 @@
 #include "model/w8a8_linear.h"
 
-#include "ops/hadamard.h"
-
 #include <cmath>
 #include <stdexcept>
 #include <utility>
@@ -115,17 +113,14 @@ void W8A8Linear::quantize_input_u8(const float* x, int64_t n, QuantizedInput& ou
   out.ld = packed_.padded_k();
   out.q.resize(static_cast<size_t>(n * out.ld));
   out.scales.resize(static_cast<size_t>(act_scale_count(aq_, n)));
-  if (hadamard_block > 0 && aq_ == ActQuant::PerToken) {
-    quantize_activations_u8_hadamard(x, n, in_, hadamard_block, out.q.data(), out.ld, out.scales.data());
+  if (hadamard_block == 0) {
+    quantize_activations_u8(x, n, in_, aq_, static_step_, out.q.data(), out.ld, out.scales.data());
     return;
   }
-  if (hadamard_block > 0) {
-    thread_local std::vector<float> rotated;
-    if (rotated.size() < static_cast<size_t>(n * in_)) rotated.resize(static_cast<size_t>(n * in_));
-    ops::hadamard_rows(x, rotated.data(), n, in_, hadamard_block);
-    x = rotated.data();
-  }
-  quantize_activations_u8(x, n, in_, aq_, static_step_, out.q.data(), out.ld, out.scales.data());
+  if (aq_ != ActQuant::PerToken)
+    throw std::invalid_argument(std::string("W8A8Linear::quantize_input_u8: a rotated input is quantized here per token only, not ") +
+                                to_string(aq_) + " (rotate it first: HadamardInputLinear::rotated_input)");
+  quantize_activations_u8_hadamard(x, n, in_, hadamard_block, out.q.data(), out.ld, out.scales.data());
 }
 
 void W8A8Linear::forward_prequantized(const QuantizedInput& in, float* y) const {

@@ -67,9 +67,10 @@ class W8A8Linear final : public Linear {
   bool shares_input_quantization(const W8A8Linear& other) const;
   /// Quantizes x [n, in] FP32 into `out` (buffers reused across calls). With hadamard_block > 0 the
   /// input quantized is R·x (ops/hadamard.h rotation with that block; the online transform of a
-  /// HadamardInputLinear around this layer): per-token, each row rotated and quantized while in
-  /// cache (quantize_activations_u8_hadamard); other activation modes rotate first. Throws
-  /// std::invalid_argument for a block that is not a power of two dividing in.
+  /// HadamardInputLinear around this layer), each row rotated and quantized while in cache
+  /// (quantize_activations_u8_hadamard): per-token layers only. Throws std::invalid_argument for a
+  /// block that is not a power of two dividing in, or a block with another activation mode (whose
+  /// callers rotate x first, HadamardInputLinear::rotated_input).
   void quantize_input_u8(const float* x, int64_t n, QuantizedInput& out, int64_t hadamard_block = 0) const;
   /// y [n, out] from an input produced by quantize_input_u8 of a layer that shares_input_quantization.
   void forward_prequantized(const QuantizedInput& in, float* y) const;

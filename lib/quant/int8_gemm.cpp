@@ -255,8 +255,8 @@ struct PackedInt8Weights::Impl {
   int64_t kpad = 0;      // padded_k(): row stride of biased-u8 activations
   int64_t nr = kNR;      // panel width: kNR (VNNI), 32 (AMX: whole 2 × 2 tile blocks)
   int64_t panels = 0;    // VNNI / AMX: ceil(n / nr)
-  std::vector<int32_t> comp;  // −128 · Σ_k B[j, k], [panels·kNR] (VNNI) or [n]
-  AlignedBytes packed;        // VNNI panels / Reference plain copy
+  std::vector<int32_t> comp;  // −128 · Σ_k B[j, k], [panels·nr] (VNNI / AMX) or [n]
+  AlignedBytes packed;        // VNNI / AMX panels, or the plain copy (Avx2, Reference)
 
   // oneDNN
   dnnl::memory::desc dnnl_weights_md;
@@ -265,6 +265,9 @@ struct PackedInt8Weights::Impl {
   mutable std::map<std::tuple<int64_t, bool, int64_t>, dnnl::matmul> dnnl_cache;
 
   int64_t panel_width(int64_t p) const { return std::min<int64_t>(nr, round_up(n - p * nr, 16)); }
+  /// Store mask of panel p's last 16-column vector: the columns below n (all 16 but in the last
+  /// panel when n is not a multiple of 16).
+  uint16_t panel_mask(int64_t p) const { return p == panels - 1 && n % 16 ? uint16_t((1u << (n % 16)) - 1) : uint16_t(0xFFFF); }
   /// Panel p: [kpad / 4][panel_width(p)][4] bytes, the k-quads from kq on zero (AMX reads whole
   /// 64-deep chunks).
   const int8_t* panel(int64_t p) const { return packed.data + p * (kpad / 4) * nr * 4; }
@@ -369,7 +372,6 @@ void PackedInt8Weights::Impl::run_vnni(const uint8_t* Au, int64_t lda, int64_t m
 #if SQ_INT8_VNNI
   static constexpr auto table = kernel_table<kF32>();
   const bool par = m * n * k >= kParallelMinMacs && panels > 1 && omp_get_max_threads() > 1;
-  const __mmask16 tail_mask = n % 16 ? static_cast<__mmask16>((1u << (n % 16)) - 1) : __mmask16(0xFFFF);
 #pragma omp parallel if (par)
   for (int64_t ic = 0; ic < m; ic += kMC) {
     const int64_t iend = std::min(m, ic + kMC);
@@ -380,7 +382,7 @@ void PackedInt8Weights::Impl::run_vnni(const uint8_t* Au, int64_t lda, int64_t m
     for (int64_t p = 0; p < panels; ++p) {
       const int64_t w = panel_width(p);
       const int nv = static_cast<int>(w / 16);
-      const __mmask16 mask = p == panels - 1 ? tail_mask : __mmask16(0xFFFF);
+      const __mmask16 mask = panel_mask(p);
       const int8_t* bp = panel(p);
       const int32_t* cp = comp.data() + p * nr;
       for (int64_t i = ic; i < iend; i += kMR) {
@@ -403,7 +405,6 @@ void PackedInt8Weights::Impl::run_amx(const uint8_t* Au, int64_t lda, int64_t m,
   const int64_t m16 = lda >= kpad ? m / 16 * 16 : 0;
   if (m16 > 0) {
     const bool par = m16 * n * k >= kParallelMinMacs && panels > 1 && omp_get_max_threads() > 1;
-    const __mmask16 tail_mask = n % 16 ? static_cast<__mmask16>((1u << (n % 16)) - 1) : __mmask16(0xFFFF);
     const int64_t kchunks = kpad / 64;
 #pragma omp parallel if (par)
     {
@@ -414,10 +415,9 @@ void PackedInt8Weights::Impl::run_amx(const uint8_t* Au, int64_t lda, int64_t m,
 #pragma omp for schedule(dynamic, 1) nowait
         for (int64_t p = 0; p < panels; ++p) {
           const int64_t w = panel_width(p);
-          const __mmask16 mask = p == panels - 1 ? tail_mask : __mmask16(0xFFFF);
           for (int64_t i = ic; i < iend; i += 32)
             int8_amx::block<kF32>(Au + i * lda, lda, static_cast<int>(std::min<int64_t>(32, iend - i)), panel(p), w * 4, kchunks,
-                                  static_cast<int>(w / 16), comp.data() + p * nr, mask, out, n, i, p * nr, dq);
+                                  static_cast<int>(w / 16), comp.data() + p * nr, panel_mask(p), out, n, i, p * nr, dq);
         }
       }
     }

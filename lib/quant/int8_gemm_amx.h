@@ -17,10 +17,10 @@
 // Blocking: one panel's 32 rows × 32 columns per call — tiles 0–3 accumulate C (2 × 2 blocks of
 // 16 × 16), tiles 4–5 hold two 16-row slices of A, tiles 6–7 two 16-column slices of B, so each
 // pair of A loads and pair of B loads feeds four TDPBUSD. (The VNNI kernel's 48-column panels would
-// need a 2 × 1 pass per panel besides, which reloads A for two products.) 16-row and 16-column tails take 1 × 2, 2 × 1 or 1 × 1 blocks; the last m mod 16 rows
-// are left to the VNNI kernel on the same panels (a tile always reads 16 rows). The INT32 tiles go
-// through the VNNI backend's epilogue (quant/int8_gemm_epilogue.h), so all backends stay
-// bit-identical.
+// need a 2 × 1 pass per panel besides, which reloads A for two products.) 16-row and 16-column
+// tails take 1 × 2, 2 × 1 or 1 × 1 blocks; the last m mod 16 rows are left to the VNNI kernel on
+// the same panels (a tile always reads 16 rows). The INT32 tiles go through the VNNI backend's
+// epilogue (quant/int8_gemm_epilogue.h), so all backends stay bit-identical.
 //
 // Availability: the build must target AMX-TILE and AMX-INT8 (SQ_NATIVE on such a CPU), the CPU must
 // report them (CPUID.(EAX=7,ECX=0):EDX bits 24 and 25), and Linux must grant the process the tile

@@ -18,8 +18,9 @@ namespace sq::int8_epilogue {
 /// comp: [16·nv] int32 (−128·Σ_k B[j, k]) or null for none. The last 16-column vector is stored
 /// under last_mask (columns beyond n are neither read from dq nor written). nv ∈ [1, 3], rows ≥ 0.
 template <bool kF32>
-__attribute__((always_inline)) inline void store_tile(const int32_t* acc, int64_t ldt, int rows, int nv, const int32_t* comp, __mmask16 last_mask, void* out,
-                       int64_t ldo, int64_t i0, int64_t j0, const Int8Dequant& dq) {
+__attribute__((always_inline)) inline void store_tile(const int32_t* acc, int64_t ldt, int rows, int nv, const int32_t* comp,
+                                                      __mmask16 last_mask, void* out, int64_t ldo, int64_t i0, int64_t j0,
+                                                      const Int8Dequant& dq) {
   __m512i cv[3];
   for (int v = 0; v < nv; ++v) cv[v] = comp ? _mm512_loadu_si512(comp + 16 * v) : _mm512_setzero_si512();
   if constexpr (!kF32) {
