@@ -64,7 +64,8 @@ ConvertSpec parse_convert_flags(const ConvertFlags& f) {
     if (f.act == "per-token") spec.act = ActQuant::PerToken;
     else if (f.act == "per-tensor-dynamic") spec.act = ActQuant::PerTensorDynamic;
     else if (f.act == "per-tensor-static") spec.act = ActQuant::PerTensorStatic;
-    else throw UsageError("--act must be per-token, per-tensor-dynamic or per-tensor-static, got '" + f.act + "'");
+    else if (f.act == "per-token-group") spec.act = ActQuant::PerTokenGroup;
+    else throw UsageError("--act must be per-token, per-token-group, per-tensor-dynamic or per-tensor-static, got '" + f.act + "'");
   }
   return spec;
 }

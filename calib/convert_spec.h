@@ -29,7 +29,7 @@ struct ConvertFlags {
   bool no_smooth = false;       ///< --no-smooth
   std::string preset;           ///< --preset: "", "O1", "O2" or "O3"
   std::string weight;           ///< --weight: "", "per-channel" or "per-tensor" (overrides the preset)
-  std::string act;              ///< --act: "", "per-token", "per-tensor-dynamic" or "per-tensor-static"
+  std::string act;              ///< --act: "", "per-token", "per-token-group", "per-tensor-dynamic" or "per-tensor-static"
 };
 
 /// The checked result of parse_convert_flags (copied into ConvertOptions by sq-convert).

@@ -65,7 +65,10 @@ nlohmann::json RotationStep::describe() const {
   if (!enabled_) return nullptr;
   nlohmann::json online = nlohmann::json::object();
   for (const auto& [site, block] : online_) online[activation_site_name(site)] = block;
-  return {{"method", "hadamard"}, {"online", online}, {"offline", {{activation_site_name(ActivationSite::AttnOutput), head_block_}}}};
+  return {{"method", "hadamard"},
+          {"online", online},
+          {"offline", {{activation_site_name(ActivationSite::AttnOutput), head_block_}}},
+          {"kv_keys", head_block_}};
 }
 
 }  // namespace sq

@@ -11,7 +11,11 @@
 //   offline, per attention head between v and o (QuaRot §3, SpinQuant's R2): W_v ← R·W_v on the rows
 //     of each KV head (and b_v), W_o ← W_o·R on the columns of each query head. A head's attention
 //     output is a weighted sum of its v rows, so it comes out rotated and o_proj's folded weight
-//     undoes it: nothing runs online for o_proj.
+//     undoes it: nothing runs online for o_proj. The value cache thus stores rotated values.
+//   online, per head on queries and keys after RoPE (QuaRot §3; SpinQuant's R3): recorded as
+//     "kv_keys" and applied by the runner only where the KV cache quantizes keys after RoPE
+//     (Decoder::set_key_rotation): the cache then stores rotated keys, whose outlier channels are
+//     spread over the head. No weight changes (it cancels in q·k).
 //
 // R_S = the block-diagonal Walsh–Hadamard rotation of ops/hadamard.h over S's width (blocks of its
 // largest power-of-two divisor: SmolLM2's 576-wide residual gets 64-wide blocks, its 1,536-wide FFN
@@ -41,7 +45,7 @@ class RotationStep {
   /// Rotates layer w in place (w.tensors) and records the rotated sites and blocks in w.rotation.
   void apply(LayerWork& w) const;
   /// header quantization.rotation: {"method": "hadamard", "online": {site: block}, "offline":
-  /// {"attn_output": block}} (null when disabled).
+  /// {"attn_output": block}, "kv_keys": block} (null when disabled).
   nlohmann::json describe() const;
 
  private:

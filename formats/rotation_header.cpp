@@ -34,6 +34,12 @@ RotationHeader rotation_from_quantization(const nlohmann::json& quant, const std
     throw InputError(path + ": header quantization.rotation.method is '" + h.method + "', expected 'hadamard'");
   h.online = read_sites(r, "online", path);
   h.offline = read_sites(r, "offline", path);
+  if (r.contains("kv_keys")) {
+    const nlohmann::json& v = r.at("kv_keys");
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0 || (v.get<int64_t>() & (v.get<int64_t>() - 1)) != 0)
+      throw InputError(path + ": header quantization.rotation.kv_keys is " + v.dump() + ", expected a positive power of two (the Hadamard block)");
+    h.kv_keys = v.get<int64_t>();
+  }
   return h;
 }
 

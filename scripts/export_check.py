@@ -73,8 +73,9 @@ def compare_logits(theirs, sqkit_npy, tol, report, what):
 
 def simulate_w8a8(hf_dir, ct_tensors, act, ids, qmax, qmin, div, threads, transform_config=None):
     """Logits of the plain FP32 checkpoint `hf_dir` with every quantized linear's input fake-quantized:
-    per token (dynamic) or per tensor (dynamic: one absmax over the call; static: the export's
-    input_scale), q = clamp(round(x / Δ), qmin, qmax), x' = Δ·q (torch.round: half to even).
+    per token (dynamic), per token and group of inputs (dynamic GROUP strategy) or per tensor
+    (dynamic: one absmax over the call; static: the export's input_scale),
+    q = clamp(round(x / Δ), qmin, qmax), x' = Δ·q (torch.round: half to even).
     With `transform_config` (a compressed-tensors directory with online rotations, loaded
     decompressed) its transforms are applied first, so each input is rotated, then rounded."""
     import torch
@@ -103,6 +104,17 @@ def simulate_w8a8(hf_dir, ct_tensors, act, ids, qmax, qmin, div, threads, transf
 
         def pre(m, inputs, static=static):
             x = inputs[0]
+            if act.get("strategy") == "group":
+                # one step per token and block of group_size inputs (sqkit's per-token-group; the
+                # last block of a row may be shorter: zero padding leaves its absmax unchanged)
+                g = int(act["group_size"])
+                k = x.shape[-1]
+                pad = (-k) % g
+                xp = torch.nn.functional.pad(x, (0, pad)).reshape(*x.shape[:-1], (k + pad) // g, g)
+                step = xp.abs().amax(dim=-1, keepdim=True) / div
+                step = torch.where(step == 0, torch.ones_like(step), step)
+                xq = torch.clamp(torch.round(xp / step), qmin, qmax) * step
+                return (xq.reshape(*x.shape[:-1], k + pad)[..., :k],) + tuple(inputs[1:])
             if static is not None and act.get("dynamic") is False:
                 step = static.float().reshape(())
             elif act.get("strategy") == "token" and div == 127.0:

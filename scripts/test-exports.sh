@@ -106,7 +106,7 @@ rng = random.Random(18)
 open(w + "/cal.txt", "w").write(" ".join(str(rng.randrange(vocab)) for _ in range(512)))
 EOF
   "$BIN/sq-calibrate" -m "$dir" --token-ids "$w/cal.txt" --samples 4 --seq-len 64 --hessian -o "$w/calib.h5" -q -t 2
-  for scheme in w8a8-o1 w8a8-o3 w8a8-pc w8a8-default w4a16-sym w4a16-asym w4a16-mixed; do
+  for scheme in w8a8-o1 w8a8-o3 w8a8-pc w8a8-default w8a8-group w4a16-sym w4a16-asym w4a16-mixed; do
     case $scheme in
       # per-channel weights: what fused q/k/v architectures export (one per-tensor scale cannot hold three);
       # --rotate none: the export formats have no online Hadamard (sq-export refuses rotated files)
@@ -114,6 +114,9 @@ EOF
       # the default recipe: SmoothQuant, online Hadamard rotations (compressed-tensors' transform_config;
       # refused by GGUF and hf), GPTQ on the calibration file's Hessians
       w8a8-default) args=(--calib "$w/calib.h5"); tol=$TOL_W8 ;;
+      # per-token-group activations (a step per token and 32 inputs): compressed-tensors' dynamic
+      # GROUP input strategy; GGUF Q8_0 (llama.cpp quantizes activations per block of 32 itself)
+      w8a8-group) args=(--scheme w8a8 --act per-token-group --rotate none --calib "$w/calib.h5"); tol=$TOL_W8 ;;
       w8a8-o1) args=(--scheme w8a8 --preset O1 --calib "$w/calib.h5"); tol=$TOL_W8 ;;
       w8a8-o3) args=(--scheme w8a8 --preset O3 --calib "$w/calib.h5"); tol=$TOL_W8 ;;
       w4a16-sym) args=(--scheme w4a16 --sym --group-size 32 --gptq --act-order --calib "$w/calib.h5"); tol=$TOL_W4 ;;

@@ -57,6 +57,7 @@ class ExportFixture : public ::testing::Test {
     const std::vector<std::pair<std::string, std::vector<std::string>>> schemes = {
         {"w8a8-o1", {"--scheme", "w8a8", "--preset", "O1", "--calib", calib()}},
         {"w8a8-o3", {"--scheme", "w8a8", "--preset", "O3", "--calib", calib()}},
+        {"w8a8-group", {"--scheme", "w8a8", "--act", "per-token-group", "--rotate", "none", "--no-gptq", "--calib", calib()}},
         {"w4a16-sym", {"--scheme", "w4a16", "--group-size", "32", "--sym"}},
         {"w4a16-asym", {"--scheme", "w4a16", "--group-size", "32", "--asym"}},
         {"w4a16-gptq-ao", {"--scheme", "w4a16", "--group-size", "32", "--asym", "--gptq", "--act-order", "--calib", calib()}},
@@ -158,6 +159,24 @@ TEST_F(ExportFixture, CompressedTensorsW8A8O1CodesScalesAndConfig) {
   EXPECT_TRUE(st.has("model.layers.0.self_attn.q_proj.bias"));  // Qwen2's q/k/v biases
   EXPECT_EQ(st.dtype("lm_head.weight"), "F32");
   EXPECT_EQ(st.load_f32("model.norm.weight").numel(), 64);
+}
+
+TEST_F(ExportFixture, CompressedTensorsW8A8PerTokenGroupIsTheDynamicGroupStrategy) {
+  // --act per-token-group: one step per token and 32 inputs, compressed-tensors' dynamic GROUP input
+  // strategy with group_size 32 (scripts/export_check.py runs it in transformers); no input_scale.
+  const std::string out = out_dir("w8a8-group");
+  const ProcessResult r = run_export("w8a8-group", "compressed-tensors", out);
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_EQ(SqmFile::open(sqm("w8a8-group"))->header().at("quantization").at("act"), "per-token-group");
+  const nlohmann::json qc = read_json(out + "/config.json").at("quantization_config");
+  const nlohmann::json& ia = qc.at("config_groups").at("group_0").at("input_activations");
+  EXPECT_EQ(ia.at("strategy"), "group");
+  EXPECT_EQ(ia.at("group_size"), 32);
+  EXPECT_EQ(ia.at("dynamic"), true);
+  EXPECT_EQ(ia.at("num_bits"), 8);
+  const SafetensorsFile st(out + "/model.safetensors");
+  EXPECT_FALSE(st.has(layer_linear(0, "self_attn.q_proj") + ".input_scale"));
+  EXPECT_TRUE(st.has(layer_linear(0, "self_attn.q_proj") + ".weight_scale"));
 }
 
 TEST_F(ExportFixture, CompressedTensorsW8A8O3StaticInputScalesAndFp8KvScales) {

@@ -123,7 +123,7 @@ TEST(CudaLinear, Int8ActivationQuantizationIsBitIdenticalAndZeroPadded) {
   for (ActQuant mode : {ActQuant::PerToken, ActQuant::PerTensorDynamic, ActQuant::PerTensorStatic}) {
     const float static_step = mode == ActQuant::PerTensorStatic ? 0.004f : 0.0f;  // clamps some values
     std::vector<int8_t> qref(size_t(n * k));
-    std::vector<float> sref(size_t(act_scale_count(mode, n)));
+    std::vector<float> sref(size_t(act_scale_count(mode, n, k)));
     quantize_activations(in.x172.data(), n, k, mode, static_step, qref.data(), sref.data());
     DeviceArray<float> dx(in.x172), ds(sref.size());
     DeviceArray<int8_t> dq(size_t(n * ldq));

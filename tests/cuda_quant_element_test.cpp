@@ -59,7 +59,7 @@ TEST(CudaQuantElement, PadInt8MatrixKeepsValuesAndZeroFills) {
 void replay_quantize(const float* x, int64_t n, int64_t k, ActQuant mode, float static_step, std::vector<int8_t>& q,
                      std::vector<float>& scales) {
   q.assign(size_t(n * k), 0);
-  scales.assign(size_t(act_scale_count(mode, n)), 0.0f);
+  scales.assign(size_t(act_scale_count(mode, n, k)), 0.0f);
   float all = 0.0f;
   for (int64_t i = 0; i < n * k; ++i) all = std::max(all, std::fabs(x[i]));
   for (int64_t i = 0; i < n; ++i) {
@@ -96,7 +96,7 @@ TEST(CudaQuantElement, Int8ActivationQuantizationIsBitIdenticalToCpuOnRealActiva
       // Static: a calibrated step smaller than most absmaxes, so clamping at ±127 happens.
       const float static_step = mode == ActQuant::PerTensorStatic ? 0.004f : 0.0f;
       std::vector<int8_t> qref(c.x->size()), q;
-      std::vector<float> sref(size_t(act_scale_count(mode, in.n))), s;
+      std::vector<float> sref(size_t(act_scale_count(mode, in.n, c.k))), s;
       quantize_activations(c.x->data(), in.n, c.k, mode, static_step, qref.data(), sref.data());
       replay_quantize(c.x->data(), in.n, c.k, mode, static_step, q, s);
       EXPECT_EQ(s, sref) << to_string(mode) << " k " << c.k;

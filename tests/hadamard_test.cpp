@@ -174,28 +174,31 @@ TEST(HadamardInputLinear, RotatingTheInputUndoesTheFoldedWeight) {
 TEST(HadamardInputLinear, W8A8RotatesWhileQuantizingWithTheSameBits) {
   // The fused path (quantize_activations_u8_hadamard: each row rotated in a per-thread buffer and
   // quantized from there) against the two-step definition: ops::hadamard_rows, then per-token
-  // quantize_activations_u8. Widths with blocks 64 (SmolLM2's 576) and 512 (its 1536), a row with
-  // one huge channel (what the rotation exists for), every row count around the thread split.
+  // quantize_activations_u8, per token and per token group. Widths with blocks 64 (SmolLM2's 576)
+  // and 512 (its 1536), a row with one huge channel (what the rotation exists for), every row count
+  // around the thread split.
+  for (const ActQuant aq : {ActQuant::PerToken, ActQuant::PerTokenGroup})
   for (const auto& [in, b] : std::vector<std::pair<int64_t, int64_t>>{{576, 64}, {1536, 512}, {96, 32}}) {
     for (int64_t n : {int64_t(1), int64_t(5), int64_t(300)}) {
-      SCOPED_TRACE("in " + std::to_string(in) + " block " + std::to_string(b) + " rows " + std::to_string(n));
+      SCOPED_TRACE(std::string(to_string(aq)) + " in " + std::to_string(in) + " block " + std::to_string(b) + " rows " + std::to_string(n));
       std::vector<float> x = normal_floats(n * in, uint32_t(in + n));
       x[size_t(in / 3)] = 400.0f;  // row 0: one outlier channel
       const int64_t ld = in + 64;
       std::vector<float> rotated(x.size());
       ops::hadamard_rows(x.data(), rotated.data(), n, in, b);
       std::vector<uint8_t> want(size_t(n * ld)), got(size_t(n * ld), 7);
-      std::vector<float> want_s(static_cast<size_t>(n)), got_s(static_cast<size_t>(n));
-      quantize_activations_u8(rotated.data(), n, in, ActQuant::PerToken, 0.0f, want.data(), ld, want_s.data());
-      quantize_activations_u8_hadamard(x.data(), n, in, b, got.data(), ld, got_s.data());
+      std::vector<float> want_s(static_cast<size_t>(act_scale_count(aq, n, in))), got_s(want_s.size());
+      quantize_activations_u8(rotated.data(), n, in, aq, 0.0f, want.data(), ld, want_s.data());
+      quantize_activations_u8_hadamard(x.data(), n, in, b, aq, got.data(), ld, got_s.data());
       EXPECT_EQ(got, want);
       EXPECT_EQ(got_s, want_s);
-      // The rotation spreads the outlier: row 0's step is far below the unrotated absmax/127.
-      EXPECT_LT(got_s[0], 0.5f * 400.0f / 127.0f);
+      // The rotation spreads the outlier: row 0's (largest) step is far below the unrotated absmax/127.
+      const int64_t groups = act_groups_per_row(aq, in);
+      EXPECT_LT(*std::max_element(got_s.begin(), got_s.begin() + groups), 0.5f * 400.0f / 127.0f);
       // And the whole layer: a W8A8 linear behind HadamardInputLinear equals the W8A8 linear on R·x.
       const int64_t out = 48;
       const std::vector<float> w = normal_floats(out * in, uint32_t(in));
-      auto q = std::make_unique<W8A8Linear>(Tensor::from_vector({out, in}, w), WeightGranularity::PerChannel, ActQuant::PerToken);
+      auto q = std::make_unique<W8A8Linear>(Tensor::from_vector({out, in}, w), WeightGranularity::PerChannel, aq);
       std::vector<float> y0(size_t(n * out)), y1(size_t(n * out));
       q->forward(rotated.data(), n, y0.data());
       const HadamardInputLinear layer(std::move(q), b);
@@ -205,7 +208,7 @@ TEST(HadamardInputLinear, W8A8RotatesWhileQuantizingWithTheSameBits) {
   }
   {
     // Other activation modes rotate first (HadamardInputLinear::rotated_input), the same layer output;
-    // W8A8Linear itself rotates while quantizing per token only.
+    // W8A8Linear itself rotates while quantizing per token (group) only.
     const int64_t in = 192, out = 16, n = 9, b = 64;
     const std::vector<float> x = normal_floats(n * in, 31), w = normal_floats(out * in, 32);
     std::vector<float> rotated(x.size());
@@ -223,9 +226,11 @@ TEST(HadamardInputLinear, W8A8RotatesWhileQuantizingWithTheSameBits) {
   bad[70] = std::numeric_limits<float>::quiet_NaN();
   std::vector<uint8_t> q(2 * 64);
   std::vector<float> s(2);
-  EXPECT_THROW(quantize_activations_u8_hadamard(bad.data(), 2, 64, 64, q.data(), 64, s.data()), std::invalid_argument);
-  EXPECT_THROW(quantize_activations_u8_hadamard(bad.data(), 2, 64, 48, q.data(), 64, s.data()), std::invalid_argument);
-  EXPECT_THROW(quantize_activations_u8_hadamard(bad.data(), 2, 64, 64, q.data(), 60, s.data()), std::invalid_argument);
+  EXPECT_THROW(quantize_activations_u8_hadamard(bad.data(), 2, 64, 64, ActQuant::PerToken, q.data(), 64, s.data()), std::invalid_argument);
+  EXPECT_THROW(quantize_activations_u8_hadamard(bad.data(), 2, 64, 48, ActQuant::PerToken, q.data(), 64, s.data()), std::invalid_argument);
+  EXPECT_THROW(quantize_activations_u8_hadamard(bad.data(), 2, 64, 64, ActQuant::PerToken, q.data(), 60, s.data()), std::invalid_argument);
+  EXPECT_THROW(quantize_activations_u8_hadamard(bad.data(), 2, 64, 64, ActQuant::PerTensorDynamic, q.data(), 64, s.data()),
+               std::invalid_argument);
 }
 
 TEST(RotationHeader, ReadsTheSitesAndRefusesMalformedOnes) {
@@ -240,6 +245,15 @@ TEST(RotationHeader, ReadsTheSitesAndRefusesMalformedOnes) {
   nlohmann::json offline_only = q;
   offline_only["rotation"].erase("online");
   refuse_online_rotation(offline_only, "m.sqm", "GGUF");  // folded into the weights: exportable
+  // kv_keys: the per-head query/key rotation, 0 when absent; it cancels in q·k, so exports keep it
+  // out of their way too.
+  EXPECT_EQ(h.kv_keys, 0);
+  offline_only["rotation"]["kv_keys"] = 64;
+  EXPECT_EQ(rotation_from_quantization(offline_only, "m.sqm").kv_keys, 64);
+  refuse_online_rotation(offline_only, "m.sqm", "GGUF");
+  nlohmann::json bad_keys = offline_only;
+  bad_keys["rotation"]["kv_keys"] = 48;
+  test::expect_error<InputError>([&] { rotation_from_quantization(bad_keys, "m.sqm"); }, {"m.sqm", "kv_keys", "power of two"});
 
   nlohmann::json bad = q;
   bad["rotation"]["method"] = "givens";

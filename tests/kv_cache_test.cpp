@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -18,6 +19,7 @@
 #include "formats/tokenizer.h"
 #include "model/decoder.h"
 #include "model/sqm_kv_cache.h"
+#include "ops/hadamard.h"
 #include "ops/ops.h"
 #include "quant/kv_codec.h"
 #include "runtime/kv_cache.h"
@@ -298,6 +300,66 @@ TEST(KVEval, UniformBaselinesMatchTheIndependentNumpyCheck) {
     // Measured bytes = the layout's arithmetic exactly (5 layers × K and V × (codes + 4 per group)).
     EXPECT_DOUBLE_EQ(res.kv_bytes_per_token, r.bytes) << r.kv;
   }
+}
+
+// Decoder::set_key_rotation (QuaRot §3's online rotation of queries and keys, recorded by
+// sq-convert --rotate hadamard as quantization.rotation.kv_keys): a quantized cache holds R·k for
+// every key k, an FP32 cache is untouched, and the scores do not change beyond the cache's rounding.
+TEST(KVEval, KeyRotationStoresRotatedKeysAndKeepsTheScores) {
+  const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
+  Decoder plain = Decoder::from_checkpoint(ck), rotated = Decoder::from_checkpoint(ck);
+  const ModelConfig& c = plain.config();
+  const int64_t hd = c.head_dim, kvw = int64_t(c.n_kv_heads) * hd, block = hd;  // stories260K: head_dim 8
+  rotated.set_key_rotation(block);
+  EXPECT_EQ(rotated.key_rotation(), block);
+  EXPECT_THROW(rotated.set_key_rotation(3), std::invalid_argument);
+  EXPECT_THROW(rotated.set_key_rotation(2 * hd), std::invalid_argument);
+  auto tok = load_tokenizer(test::stories_tokenizer());
+  const auto ids32 = tok->encode("Once upon a time, there was a little girl named Lily. She loved to play outside in the park.", true, false);
+  const std::vector<int32_t> ids(ids32.begin(), ids32.end());
+  const int64_t n = static_cast<int64_t>(ids.size());
+  auto run = [&](const Decoder& m, KVCache& cache) {
+    Workspace ws;
+    std::vector<float> logits(size_t(n * c.vocab_size));
+    m.forward(ids.data(), n, cache, ws, logits.data(), LogitsFor::AllTokens);
+    return logits;
+  };
+  // FP32 cache: nothing is rotated, the same bits.
+  KVCache f1(c, n), f2(c, n);
+  const std::vector<float> ref = run(plain, f1);
+  EXPECT_EQ(run(rotated, f2), ref);
+  // int8 cache: every stored key of layer 0 is R·k (k: the FP32 run's post-RoPE key; later layers'
+  // inputs differ by the cache's rounding) up to one quantization step of its (token, head) group,
+  // (max − min)/255 (half a step of rounding, plus the FP16 scale and zero point); unrotated keys
+  // stored there would miss R·k by O(|k|).
+  KVCache q8(c, n, parse_kv_spec("int8"));
+  const std::vector<float> got = run(rotated, q8);
+  std::vector<float> kb, vb, kb32, vb32;
+  for (int l = 0; l < 1; ++l) {
+    const KVCache::View v32 = f1.read(l, n, kb32, vb32);
+    std::vector<float> want(v32.keys, v32.keys + n * kvw);
+    ops::hadamard_rows(want.data(), n, kvw, block);
+    const KVCache::View v8 = q8.read(l, n, kb, vb);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t h = 0; h < c.n_kv_heads; ++h) {
+        const float* w = want.data() + t * kvw + h * hd;
+        const auto [lo, hi] = std::minmax_element(w, w + hd);
+        const float step = (*hi - *lo) / 255.0f;
+        for (int64_t j = 0; j < hd; ++j)
+          ASSERT_LE(std::fabs(v8.keys[t * kvw + h * hd + j] - w[j]), step + 1e-6f) << "layer " << l << " token " << t << " head " << h;
+      }
+  }
+  // And the logits stay within the int8 cache's noise of FP32's: the unrotated model on the same
+  // int8 cache sets the scale (a missing rotation of the queries would scramble every score).
+  KVCache q8_plain(c, n, parse_kv_spec("int8"));
+  const std::vector<float> got_plain = run(plain, q8_plain);
+  float worst = 0.0f, worst_plain = 0.0f;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    worst = std::max(worst, std::fabs(got[i] - ref[i]));
+    worst_plain = std::max(worst_plain, std::fabs(got_plain[i] - ref[i]));
+  }
+  std::printf("[ key rotation ] int8 cache: max |logit - FP32| %.4f rotated, %.4f unrotated\n", worst, worst_plain);
+  EXPECT_LT(worst, 2.0f * worst_plain);
 }
 
 TEST(KVCli, KvOptionsAndHeader) {

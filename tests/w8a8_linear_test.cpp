@@ -34,6 +34,8 @@ std::vector<int8_t> random_int8(int64_t n, uint32_t seed) {
   return v;
 }
 
+int64_t round_up_64(int64_t k) { return (k + 63) / 64 * 64; }
+
 /// Independent scalar Eq. 3.1 quantizer for one value.
 int scalar_q(float x, float step) {
   const double v = std::nearbyint(static_cast<double>(x / step));
@@ -203,13 +205,52 @@ TEST(Int8Quantize, BiasedU8LayoutPadsWithQuantizedZero) {
   EXPECT_THROW(quantize_activations_u8(x.data(), n, k, ActQuant::PerToken, 0, u.data(), k - 1, s2.data()), std::invalid_argument);
 }
 
+TEST(Int8Quantize, PerTokenGroupHasOneStepPerBlockOf32) {
+  // Row 0: an outlier (50) in block 1 of 3 (k = 70: blocks of 32, 32 and 6 channels); row 1 all
+  // zeros. Each block's step is its own absmax / 127, so the outlier costs block 1 alone its
+  // resolution, and every element is within half its block's step (Eq. 3.1 per block).
+  const int64_t n = 2, k = 70, G = 3;
+  EXPECT_EQ(act_groups_per_row(ActQuant::PerTokenGroup, k), G);
+  EXPECT_EQ(act_scale_count(ActQuant::PerTokenGroup, n, k), n * G);
+  EXPECT_EQ(act_scale_count(ActQuant::PerToken, n, k), n);
+  std::vector<float> x = normal_vector(n * k, 5, 0.5f);
+  x[40] = 50.0f;
+  std::fill(x.begin() + k, x.end(), 0.0f);
+  std::vector<int8_t> q(static_cast<size_t>(n * k));
+  std::vector<float> s(static_cast<size_t>(n * G));
+  quantize_activations(x.data(), n, k, ActQuant::PerTokenGroup, 0.0f, q.data(), s.data());
+  for (int64_t g = 0; g < G; ++g) {
+    float m = 0.0f;
+    for (int64_t t = 32 * g; t < std::min(k, 32 * g + 32); ++t) m = std::max(m, std::fabs(x[size_t(t)]));
+    EXPECT_EQ(s[size_t(g)], m / 127.0f) << g;
+    for (int64_t t = 32 * g; t < std::min(k, 32 * g + 32); ++t) {
+      EXPECT_EQ(int(q[size_t(t)]), scalar_q(x[size_t(t)], s[size_t(g)])) << t;
+      EXPECT_LE(std::fabs(x[size_t(t)] - s[size_t(g)] * q[size_t(t)]), 0.5f * s[size_t(g)] * (1 + 1e-6f)) << t;
+    }
+  }
+  EXPECT_EQ(s[1], 50.0f / 127.0f);
+  EXPECT_LT(s[0], 0.05f * s[1]);  // block 0 keeps a fine step (absmax ≈ 3σ = 1.5)
+  for (int64_t g = 0; g < G; ++g) EXPECT_EQ(s[size_t(G + g)], 1.0f);  // all-zero blocks: step 1
+  // The biased layout: the same codes + 128, padded with quantized zero.
+  std::vector<uint8_t> u(static_cast<size_t>(n * 128), 0);
+  std::vector<float> s2(s.size());
+  quantize_activations_u8(x.data(), n, k, ActQuant::PerTokenGroup, 0.0f, u.data(), 128, s2.data());
+  EXPECT_EQ(s2, s);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < k; ++j) EXPECT_EQ(int(u[size_t(i * 128 + j)]), int(q[size_t(i * k + j)]) + 128);
+    for (int64_t j = k; j < 128; ++j) EXPECT_EQ(u[size_t(i * 128 + j)], 128);
+  }
+  x[3] = std::numeric_limits<float>::infinity();
+  EXPECT_THROW(quantize_activations(x.data(), n, k, ActQuant::PerTokenGroup, 0.0f, q.data(), s.data()), std::invalid_argument);
+}
+
 TEST(Int8Quantize, ThreadCountIndependent) {
   ThreadCount restore;
   const int64_t n = 1100, k = 4000;  // above the parallel threshold (4M elements)
   const auto x = normal_vector(n * k, 21);
-  for (ActQuant mode : {ActQuant::PerToken, ActQuant::PerTensorDynamic, ActQuant::PerTensorStatic}) {
+  for (ActQuant mode : {ActQuant::PerToken, ActQuant::PerTensorDynamic, ActQuant::PerTensorStatic, ActQuant::PerTokenGroup}) {
     std::vector<int8_t> q1(static_cast<size_t>(n * k)), q2(q1.size());
-    std::vector<float> s1(static_cast<size_t>(n)), s2(s1.size());
+    std::vector<float> s1(static_cast<size_t>(act_scale_count(mode, n, k))), s2(s1.size());
     omp_set_num_threads(1);
     quantize_activations(x.data(), n, k, mode, 0.02f, q1.data(), s1.data());
     omp_set_num_threads(2);
@@ -360,6 +401,97 @@ TEST(Int8Gemm, FusedDequantIsBitIdenticalAcrossBackends) {
       }
 }
 
+/// The per-token-group product from its definition (quant/int8_gemm_grouped.h): exact INT32 sums
+/// of each block of 32 inputs, then float fmas over the blocks in order, then the weight step and
+/// bias. Independent of the library's code (plain loops).
+std::vector<float> grouped_definition(const std::vector<int8_t>& A, const std::vector<int8_t>& B, const std::vector<float>& sa,
+                                      const std::vector<float>& sb, const float* bias, int64_t m, int64_t n, int64_t k) {
+  const int64_t G = (k + 31) / 32;
+  std::vector<float> y(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = 0.0f;
+      for (int64_t g = 0; g < G; ++g) {
+        int64_t s = 0;
+        for (int64_t t = 32 * g; t < std::min(k, 32 * g + 32); ++t) s += int64_t(A[i * k + t]) * B[j * k + t];
+        acc = std::fma(static_cast<float>(s), sa[i * G + g], acc);
+      }
+      y[i * n + j] = bias ? std::fma(acc, sb[j], bias[j]) : acc * sb[j];
+    }
+  return y;
+}
+
+TEST(Int8Gemm, PerTokenGroupEqualsItsDefinitionOnEveryBackend) {
+  // Row counts around the 4-row register block, column counts around the 48/32-column panels and
+  // 16-column vectors, k with a partial last block (200 = 6·32 + 8; 31: one short block) or whole
+  // ones; the s8 and both biased-u8 entry points (row stride not a multiple of 4: copied first).
+  for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {1, 67, 200}, {3, 48, 64}, {4, 16, 31}, {5, 100, 576}, {19, 67, 200}, {37, 33, 1000}}) {
+    SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k));
+    const int64_t G = (k + 31) / 32;
+    const auto A = random_int8(m * k, uint32_t(m + k)), B = random_int8(n * k, uint32_t(n + k));
+    std::vector<float> sa = normal_vector(m * G, 51), sb = normal_vector(n, 52);
+    for (auto& v : sa) v = 0.001f + std::fabs(v);
+    for (auto& v : sb) v = 0.001f + std::fabs(v);
+    const auto bias = normal_vector(n, 53);
+    for (bool with_bias : {true, false}) {
+      const auto want = grouped_definition(A, B, sa, sb, with_bias ? bias.data() : nullptr, m, n, k);
+      Int8Dequant dq;
+      dq.a_scales = sa.data();
+      dq.a_group = kActGroupSize;
+      dq.b_scales = sb.data();
+      dq.b_per_col = true;
+      dq.bias = with_bias ? bias.data() : nullptr;
+      std::vector<float> got(want.size());
+      int8_gemm_dequant_reference(A.data(), B.data(), dq, got.data(), m, n, k);
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << "reference";
+      for (Int8Backend b : backends()) {
+        const PackedInt8Weights w(B.data(), n, k, b);
+        std::fill(got.begin(), got.end(), 0.0f);
+        w.gemm_f32(A.data(), m, dq, got.data());
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << to_string(b);
+        for (int64_t lda : {k + 3, round_up_64(k)}) {
+          std::vector<uint8_t> Au(static_cast<size_t>(m * lda), 7);
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t t = 0; t < k; ++t) Au[i * lda + t] = static_cast<uint8_t>(A[i * k + t] + 128);
+          std::fill(got.begin(), got.end(), 0.0f);
+          w.gemm_f32_biased(Au.data(), lda, m, dq, got.data());
+          ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << to_string(b) << " lda " << lda;
+        }
+      }
+    }
+    // One step per row repeated over its blocks: the same product as per-token steps, up to the
+    // float rounding of the block-wise sum (each block sum is exact; ≤ G roundings of about 2^-24
+    // relative to the running sum, bound 1e-5 of the row's largest magnitude).
+    std::vector<float> sa_rows(static_cast<size_t>(m)), sa_rep(static_cast<size_t>(m * G));
+    for (int64_t i = 0; i < m; ++i) {
+      sa_rows[size_t(i)] = sa[size_t(i * G)];
+      for (int64_t g = 0; g < G; ++g) sa_rep[size_t(i * G + g)] = sa_rows[size_t(i)];
+    }
+    Int8Dequant per_token{sa_rows.data(), true, sb.data(), true, nullptr}, per_group = per_token;
+    per_group.a_scales = sa_rep.data();
+    per_group.a_group = kActGroupSize;
+    std::vector<float> yt(size_t(m * n)), yg(yt.size());
+    int8_gemm_dequant(A.data(), B.data(), per_token, yt.data(), m, n, k);
+    int8_gemm_dequant(A.data(), B.data(), per_group, yg.data(), m, n, k);
+    for (int64_t i = 0; i < m; ++i) {
+      float row_max = 0.0f;
+      for (int64_t j = 0; j < n; ++j) row_max = std::max(row_max, std::fabs(yt[size_t(i * n + j)]));
+      for (int64_t j = 0; j < n; ++j) ASSERT_NEAR(yg[size_t(i * n + j)], yt[size_t(i * n + j)], 1e-5f * row_max) << i << " " << j;
+    }
+  }
+  Int8Dequant bad;
+  std::vector<float> y(4);
+  const auto A = random_int8(64, 1), B = random_int8(64, 2);
+  bad.a_group = 16;
+  std::vector<float> s(2, 1.0f);
+  bad.a_scales = s.data();
+  EXPECT_THROW(int8_gemm_dequant(A.data(), B.data(), bad, y.data(), 1, 1, 64), std::invalid_argument);
+  bad.a_group = 32;
+  bad.a_scales = nullptr;
+  EXPECT_THROW(int8_gemm_dequant(A.data(), B.data(), bad, y.data(), 1, 1, 64), std::invalid_argument);
+}
+
 TEST(Int8Gemm, ThreadCountIndependent) {
   ThreadCount restore;
   const int64_t m = 70, n = 1000, k = 1030;  // 72M multiply-adds: runs in parallel with 2 threads
@@ -380,6 +512,16 @@ TEST(Int8Gemm, ThreadCountIndependent) {
     w.gemm_f32(A.data(), m, dq, y2.data());
     EXPECT_EQ(c1, c2) << to_string(b);
     EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * 4), 0) << to_string(b);
+    // Per-token-group steps: the same independence.
+    std::vector<float> sg(static_cast<size_t>(m * ((k + 31) / 32)), 0.25f);
+    Int8Dequant dqg = dq;
+    dqg.a_scales = sg.data();
+    dqg.a_group = kActGroupSize;
+    omp_set_num_threads(1);
+    w.gemm_f32(A.data(), m, dqg, y1.data());
+    omp_set_num_threads(2);
+    w.gemm_f32(A.data(), m, dqg, y2.data());
+    EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * 4), 0) << to_string(b) << " per-token-group";
   }
 }
 
@@ -440,7 +582,7 @@ TEST(W8A8Linear, MatchesDenseLinearWithinQuantizationNoise) {
       for (int64_t i = 0; i < n; ++i)
         for (int64_t j = 0; j < out; ++j) y_nb[i * out + j] = y[i * out + j] - bv[j];
       std::vector<int8_t> xq(static_cast<size_t>(n * in));
-      std::vector<float> xs(static_cast<size_t>(act_scale_count(aq, n)));
+      std::vector<float> xs(static_cast<size_t>(act_scale_count(aq, n, in)));
       lin.quantize_input(x.data(), n, xq.data(), xs.data());
       const double expected = expected_rel_error(x, xs, n, wv, lin.weight_scales(), out, in);
       const double err = rel_frobenius(y_nb, y_nobias_ref);
@@ -480,12 +622,56 @@ TEST(W8A8Linear, StaticModeClampsActivationsBeyondCalibratedRange) {
   EXPECT_GT(rel_frobenius(y, y_full), 0.1);
 }
 
+TEST(W8A8Linear, PerTokenGroupStepsConfineAnOutlierChannelToItsBlock) {
+  // Activations with one outlier channel (×60, as the massive activations of LLMs' residual
+  // stream): per-token steps are set by the outlier, so every other channel of the token is
+  // rounded coarsely; per-token-group steps only coarsen the outlier's block of 32. By the noise
+  // model of expected_rel_error, the input error variance falls by about the fraction of blocks
+  // the outlier does not touch, so the output error must be well under half of per-token's; and it
+  // must stay within 1.5× the model's estimate computed from the group steps themselves.
+  const int64_t n = 16, in = 512, out = 64;
+  auto x = normal_vector(n * in, 91);
+  for (int64_t i = 0; i < n; ++i) x[size_t(i * in + 100)] *= 60.0f;
+  const auto wv = normal_vector(out * in, 92, 0.05f);
+  const Tensor W = Tensor::from_vector({out, in}, wv);
+  std::vector<float> y_ref(static_cast<size_t>(n * out));
+  DenseLinear(W).forward(x.data(), n, y_ref.data());
+  double err[2];
+  int idx = 0;
+  for (ActQuant aq : {ActQuant::PerToken, ActQuant::PerTokenGroup}) {
+    const W8A8Linear lin(W, WeightGranularity::PerChannel, aq);
+    EXPECT_EQ(lin.format(), std::string("w8a8-per-channel-") + to_string(aq));
+    std::vector<float> y(y_ref.size());
+    lin.forward(x.data(), n, y.data());
+    err[idx++] = rel_frobenius(y, y_ref);
+    if (aq == ActQuant::PerTokenGroup) {
+      std::vector<int8_t> xq(static_cast<size_t>(n * in));
+      std::vector<float> xs(static_cast<size_t>(act_scale_count(aq, n, in)));
+      lin.quantize_input(x.data(), n, xq.data(), xs.data());
+      // Noise model per element: each input's error variance is its own block's Δ²/12.
+      double num = 0, den = 0;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t t = 0; t < in; ++t) {
+          const double d = xs[size_t(i * (in / 32) + t / 32)];
+          num += d * d / 12.0;
+          den += double(x[size_t(i * in + t)]) * x[size_t(i * in + t)];
+        }
+      double dw2 = 0, w2 = 0;
+      for (float s : lin.weight_scales()) dw2 += double(s) * s / double(out);
+      for (float v : wv) w2 += double(v) * v / double(wv.size());
+      const double expected = std::sqrt(num / den + dw2 / 12 / w2);
+      EXPECT_LT(err[1], 1.5 * expected);
+    }
+  }
+  EXPECT_LT(err[1], 0.5 * err[0]) << "per-token " << err[0] << ", per-token-group " << err[1];
+}
+
 TEST(W8A8Linear, BackendsAndEntryPointsAgreeBitForBit) {
   const int64_t n = 23, in = 130, out = 77;
   const auto x = normal_vector(n * in, 71);
   const Tensor W = Tensor::from_vector({out, in}, normal_vector(out * in, 72, 0.1f));
   const Tensor b = Tensor::from_vector({out}, normal_vector(out, 73));
-  for (ActQuant aq : {ActQuant::PerToken, ActQuant::PerTensorDynamic, ActQuant::PerTensorStatic}) {
+  for (ActQuant aq : {ActQuant::PerToken, ActQuant::PerTensorDynamic, ActQuant::PerTensorStatic, ActQuant::PerTokenGroup}) {
     std::vector<std::vector<float>> results;
     for (Int8Backend be : backends()) {
       const W8A8Linear lin(W, WeightGranularity::PerChannel, aq, 0.02f, b, be);
@@ -493,7 +679,7 @@ TEST(W8A8Linear, BackendsAndEntryPointsAgreeBitForBit) {
       std::vector<float> y(static_cast<size_t>(n * out)), yq(y.size());
       lin.forward(x.data(), n, y.data());
       std::vector<int8_t> xq(static_cast<size_t>(n * in));
-      std::vector<float> xs(static_cast<size_t>(act_scale_count(aq, n)));
+      std::vector<float> xs(static_cast<size_t>(act_scale_count(aq, n, in)));
       lin.quantize_input(x.data(), n, xq.data(), xs.data());
       lin.forward_quantized(xq.data(), xs.data(), n, yq.data());
       EXPECT_EQ(std::memcmp(y.data(), yq.data(), y.size() * 4), 0) << to_string(be);

@@ -60,7 +60,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--preset", preset, "O1 | O2 | O3 (SmoothQuant Table 3.2)");
   app.add_option("--weight", weight, "per-channel | per-tensor (overrides the preset)");
-  app.add_option("--act", act, "per-token | per-tensor-dynamic | per-tensor-static (overrides the preset)");
+  app.add_option("--act", act, "per-token | per-token-group (a step per token and block of 32 inputs, as llama.cpp's Q8_0 dot product) | "
+                 "per-tensor-dynamic | per-tensor-static (overrides the preset)");
   CLI::Option* head_opt = app.add_flag(
       "--quantize-head,!--no-quantize-head", o.quantize_head,
       "Also quantize the token embedding and LM head to INT8 rows with one step per row (dequantized on lookup; the head runs with FP32 "

@@ -12,6 +12,7 @@
 #include "formats/rotation_header.h"
 #include "formats/safetensors.h"
 #include "model/decoder_linears.h"
+#include "quant/int8_quantize.h"
 
 namespace sq {
 
@@ -146,6 +147,11 @@ nlohmann::ordered_json weights_args(const ExportInput& in) {
 nlohmann::ordered_json input_args(const ExportInput& in) {
   if (in.scheme != "w8a8") return nullptr;
   const std::string a = in.quant.value("act", std::string("per-token"));
+  // per-token-group: compressed-tensors' dynamic GROUP strategy along the input (group_size 32),
+  // which its QuantizationArgs accept; vLLM's INT8 W8A8 kernels take per-token or per-tensor
+  // activation scales only (docs/formats.md), so such an export is for transformers.
+  if (a == "per-token-group")
+    return {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"group_size", kActGroupSize}, {"strategy", "group"}, {"dynamic", true}};
   const bool token = a == "per-token", dynamic = a != "per-tensor-static";
   return {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"group_size", nullptr}, {"strategy", token ? "token" : "tensor"},
           {"dynamic", dynamic}};

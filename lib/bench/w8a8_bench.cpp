@@ -31,10 +31,10 @@ nlohmann::json run_w8a8_linear_bench(int tokens, double min_seconds) {
   out["load_average_before"] = load_average();
   std::printf("== W8A8 linear (INT8 GEMM, default backend %s) vs OpenBLAS FP32 sgemm, %d tokens, %d threads, load average %.2f ==\n",
               to_string(resolve_int8_backend(Int8Backend::Auto)), tokens, threads, load_average());
-  std::printf("%-22s %9s | %-22s | %-22s | %-22s | %-22s%s\n", "shape", "sgemm", "W8A8Linear per-token", "int8 GEMM only",
-              "oneDNN W8A8Linear", "oneDNN int8 GEMM", vnni_column ? " | VNNI W8A8Linear       | VNNI int8 GEMM" : "");
-  std::printf("%-22s %9s | %-22s | %-22s | %-22s | %-22s%s\n", "", "GFLOP/s", "GOP/s   x sgemm", "GOP/s   x sgemm", "GOP/s   x sgemm",
-              "GOP/s   x sgemm", vnni_column ? " | GOP/s   x sgemm        | GOP/s   x sgemm" : "");
+  std::printf("%-22s %9s | %-22s | %-22s | %-22s | %-22s | %-22s%s\n", "shape", "sgemm", "W8A8Linear per-token", "per-token-group",
+              "int8 GEMM only", "oneDNN W8A8Linear", "oneDNN int8 GEMM", vnni_column ? " | VNNI W8A8Linear       | VNNI int8 GEMM" : "");
+  std::printf("%-22s %9s | %-22s | %-22s | %-22s | %-22s | %-22s%s\n", "", "GFLOP/s", "GOP/s   x sgemm", "GOP/s   x sgemm",
+              "GOP/s   x sgemm", "GOP/s   x sgemm", "GOP/s   x sgemm", vnni_column ? " | GOP/s   x sgemm        | GOP/s   x sgemm" : "");
 
   struct Shape { int k, n; const char* name; };
   // LLaMA-7B's linears (the 4x target), then SmolLM2-135M's (the real model of docs/benchmarks.md).
@@ -49,6 +49,8 @@ nlohmann::json run_w8a8_linear_bench(int tokens, double min_seconds) {
 
     const Tensor w = Tensor::from_vector({s.n, s.k}, wf);
     const W8A8Linear lin(w, WeightGranularity::PerChannel, ActQuant::PerToken);
+    // The same weights with a step per token and block of 32 inputs (quant/int8_gemm_grouped.h).
+    const W8A8Linear lin_group(w, WeightGranularity::PerChannel, ActQuant::PerTokenGroup);
     // Pre-quantized activations and weights for the GEMM-only rows.
     std::vector<int8_t> xq(static_cast<size_t>(m) * s.k);
     std::vector<float> xs(static_cast<size_t>(m));
@@ -63,6 +65,7 @@ nlohmann::json run_w8a8_linear_bench(int tokens, double min_seconds) {
                                    y.data(), s.n);
                      }});
     items.push_back({"w8a8_linear", [&] { lin.forward(x.data(), m, y.data()); }});
+    items.push_back({"w8a8_linear_per_token_group", [&] { lin_group.forward(x.data(), m, y.data()); }});
     items.push_back({"int8_gemm", [&] { packed.gemm_s32(xq.data(), m, c.data()); }});
     // The same two items through another backend: oneDNN's matmul, and the VNNI kernel on AMX machines.
     std::vector<std::unique_ptr<W8A8Linear>> other_lin;

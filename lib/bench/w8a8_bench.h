@@ -13,6 +13,8 @@ namespace sq::bench {
 ///   - W8A8Linear::forward, per-channel weights + per-token dynamic activations (the activation
 ///     mode of SmoothQuant-O1, the most expensive one): activation quantization + INT8 GEMM +
 ///     dequantization, FP32 in and out, default backend (Auto);
+///   - the same with per-token-group activations (a step per token and block of 32 inputs,
+///     ActQuant::PerTokenGroup: quant/int8_gemm_grouped.h), what finer steps cost;
 ///   - the raw INT8 GEMM only (PackedInt8Weights::gemm_s32 on pre-quantized activations);
 ///   - the same two through the oneDNN backend (the alternative to sqkit's kernels);
 ///   - when Auto is not the VNNI kernel (AMX machines), the same two through the VNNI kernel.

@@ -93,6 +93,8 @@ void quantize_activations_int8(const float* x, int64_t n, int64_t k, ActQuant mo
     case ActQuant::PerToken: code = 0; break;
     case ActQuant::PerTensorDynamic: code = 1; break;
     case ActQuant::PerTensorStatic: code = 2; break;
+    case ActQuant::PerTokenGroup:
+      throw std::invalid_argument("cuda::quantize_activations_int8: per-token-group steps are not implemented on CUDA");
   }
   if (mode == ActQuant::PerTensorDynamic) {
     check(cudaMemsetAsync(scales, 0, sizeof(float), s), "cudaMemsetAsync(per-tensor absmax)");

@@ -74,6 +74,9 @@ std::unique_ptr<DeviceLinear> upload_linear(const sq::Linear& linear, const std:
     return std::make_unique<DenseDeviceLinear>(DenseLinear(Tensor::from_vector({out, in}, std::move(W)), w8a16->bias()));
   }
   if (w4) return make_w4a16_device_linear(w4->weights(), w4->format());
+  if (w8->act_quant() == ActQuant::PerTokenGroup)
+    throw UnsupportedError("the CUDA runner has no INT8 GEMM with per-token-group activation steps (" + w8->format() +
+                           "); run this model on the CPU, or convert it with --act per-token");
   const std::vector<int8_t> q = w8->quantized_weight();
   W8A8HostWeights h;
   h.q = q.data();

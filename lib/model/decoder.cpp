@@ -17,6 +17,7 @@
 #include "model/hadamard_input_linear.h"
 #include "model/w4a16_linear.h"
 #include "model/w8a8_linear.h"
+#include "ops/hadamard.h"
 #include "ops/ops.h"
 #include "ops/sgemm.h"
 #include "runtime/thread_governor.h"
@@ -59,8 +60,8 @@ void run_sharing_input(std::span<const std::pair<const Linear*, float*>> linears
     const auto* q = dynamic_cast<const W8A8Linear*>(lin);
     shared = shared && q && q->shares_input_quantization(*first);
   }
-  // Per-token W8A8 rotates each row as it quantizes it; every other case rotates x once first.
-  const int64_t fused_block = rotation && shared && first->act_quant() == ActQuant::PerToken ? rotation->block() : 0;
+  // Per-token(-group) W8A8 rotates each row as it quantizes it; every other case rotates x once first.
+  const int64_t fused_block = rotation && shared && first->quantizes_rows_independently() ? rotation->block() : 0;
   if (rotation && fused_block == 0) x = rotation->rotated_input(x, n);
   if (shared) {
     static thread_local W8A8Linear::QuantizedInput qx;
@@ -206,6 +207,13 @@ Decoder Decoder::from_checkpoint_globals(const Checkpoint& ck) {
 }
 
 DecoderLayer Decoder::layer_from_checkpoint(const Checkpoint& ck, int l) { return build_decoder_layer(ck.config, l, CheckpointSource(ck)); }
+
+void Decoder::set_key_rotation(int64_t block) {
+  if (block != 0 && (block < 0 || (block & (block - 1)) != 0 || config_.head_dim % block != 0))
+    throw std::invalid_argument("Decoder::set_key_rotation: block " + std::to_string(block) + " is not a power of two dividing head_dim " +
+                                std::to_string(config_.head_dim));
+  key_rotation_ = block;
+}
 
 void Decoder::set_quantized_embedding(std::vector<int8_t> q, std::vector<float> scales) {
   const size_t v = static_cast<size_t>(config_.vocab_size), d = static_cast<size_t>(config_.dim);
@@ -485,6 +493,16 @@ void Decoder::attend_blocks(int l, int64_t n, const LayerBlock* blocks, size_t n
     ops::rope_apply(ws.q.data(), n, c.n_heads, static_cast<int>(hd), rd, ws.rope_cos.data(), ws.rope_sin.data(), c.rope_layout);
     if (!blocks[0].cache->keys_pre_rope())
       ops::rope_apply(ws.k.data(), n, c.n_kv_heads, static_cast<int>(hd), rd, ws.rope_cos.data(), ws.rope_sin.data(), c.rope_layout);
+  }
+  // Queries and post-RoPE keys rotated per head (set_key_rotation) where the cache quantizes keys:
+  // the scores are unchanged, the cache stores rotated keys. Every block shares the cache's format.
+  if (key_rotation_ > 0 && blocks[0].cache->spec().quantized() && !blocks[0].cache->keys_pre_rope()) {
+    ops::hadamard_rows(ws.q.data(), n, qw, key_rotation_);
+    ops::hadamard_rows(ws.k.data(), n, kvw, key_rotation_);
+    if (!ws.q_sink.empty() && sp.position == PositionKind::Rope && ws.eviction.capacity > 0 && ws.eviction.sinks > 0) {
+      const int64_t first_evicting = std::max<int64_t>(0, ws.eviction.capacity - p0);
+      if (first_evicting < n) ops::hadamard_rows(ws.q_sink.data() + first_evicting * qw, n - first_evicting, qw, key_rotation_);
+    }
   }
   // Per block: store its rows in its cache, then attend over the cache. Decode steps over a nuq
   // cache attend over the packed rows directly (runtime/kv_decode_attention.h) when the layer is

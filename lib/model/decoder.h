@@ -163,6 +163,16 @@ class Decoder {
   /// two, BLOOM's interleaving otherwise); empty unless PositionKind::Alibi.
   const std::vector<float>& alibi_slopes() const { return alibi_slopes_; }
   const Linear& lm_head() const { return *lm_head_; }
+  /// Rotates queries and keys per head after RoPE with the block-diagonal Walsh–Hadamard rotation
+  /// of `block` channels (ops/hadamard.h; QuaRot §3, SpinQuant's R3) whenever the KV cache quantizes
+  /// keys stored after RoPE, so that the cache holds rotated keys: R is orthogonal, so the attention
+  /// scores (R·q)·(R·k) = q·k are unchanged up to FP32 rounding, while a key's outlier channels are
+  /// spread over its block before it is quantized. FP32 caches and caches of pre-RoPE keys are left
+  /// as they are. 0 turns it off. Throws std::invalid_argument unless block is 0 or a power of two
+  /// dividing head_dim.
+  void set_key_rotation(int64_t block);
+  /// The block of set_key_rotation (0: none).
+  int64_t key_rotation() const { return key_rotation_; }
 
   /// Runs `n` tokens at positions cache.length() … cache.length()+n−1 (one block: prefill when
   /// n > 1, decode when n == 1), appends their keys/values to `cache`, and writes logits:
@@ -260,6 +270,7 @@ class Decoder {
   ModelConfig config_;
   std::vector<std::vector<float>> rope_inv_freq_;  ///< [n_layers][rope_dim/2] rope_inv_freq(config_, l)
   std::vector<float> alibi_slopes_;                ///< [n_heads] (ALiBi models)
+  int64_t key_rotation_ = 0;                       ///< set_key_rotation's block (0: none)
   DecoderGlobals globals_;
   Tensor embed_;
   std::vector<int8_t> embed_q_;      ///< [vocab, dim] when quantized

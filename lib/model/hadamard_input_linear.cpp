@@ -23,7 +23,7 @@ const float* HadamardInputLinear::rotated_input(const float* x, int64_t n) const
 
 void HadamardInputLinear::forward(const float* x, int64_t n, float* y) const {
   const auto* q = dynamic_cast<const W8A8Linear*>(inner_.get());
-  if (q && q->act_quant() == ActQuant::PerToken) {  // rotated while quantized, row by row
+  if (q && q->quantizes_rows_independently()) {  // rotated while quantized, row by row
     thread_local W8A8Linear::QuantizedInput qx;
     q->quantize_input_u8(x, n, qx, block_);
     q->forward_prequantized(qx, y);

@@ -237,7 +237,8 @@ ActQuant parse_act(const std::string& s, const std::string& source) {
   if (s == "per-token") return ActQuant::PerToken;
   if (s == "per-tensor-dynamic") return ActQuant::PerTensorDynamic;
   if (s == "per-tensor-static") return ActQuant::PerTensorStatic;
-  throw InputError(source + ": header quantization.act '" + s + "' is not per-token, per-tensor-dynamic or per-tensor-static");
+  if (s == "per-token-group") return ActQuant::PerTokenGroup;
+  throw InputError(source + ": header quantization.act '" + s + "' is not per-token, per-token-group, per-tensor-dynamic or per-tensor-static");
 }
 
 /// Raw bytes of tensor `name`, which must have dtype `dtype` and shape `shape`.
@@ -469,6 +470,12 @@ std::unique_ptr<Decoder> build_model_from_sqm(const std::shared_ptr<SqmFile>& f)
     const Tensor scales = load_float(f, sname, {c.vocab_size});
     model->set_quantized_embedding(std::vector<int8_t>(reinterpret_cast<const int8_t*>(q.data), reinterpret_cast<const int8_t*>(q.data) + q.size),
                                    std::vector<float>(scales.data(), scales.data() + c.vocab_size));
+  }
+  if (const int64_t kb = rotation_from_quantization(quant, f->path()).kv_keys; kb > 0) {
+    if (c.head_dim % kb != 0)
+      throw InputError(f->path() + ": header quantization.rotation.kv_keys is " + std::to_string(kb) + ", which does not divide head_dim " +
+                       std::to_string(c.head_dim));
+    model->set_key_rotation(kb);
   }
   return model;
 }

@@ -78,6 +78,7 @@ Int8Dequant W8A8Linear::dequant(const float* x_scales) const {
   dq.b_scales = scales_.data();
   dq.b_per_col = wg_ == WeightGranularity::PerChannel;
   dq.bias = bias_.empty() ? nullptr : bias_.data();
+  dq.a_group = aq_ == ActQuant::PerTokenGroup ? kActGroupSize : 0;
   return dq;
 }
 
@@ -88,7 +89,7 @@ void W8A8Linear::forward(const float* x, int64_t n, float* y) const {
   static thread_local std::vector<float> sbuf;
   const int64_t ld = packed_.padded_k();
   uint8_t* xq = scratch(qbuf, n * ld);
-  float* xs = scratch(sbuf, act_scale_count(aq_, n));
+  float* xs = scratch(sbuf, act_scale_count(aq_, n, in_));
   quantize_activations_u8(x, n, in_, aq_, static_step_, xq, ld, xs);
   packed_.gemm_f32_biased(xq, ld, n, dequant(xs), y);
 }
@@ -112,15 +113,15 @@ void W8A8Linear::quantize_input_u8(const float* x, int64_t n, QuantizedInput& ou
   out.n = n;
   out.ld = packed_.padded_k();
   out.q.resize(static_cast<size_t>(n * out.ld));
-  out.scales.resize(static_cast<size_t>(act_scale_count(aq_, n)));
+  out.scales.resize(static_cast<size_t>(act_scale_count(aq_, n, in_)));
   if (hadamard_block == 0) {
     quantize_activations_u8(x, n, in_, aq_, static_step_, out.q.data(), out.ld, out.scales.data());
     return;
   }
-  if (aq_ != ActQuant::PerToken)
-    throw std::invalid_argument(std::string("W8A8Linear::quantize_input_u8: a rotated input is quantized here per token only, not ") +
-                                to_string(aq_) + " (rotate it first: HadamardInputLinear::rotated_input)");
-  quantize_activations_u8_hadamard(x, n, in_, hadamard_block, out.q.data(), out.ld, out.scales.data());
+  if (!quantizes_rows_independently())
+    throw std::invalid_argument(std::string("W8A8Linear::quantize_input_u8: a rotated input is quantized here per token or per token "
+                                            "group only, not ") + to_string(aq_) + " (rotate it first: HadamardInputLinear::rotated_input)");
+  quantize_activations_u8_hadamard(x, n, in_, hadamard_block, aq_, out.q.data(), out.ld, out.scales.data());
 }
 
 void W8A8Linear::forward_prequantized(const QuantizedInput& in, float* y) const {

@@ -5,7 +5,9 @@
 // Weights are quantized once (Eq. 3.1, per output channel or per tensor) and never dequantized:
 // the multiplication runs on INT8 values with INT32 accumulation (quant/int8_gemm.h) and only the
 // INT32 result is rescaled to FP32. Activations are quantized on the fly per `ActQuant` (per-token
-// dynamic = SmoothQuant-O1, per-tensor dynamic = O2, per-tensor static = O3; Table 3.2).
+// dynamic = SmoothQuant-O1, per-tensor dynamic = O2, per-tensor static = O3; Table 3.2), or per
+// token and block of 32 inputs (PerTokenGroup, as llama.cpp's Q8_0 dot product), whose GEMM
+// rescales each block's INT32 partial sum (quant/int8_gemm_grouped.h).
 #pragma once
 
 #include <cstdint>
@@ -47,19 +49,20 @@ class W8A8Linear final : public Linear {
   void forward(const float* x, int64_t n, float* y) const override;
 
   /// Quantizes x: [n, in] FP32 with this layer's activation mode: xq [n, in] INT8 and
-  /// x_scales [act_scale_count(act_quant(), n)] (n for PerToken, else 1). Layers that share an
+  /// x_scales [act_scale_count(act_quant(), n, in)] (n for PerToken, n·ceil(in/32) for
+  /// PerTokenGroup, else 1). Layers that share an
   /// input and an ActQuant mode (q/k/v, gate/up) can quantize it once and call `forward_quantized`.
   void quantize_input(const float* x, int64_t n, int8_t* xq, float* x_scales) const;
 
   /// y[n, out] FP32 from an already-quantized input xq: [n, in] INT8 (values in [−127, 127]) with
-  /// steps x_scales: [n] when act_quant() is PerToken, else [1].
+  /// steps x_scales as quantize_input writes them.
   void forward_quantized(const int8_t* xq, const float* x_scales, int64_t n, float* y) const;
 
   /// An input quantized once, in the layout the VNNI kernel reads (biased u8 rows of `ld` bytes),
   /// for several linears that read the same activation (q/k/v; gate/up).
   struct QuantizedInput {
     std::vector<uint8_t> q;      ///< [n, ld] biased u8 (q + 128)
-    std::vector<float> scales;   ///< [n] (PerToken) or [1]
+    std::vector<float> scales;   ///< [act_scale_count(act_quant(), n, in)]
     int64_t n = 0, ld = 0;
   };
   /// True when `other` quantizes its input exactly like this layer (same width, padded width,
@@ -68,9 +71,10 @@ class W8A8Linear final : public Linear {
   /// Quantizes x [n, in] FP32 into `out` (buffers reused across calls). With hadamard_block > 0 the
   /// input quantized is R·x (ops/hadamard.h rotation with that block; the online transform of a
   /// HadamardInputLinear around this layer), each row rotated and quantized while in cache
-  /// (quantize_activations_u8_hadamard): per-token layers only. Throws std::invalid_argument for a
-  /// block that is not a power of two dividing in, or a block with another activation mode (whose
-  /// callers rotate x first, HadamardInputLinear::rotated_input).
+  /// (quantize_activations_u8_hadamard): layers whose steps are per row (per token or per token
+  /// group) only. Throws std::invalid_argument for a block that is not a power of two dividing in,
+  /// or a block with a per-tensor activation mode (whose callers rotate x first,
+  /// HadamardInputLinear::rotated_input).
   void quantize_input_u8(const float* x, int64_t n, QuantizedInput& out, int64_t hadamard_block = 0) const;
   /// y [n, out] from an input produced by quantize_input_u8 of a layer that shares_input_quantization.
   void forward_prequantized(const QuantizedInput& in, float* y) const;
@@ -82,6 +86,9 @@ class W8A8Linear final : public Linear {
 
   WeightGranularity weight_granularity() const { return wg_; }
   ActQuant act_quant() const { return aq_; }
+  /// Whether each token's activation steps depend on that token alone (PerToken, PerTokenGroup), so
+  /// that rows can be rotated and quantized one at a time.
+  bool quantizes_rows_independently() const { return aq_ == ActQuant::PerToken || aq_ == ActQuant::PerTokenGroup; }
   /// Calibrated activation step Δ for PerTensorStatic (0 when unused).
   float static_step() const { return static_step_; }
   /// The quantized weight Wq: [out, in] row-major INT8 (unpacked from the GEMM layout; O(out·in)).

@@ -2,6 +2,8 @@
 // rounding, 64-byte aligned packed-weight storage and per-thread scratch buffers.
 #pragma once
 
+#include <omp.h>
+
 #include <cstdint>
 #include <vector>
 
@@ -36,6 +38,18 @@ T* thread_scratch(int64_t count) {
   if (static_cast<int64_t>(buf.size()) < count + 64) buf.resize(static_cast<size_t>(count + 64));
   const auto addr = reinterpret_cast<uintptr_t>(buf.data());
   return buf.data() + ((64 - addr % 64) % 64) / sizeof(T);
+}
+
+/// The portable path of the integer GEMMs: f(i, j) for every output of an [m, n] product of depth k
+/// on its own, the (i, j) pairs split over the OpenMP threads for products of at least
+/// kParallelMinMacs multiply-adds (each output is computed whole by one thread: results never depend
+/// on the split).
+template <typename F>
+void for_each_output(int64_t m, int64_t n, int64_t k, F&& f) {
+  const bool par = m * n * k >= kParallelMinMacs && omp_get_max_threads() > 1 && !omp_in_parallel();
+#pragma omp parallel for collapse(2) schedule(static) if (par)
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) f(i, j);
 }
 
 }  // namespace sq::gemm

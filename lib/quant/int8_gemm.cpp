@@ -20,11 +20,14 @@
 #include "quant/gemm_common.h"
 #include "quant/int8_gemm_amx.h"
 #include "quant/int8_gemm_avx2.h"
+#include "quant/int8_gemm_grouped.h"
+#include "quant/int8_quantize.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #define SQ_INT8_VNNI 1
 #include "core/immintrin_quiet.h"
 #include "quant/int8_gemm_epilogue.h"
+#include "quant/int8_vnni_steps.h"
 #else
 #define SQ_INT8_VNNI 0
 #endif
@@ -34,6 +37,7 @@ namespace sq {
 namespace {
 
 using gemm::AlignedBytes;
+using gemm::for_each_output;
 using gemm::kParallelMinMacs;
 using gemm::round_up;
 using gemm::thread_scratch;
@@ -77,19 +81,7 @@ __attribute__((noinline)) void vnni_accumulate(const uint8_t* a, int64_t lda, co
       // coalesces them badly and spills accumulators inside the loop.
       asm("" : "+v"(acc[r][v]));
     }
-  for (int64_t q = 0; q < kq; ++q) {
-    __m512i bv[NV];
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512(b + (q * NV + v) * 64);
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      int32_t a4;
-      std::memcpy(&a4, a + r * lda + 4 * q, 4);
-      const __m512i av = _mm512_set1_epi32(a4);
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], av, bv[v]);
-    }
-  }
+  int8_vnni::steps<MR, NV, 0>(a, lda, b, 0, kq, acc);
   __m512i cv[NV];
 #pragma GCC unroll 8
   for (int v = 0; v < NV; ++v) cv[v] = _mm512_loadu_si512(comp + 16 * v);
@@ -221,16 +213,6 @@ inline int32_t dot_u8_biased_s8(const uint8_t* a, const int8_t* b, int64_t k) {
   return acc;
 }
 
-/// The portable path: every (i, j) dot product on its own, (i, j) pairs split over the OpenMP
-/// threads for large products (integer sums: the result never depends on the split).
-template <typename F>
-void for_each_output(int64_t m, int64_t n, int64_t k, F&& f) {
-  const bool par = m * n * k >= kParallelMinMacs && omp_get_max_threads() > 1 && !omp_in_parallel();
-#pragma omp parallel for collapse(2) schedule(static) if (par)
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) f(i, j);
-}
-
 }  // namespace
 
 void int8_gemm_reference(const int8_t* A, const int8_t* B, int32_t* C, int64_t m, int64_t n, int64_t k) {
@@ -238,9 +220,25 @@ void int8_gemm_reference(const int8_t* A, const int8_t* B, int32_t* C, int64_t m
   for_each_output(m, n, k, [&](int64_t i, int64_t j) { C[i * n + j] = dot_s8(A + i * k, B + j * k, k); });
 }
 
+namespace {
+
+/// Whether dq asks for per-token-group steps; throws std::invalid_argument for a group size other
+/// than kActGroupSize or missing activation steps.
+bool grouped(const Int8Dequant& dq, const char* what) {
+  if (dq.a_group == 0) return false;
+  if (dq.a_group != kActGroupSize)
+    throw std::invalid_argument(std::string(what) + ": activation group size " + std::to_string(dq.a_group) + " is not supported (only " +
+                                std::to_string(kActGroupSize) + ")");
+  if (!dq.a_scales) throw std::invalid_argument(std::string(what) + ": per-token-group dequantization without activation steps");
+  return true;
+}
+
+}  // namespace
+
 void int8_gemm_dequant_reference(const int8_t* A, const int8_t* B, const Int8Dequant& dq, float* y, int64_t m, int64_t n,
                                  int64_t k) {
   check_gemm_sizes("int8_gemm_dequant_reference", m, n, k);
+  if (grouped(dq, "int8_gemm_dequant_reference")) return int8_grouped::run_plain(B, n, k, A, m, dq, y);
   for_each_output(m, n, k, [&](int64_t i, int64_t j) { y[i * n + j] = int8_dequant_one(dot_s8(A + i * k, B + j * k, k), i, j, dq); });
 }
 
@@ -257,6 +255,13 @@ struct PackedInt8Weights::Impl {
   int64_t panels = 0;    // VNNI / AMX: ceil(n / nr)
   std::vector<int32_t> comp;  // −128 · Σ_k B[j, k], [panels·nr] (VNNI / AMX) or [n]
   AlignedBytes packed;        // VNNI / AMX panels, or the plain copy (Avx2, Reference)
+
+  // Per-token-group products (quant/int8_gemm_grouped.h), made on first use: the block
+  // compensation terms (VNNI / AMX; [panels][G][nr], an eighth of the weight bytes) or a plain copy
+  // of B (OneDnn, whose reordered weights the scalar definition cannot read).
+  mutable std::once_flag grouped_once;
+  mutable std::vector<int32_t> group_comp;
+  mutable std::vector<int8_t> plain;
 
   // oneDNN
   dnnl::memory::desc dnnl_weights_md;
@@ -287,7 +292,36 @@ struct PackedInt8Weights::Impl {
     else run_vnni<kF32>(Au, lda, m, out, dq);
   }
   const uint8_t* to_biased(const int8_t* A, int64_t m) const;
+  /// y = the per-token-group product of biased u8 activations (row stride lda, a multiple of 4 for
+  /// the packed backends) — the one entry of gemm_f32 and gemm_f32_biased for dq.a_group > 0.
+  void run_grouped(const uint8_t* Au, int64_t lda, int64_t m, const Int8Dequant& dq, float* y) const;
 };
+
+void PackedInt8Weights::Impl::run_grouped(const uint8_t* Au, int64_t lda, int64_t m, const Int8Dequant& dq, float* y) const {
+  const bool packed_panels = backend == Int8Backend::Vnni || backend == Int8Backend::Amx;
+  std::call_once(grouped_once, [&] {
+    if (packed_panels) {
+      group_comp = int8_grouped::group_compensation(packed.data, n, k, kpad, nr, panels);
+    } else if (backend == Int8Backend::OneDnn) {
+      plain.resize(static_cast<size_t>(n * k));
+      const dnnl::memory::desc plain_md({k, n}, dnnl_dt::s8, dnnl_tag::ba);
+      dnnl::memory user(plain_md, dnnl_engine(), plain.data());
+      dnnl::memory reordered = dnnl_weights;
+      dnnl::reorder(reordered, user).execute(dnnl_stream(), reordered, user);
+      dnnl_stream().wait();
+    }
+  });
+  if (packed_panels) {
+    int8_grouped::Panels w;
+    w.data = packed.data;
+    w.n = n, w.k = k, w.kpad = kpad, w.nr = nr, w.panels = panels;
+    w.group_comp = group_comp.data();
+    if (backend == Int8Backend::Amx) return int8_grouped::run_amx(w, Au, lda, m, dq, y);
+    return int8_grouped::run_vnni(w, Au, lda, m, dq, y);
+  }
+  const int8_t* B = backend == Int8Backend::OneDnn ? plain.data() : packed.data;
+  int8_grouped::run_plain_biased(B, n, k, Au, lda, m, dq, y);
+}
 
 void PackedInt8Weights::Impl::pack_vnni(const int8_t* B) {
   panels = (n + nr - 1) / nr;
@@ -544,6 +578,7 @@ void PackedInt8Weights::gemm_f32(const int8_t* A, int64_t m, const Int8Dequant& 
   const Impl& w = *impl_;
   check_gemm_sizes("PackedInt8Weights::gemm_f32", m, w.n, w.k);
   if (m == 0) return;
+  if (grouped(dq, "PackedInt8Weights::gemm_f32")) return w.run_grouped(w.to_biased(A, m), w.kpad, m, dq, y);
   switch (w.backend) {
     case Int8Backend::Vnni:
     case Int8Backend::Amx: w.run_packed<true>(w.to_biased(A, m), w.kpad, m, y, dq); break;
@@ -562,6 +597,9 @@ void PackedInt8Weights::gemm_f32_biased(const uint8_t* Au, int64_t lda, int64_t 
   check_gemm_sizes("PackedInt8Weights::gemm_f32_biased", m, w.n, w.k);
   if (lda < w.k) throw std::invalid_argument("PackedInt8Weights::gemm_f32_biased: lda " + std::to_string(lda) + " < k " + std::to_string(w.k));
   if (m == 0) return;
+  const bool is_grouped = grouped(dq, "PackedInt8Weights::gemm_f32_biased");
+  if (is_grouped && (lda % 4 == 0 || (w.backend != Int8Backend::Vnni && w.backend != Int8Backend::Amx)))
+    return w.run_grouped(Au, lda, m, dq, y);
   switch (w.backend) {
     case Int8Backend::Vnni:
     case Int8Backend::Amx:
@@ -573,7 +611,8 @@ void PackedInt8Weights::gemm_f32_biased(const uint8_t* Au, int64_t lda, int64_t 
           std::memcpy(copy + i * w.kpad, Au + i * lda, static_cast<size_t>(w.k));
           std::memset(copy + i * w.kpad + w.k, 0x80, static_cast<size_t>(w.kpad - w.k));
         }
-        w.run_packed<true>(copy, w.kpad, m, y, dq);
+        if (is_grouped) w.run_grouped(copy, w.kpad, m, dq, y);
+        else w.run_packed<true>(copy, w.kpad, m, y, dq);
       }
       break;
     case Int8Backend::OneDnn:

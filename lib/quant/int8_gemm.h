@@ -80,15 +80,23 @@ inline constexpr int64_t kInt8GemmMaxK = 131072;
 /// or float(acc)·(sa·sb) without bias. A null a_scales / b_scales means 1. Every backend evaluates
 /// exactly this expression (single rounding of sa·sb, then one fused multiply-add), so their
 /// outputs are bit-identical.
+///
+/// With a_group > 0 (ActQuant::PerTokenGroup; only kActGroupSize = 32 is supported) the activation
+/// steps are a_scales[m, ceil(k / 32)], one per token and block of 32 input channels, and each
+/// block's INT32 partial sum is rescaled before it is added (quant/int8_gemm_grouped.h):
+///   acc_f = Σ_g (sequential fmas from 0) float(acc_g[i, j]) · a_scales[i, g],
+///   y[i, j] = fma(acc_f, sb, bias[j]) (or acc_f · sb); a_scales must not be null, a_per_row is ignored.
 struct Int8Dequant {
-  const float* a_scales = nullptr;  ///< activation steps: [m] when a_per_row, else [1]
+  const float* a_scales = nullptr;  ///< activation steps: [m] when a_per_row, [m, ceil(k/32)] with a_group, else [1]
   bool a_per_row = false;           ///< per-token (true) or per-tensor (false) activation scale
   const float* b_scales = nullptr;  ///< weight steps: [n] when b_per_col, else [1]
   bool b_per_col = false;           ///< per-output-channel (true) or per-tensor (false) weight scale
   const float* bias = nullptr;      ///< optional FP32 bias [n]
+  int64_t a_group = 0;              ///< 0, or 32: activation steps per token and block of 32 inputs
 };
 
-/// The one dequantization expression every backend evaluates for output (i, j) (see Int8Dequant).
+/// The one dequantization expression every backend evaluates for output (i, j) (see Int8Dequant;
+/// not for a_group > 0, whose sum is over blocks).
 inline float int8_dequant_one(int32_t acc, int64_t i, int64_t j, const Int8Dequant& dq) {
   const float sa = dq.a_scales ? dq.a_scales[dq.a_per_row ? i : 0] : 1.0f;
   const float sb = dq.b_scales ? dq.b_scales[dq.b_per_col ? j : 0] : 1.0f;
@@ -101,8 +109,9 @@ inline float int8_dequant_one(int32_t acc, int64_t i, int64_t j, const Int8Dequa
 /// Throws std::invalid_argument for negative sizes or k > kInt8GemmMaxK.
 void int8_gemm_reference(const int8_t* A, const int8_t* B, int32_t* C, int64_t m, int64_t n, int64_t k);
 
-/// Scalar reference of the fused GEMM: y[m, n] (FP32, row-major) = `dq` applied to A · Bᵀ.
-/// Throws like `int8_gemm_reference`.
+/// Scalar reference of the fused GEMM: y[m, n] (FP32, row-major) = `dq` applied to A · Bᵀ (per
+/// block of 32 inputs when dq.a_group > 0). Throws like `int8_gemm_reference`, and
+/// std::invalid_argument for an a_group other than 0 and 32 or a grouped dq without a_scales.
 void int8_gemm_dequant_reference(const int8_t* A, const int8_t* B, const Int8Dequant& dq, float* y, int64_t m, int64_t n,
                                  int64_t k);
 
@@ -131,7 +140,10 @@ class PackedInt8Weights {
 
   /// C[m, n] (s32, row-major) = A[m, k] (s8, row-major) · Bᵀ; exact. m ≥ 0.
   void gemm_s32(const int8_t* A, int64_t m, int32_t* C) const;
-  /// y[m, n] (f32, row-major) = dq(A[m, k] · Bᵀ) (see `Int8Dequant`).
+  /// y[m, n] (f32, row-major) = dq(A[m, k] · Bᵀ) (see `Int8Dequant`; with dq.a_group > 0 the
+  /// per-token-group product of quant/int8_gemm_grouped.h: 32-deep AMX tile products on the Amx
+  /// backend, the VNNI kernel on Vnni (and AMX's row tails), the scalar definition for the others). Throws std::invalid_argument for an a_group
+  /// other than 0 and 32 or a grouped dq without a_scales.
   void gemm_f32(const int8_t* A, int64_t m, const Int8Dequant& dq, float* y) const;
   /// Fast path of `gemm_f32`: A given in the biased unsigned form Au[i, j] = A[i, j] + 128 (u8),
   /// row stride `lda` ≥ k (bytes beyond k in a row are ignored), as written by

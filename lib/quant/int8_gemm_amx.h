@@ -39,12 +39,19 @@ namespace sq::int8_amx {
 /// answer. Never throws.
 bool available();
 
-/// The calling thread's tile configuration (palette 1, tiles 0–7 of 16 rows × 64 bytes) for the
-/// object's lifetime: loaded by the constructor, released (TILERELEASE) by the destructor. Construct
-/// only when available(). Not copyable.
+/// Tile shapes of a TileScope.
+enum class TileShapes {
+  Deep64,    ///< tiles 0–7 all 16 rows × 64 bytes: 64-deep products (block)
+  Groups32,  ///< C tiles 0–3 16 × 64 bytes, A tiles 4–5 16 rows × 32 bytes, B tiles 6–7 8 rows × 64 bytes:
+             ///< 32-deep products, one per activation group (block_grouped)
+};
+
+/// The calling thread's tile configuration (palette 1, `shapes`) for the object's lifetime: loaded
+/// by the constructor, released (TILERELEASE) by the destructor. Construct only when available().
+/// Not copyable.
 class TileScope {
  public:
-  TileScope();
+  explicit TileScope(TileShapes shapes = TileShapes::Deep64);
   ~TileScope();
   TileScope(const TileScope&) = delete;
   TileScope& operator=(const TileScope&) = delete;
@@ -62,5 +69,17 @@ class TileScope {
 template <bool kF32>
 void block(const uint8_t* a, int64_t lda, int rows, const int8_t* b, int64_t ldb, int64_t kchunks, int ngroups, const int32_t* comp,
            uint16_t last_mask, void* out, int64_t ldo, int64_t i0, int64_t j0, const Int8Dequant& dq);
+
+/// The per-token-group product (quant/int8_gemm_grouped.h) of one block of rows × (16 · ngroups)
+/// outputs, rows ∈ {16, 32}, ngroups ∈ {1, 2}, inside a TileScope(TileShapes::Groups32): for each
+/// activation group g of 32 inputs, TDPBUSD over that group alone (16 × 16 × 32 per tile), its INT32
+/// sums stored, compensated (gcomp + g·ldcomp: the block's [16 · ngroups] terms of group g) and
+/// added in FP32 with the step sa[r·G + g] (sa: the block's first row); then the weight step and
+/// bias of dq, stored to y (row stride ldo, origin (i0, j0), the last 16 columns under last_mask).
+/// a, lda, b, ldb as for `block`; every row of a must hold 32·G readable bytes, b 8·G quads.
+/// Bit-identical to the scalar definition.
+void block_grouped(const uint8_t* a, int64_t lda, int rows, const int8_t* b, int64_t ldb, int64_t G, int ngroups, const int32_t* gcomp,
+                   int64_t ldcomp, const float* sa, uint16_t last_mask, float* y, int64_t ldo, int64_t i0, int64_t j0,
+                   const Int8Dequant& dq);
 
 }  // namespace sq::int8_amx

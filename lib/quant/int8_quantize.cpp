@@ -2,6 +2,7 @@
 
 #include "ops/hadamard.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -108,26 +109,34 @@ void check_static_step(float step) {
                                 std::to_string(step));
 }
 
-/// Per-token quantization of the n rows row(i) (a pointer to k floats, valid until the next call on
-/// the same thread) into q (row stride ldq, padding bytes set to quantized zero) and scales[n]: one
-/// pass per row (absmax, then quantize while the row is in L1), one parallel region. Throws
+/// Per-token (group = k) or per-token-group (group = kActGroupSize) quantization of the n rows
+/// row(i) (a pointer to k floats, valid until the next call on the same thread) into q (row stride
+/// ldq, padding bytes set to quantized zero) and scales[n, ceil(k / group)]: one pass per row
+/// (absmax of each group, then its quantization while it is in L1), one parallel region. Throws
 /// std::invalid_argument when a row holds NaN or infinity.
 template <bool kBiased, typename Out, typename RowFn>
-void quantize_per_token(RowFn&& row_of, int64_t n, int64_t k, Out* q, int64_t ldq, float* scales) {
+void quantize_per_token(RowFn&& row_of, int64_t n, int64_t k, int64_t group, Out* q, int64_t ldq, float* scales) {
   std::atomic<bool> ok{true};
   const Out zero = static_cast<Out>(kBiased ? 128 : 0);
+  const int64_t groups = k == 0 ? 0 : (k + group - 1) / group;
 #pragma omp parallel for schedule(dynamic, 16) if (n * k >= kParallelMinElements && n > 1)
   for (int64_t i = 0; i < n; ++i) {
     const float* x = row_of(i);
-    const float m = abs_max(x, k);
-    if (!std::isfinite(m)) ok.store(false, std::memory_order_relaxed);
-    const float step = std::isfinite(m) && m > 0.0f ? m / float(kInt8Max) : 1.0f;
-    scales[i] = step;
     Out* row = q + i * ldq;
-    quantize_span<kBiased>(x, k, step, row);
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t c0 = g * group, len = std::min(group, k - c0);
+      const float m = abs_max(x + c0, len);
+      if (!std::isfinite(m)) ok.store(false, std::memory_order_relaxed);
+      const float step = std::isfinite(m) && m > 0.0f ? m / float(kInt8Max) : 1.0f;
+      scales[i * groups + g] = step;
+      quantize_span<kBiased>(x + c0, len, step, row + c0);
+    }
+    if (groups == 0 && group == 0) scales[i] = 1.0f;  // per-token with k == 0: one (unused) step
     for (int64_t j = k; j < ldq; ++j) row[j] = zero;
   }
-  if (!ok.load()) throw std::invalid_argument("quantize_activations (per-token): the activations contain NaN or infinity");
+  if (!ok.load())
+    throw std::invalid_argument(std::string("quantize_activations (") + (group == k ? "per-token" : "per-token-group") +
+                                "): the activations contain NaN or infinity");
 }
 
 template <bool kBiased, typename Out>
@@ -137,7 +146,10 @@ void quantize_activations_impl(const float* x, int64_t n, int64_t k, ActQuant mo
   if (ldq < k) throw std::invalid_argument("quantize_activations: row stride " + std::to_string(ldq) + " < k = " + std::to_string(k));
   switch (mode) {
     case ActQuant::PerToken:
-      quantize_per_token<kBiased>([&](int64_t i) { return x + i * k; }, n, k, q, ldq, scales);
+      quantize_per_token<kBiased>([&](int64_t i) { return x + i * k; }, n, k, k, q, ldq, scales);
+      return;
+    case ActQuant::PerTokenGroup:
+      quantize_per_token<kBiased>([&](int64_t i) { return x + i * k; }, n, k, kActGroupSize, q, ldq, scales);
       return;
     case ActQuant::PerTensorDynamic:
       scales[0] = int8_step(block_abs_max(x, n, k));
@@ -161,6 +173,7 @@ const char* to_string(ActQuant a) {
     case ActQuant::PerToken: return "per-token";
     case ActQuant::PerTensorDynamic: return "per-tensor-dynamic";
     case ActQuant::PerTensorStatic: return "per-tensor-static";
+    case ActQuant::PerTokenGroup: return "per-token-group";
   }
   return "unknown";
 }
@@ -238,8 +251,12 @@ void quantize_activations_u8(const float* x, int64_t n, int64_t k, ActQuant mode
   quantize_activations_impl<true>(x, n, k, mode, static_step, q, ldq, scales);
 }
 
-void quantize_activations_u8_hadamard(const float* x, int64_t n, int64_t k, int64_t block, uint8_t* q, int64_t ldq, float* scales) {
+void quantize_activations_u8_hadamard(const float* x, int64_t n, int64_t k, int64_t block, ActQuant mode, uint8_t* q, int64_t ldq,
+                                      float* scales) {
   check_sizes("quantize_activations_u8_hadamard", n, k);
+  if (mode != ActQuant::PerToken && mode != ActQuant::PerTokenGroup)
+    throw std::invalid_argument(std::string("quantize_activations_u8_hadamard: rotated rows are quantized per token or per token "
+                                            "group, not ") + to_string(mode));
   ops::check_hadamard_block(k, block, "quantize_activations_u8_hadamard");
   if (ldq < k)
     throw std::invalid_argument("quantize_activations_u8_hadamard: row stride " + std::to_string(ldq) + " < k = " + std::to_string(k));
@@ -252,7 +269,7 @@ void quantize_activations_u8_hadamard(const float* x, int64_t n, int64_t k, int6
         ops::hadamard_row(x + i * k, rotated.data(), k, block);
         return static_cast<const float*>(rotated.data());
       },
-      n, k, q, ldq, scales);
+      n, k, mode == ActQuant::PerTokenGroup ? kActGroupSize : k, q, ldq, scales);
 }
 
 }  // namespace sq

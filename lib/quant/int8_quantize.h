@@ -14,8 +14,11 @@
 // Granularities (Table 3.2 and Figure 3.1 of the SmoothQuant thesis): weights are quantized per
 // output channel (one Δ per row of W[out, in]) or per tensor; activations per token (one Δ per row of
 // X[n, in]) or per tensor, with Δ computed at run time from the activation itself (dynamic) or
-// calibrated offline (static). Scales only ever index the outer dimensions (token, output channel),
-// never the reduction dimension `in`, so the INT8 GEMM can apply them to its INT32 result.
+// calibrated offline (static). Those scales only ever index the outer dimensions (token, output
+// channel), never the reduction dimension `in`, so the INT8 GEMM can apply them to its INT32
+// result. The one exception is `PerTokenGroup` (one Δ per token and block of 32 input channels, as
+// the activation side of llama.cpp's Q8_0 dot product): its GEMM rescales each block's INT32 partial
+// sum before adding it (quant/int8_gemm.h, Int8Dequant::a_group).
 #pragma once
 
 #include <cstdint>
@@ -37,11 +40,21 @@ enum class WeightGranularity {
 ///   - `PerTensorStatic`   — SmoothQuant-O3 (also Outlier Suppression): one Δ calibrated offline
 ///                           (Δ = calibrated absmax / 127); values beyond ±127·Δ are clamped; the
 ///                           cheapest (no run-time reduction); scales[1].
-enum class ActQuant { PerToken, PerTensorDynamic, PerTensorStatic };
+/// and, finer than any SmoothQuant level:
+///   - `PerTokenGroup`     — dynamic, one Δ per token and per group of kActGroupSize = 32 consecutive
+///                           input channels (the last group of a row may be shorter), computed at run
+///                           time: the activation quantization of llama.cpp's Q8_0 × Q8_0 dot product
+///                           (ggml's block_q8_0) and of "per-token-group" FP8 schemes;
+///                           scales[n, ceil(in / 32)] row-major. An outlier then costs its own block
+///                           of 32 channels their resolution, not the whole token.
+enum class ActQuant { PerToken, PerTensorDynamic, PerTensorStatic, PerTokenGroup };
+
+/// Input channels per activation step of ActQuant::PerTokenGroup (ggml's QK8_0).
+inline constexpr int64_t kActGroupSize = 32;
 
 /// "per-channel" / "per-tensor".
 const char* to_string(WeightGranularity g);
-/// "per-token" / "per-tensor-dynamic" / "per-tensor-static".
+/// "per-token" / "per-tensor-dynamic" / "per-tensor-static" / "per-token-group".
 const char* to_string(ActQuant a);
 
 /// Largest quantized magnitude, 2^(8−1) − 1 (Eq. 3.1).
@@ -78,12 +91,21 @@ void quantize_weight_per_tensor(const float* W, int64_t out, int64_t in, int8_t*
 /// Dispatches to the per-channel (scales[out]) or per-tensor (scales[1]) variant.
 void quantize_weight(const float* W, int64_t out, int64_t in, WeightGranularity g, int8_t* q, float* scales);
 
-/// Number of activation scales `mode` produces for n tokens: n for PerToken, else 1.
-inline int64_t act_scale_count(ActQuant mode, int64_t n) { return mode == ActQuant::PerToken ? n : 1; }
+/// Activation groups per row of k input channels: ceil(k / 32) for PerTokenGroup, else 1.
+inline int64_t act_groups_per_row(ActQuant mode, int64_t k) {
+  return mode == ActQuant::PerTokenGroup ? (k + kActGroupSize - 1) / kActGroupSize : 1;
+}
+
+/// Number of activation scales `mode` produces for n tokens of k channels: n for PerToken,
+/// n · ceil(k / 32) for PerTokenGroup, else 1.
+inline int64_t act_scale_count(ActQuant mode, int64_t n, int64_t k) {
+  return mode == ActQuant::PerToken ? n : mode == ActQuant::PerTokenGroup ? n * act_groups_per_row(mode, k) : 1;
+}
 
 /// Quantizes activations X[n, k] (row-major FP32) into q[n, k] (row-major INT8) per `mode`:
 ///   PerToken: scales[n], Δ_i = absmax(row i)/127; PerTensorDynamic: scales[1] = absmax(X)/127;
-///   PerTensorStatic: scales[1] = static_step (the calibrated Δ), values beyond ±127·Δ clamp.
+///   PerTensorStatic: scales[1] = static_step (the calibrated Δ), values beyond ±127·Δ clamp;
+///   PerTokenGroup: scales[n, G] (G = ceil(k / 32)), Δ_ig = absmax(X[i, 32g : 32g + 32]) / 127.
 /// Uses both OpenMP threads for large inputs; results do not depend on the thread count.
 /// Throws std::invalid_argument for negative sizes, a NaN/inf in a dynamic mode, or (static mode)
 /// a static_step that is not finite and > 0.
@@ -96,12 +118,13 @@ void quantize_activations(const float* x, int64_t n, int64_t k, ActQuant mode, f
 void quantize_activations_u8(const float* x, int64_t n, int64_t k, ActQuant mode, float static_step, uint8_t* q,
                              int64_t ldq, float* scales);
 
-/// Per-token quantization (biased u8, as quantize_activations_u8 with ActQuant::PerToken) of the
-/// rotated rows R·x[i] (R: the block-diagonal Walsh–Hadamard rotation of ops/hadamard.h, blocks of
-/// `block` channels, QuaRot's online transform), fused: each row is rotated in a per-thread buffer
-/// and quantized while it is in cache. The same bits as ops::hadamard_rows followed by
-/// quantize_activations_u8. Throws like quantize_activations_u8, and std::invalid_argument when
-/// block is not a power of two dividing k.
-void quantize_activations_u8_hadamard(const float* x, int64_t n, int64_t k, int64_t block, uint8_t* q, int64_t ldq, float* scales);
+/// Per-token or per-token-group quantization (biased u8, as quantize_activations_u8 with `mode`
+/// PerToken or PerTokenGroup) of the rotated rows R·x[i] (R: the block-diagonal Walsh–Hadamard
+/// rotation of ops/hadamard.h, blocks of `block` channels, QuaRot's online transform), fused: each
+/// row is rotated in a per-thread buffer and quantized while it is in cache. The same bits as
+/// ops::hadamard_rows followed by quantize_activations_u8. Throws like quantize_activations_u8, and
+/// std::invalid_argument when block is not a power of two dividing k or `mode` is a per-tensor one.
+void quantize_activations_u8_hadamard(const float* x, int64_t n, int64_t k, int64_t block, ActQuant mode, uint8_t* q, int64_t ldq,
+                                      float* scales);
 
 }  // namespace sq
