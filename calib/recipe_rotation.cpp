@@ -22,9 +22,17 @@ Tensor& own(LayerWork& w, const std::string& name) {
 RotationStep::RotationStep(const ConvertInputs& in) : enabled_(in.o.rotate) {
   if (!enabled_) return;
   const ConvertOptions& o = in.o;
-  if (!is_float_scheme(o.scheme) && o.scheme != ConvertScheme::W8A8)
-    throw UsageError(std::string("--rotate hadamard supports --scheme w8a8 and the float schemes so far, not ") + scheme_name(o.scheme) +
-                     ": its calibration data (Σx² importance, Hessians, outlier channels) describe the unrotated activations");
+  if (o.scheme == ConvertScheme::W4A4Atom) {
+    // W4A4 without outlier channels on rotated activations is QuaRot's W4A4 (§4): what the rotation
+    // is for. Outlier channels, GPTQ's Hessians and --clip search come from unrotated calibration data.
+    if (o.atom.outlier_channels != 0 || o.atom.gptq || o.atom.clip == "search")
+      throw UsageError("--rotate hadamard with --scheme w4a4-atom needs --outlier-channels 0 and no --gptq or --clip search: outlier "
+                       "channels, Hessians and clipping searches come from the unrotated calibration activations");
+  } else if (!is_float_scheme(o.scheme) && o.scheme != ConvertScheme::W8A8) {
+    throw UsageError(std::string("--rotate hadamard supports --scheme w8a8, w4a4-atom (--outlier-channels 0) and the float schemes so "
+                                 "far, not ") + scheme_name(o.scheme) +
+                     ": its calibration data (Σx² importance, Hessians) describe the unrotated activations");
+  }
   if (o.scheme == ConvertScheme::W8A8 && o.act == ActQuant::PerTensorStatic)
     throw UsageError("--rotate hadamard needs dynamic activation steps (per-token or per-tensor-dynamic): the calibrated static "
                      "steps (O3) are of the unrotated activations");

@@ -38,8 +38,9 @@ namespace sq {
 class RotationStep {
  public:
   /// Enabled by ConvertOptions::rotate. Throws UsageError when the scheme's calibration data would
-  /// describe the unrotated activations: W4A16 / W4A4 (Σx² importance, Hessians, outlier channels),
-  /// W8A8 with static (O3) activation steps, nuq KV tables (fitted to unrotated values).
+  /// describe the unrotated activations: W4A16 (Σx² importance, Hessians), W4A4 with outlier
+  /// channels, GPTQ or --clip search (W4A4 with --outlier-channels 0 is QuaRot's W4A4), W8A8 with
+  /// static (O3) activation steps, nuq KV tables (fitted to unrotated values).
   explicit RotationStep(const ConvertInputs& in);
   bool enabled() const { return enabled_; }
   /// Rotates layer w in place (w.tensors) and records the rotated sites and blocks in w.rotation.

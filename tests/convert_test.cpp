@@ -125,6 +125,17 @@ TEST_F(ConvertCli, RotationIsRefusedWhereItWouldBeWrongAndExportsAsCompressedTen
   const std::string out = dir_->file("rot.sqm");
   expect_error(convert({"--calib", calib(), "--rotate", "givens"}, out), "--rotate must be auto, none or hadamard", out);
   expect_error(convert({"--scheme", "w4a16", "--rotate", "hadamard"}, out), "--rotate hadamard supports --scheme w8a8", out);
+  // W4A4: only without outlier channels, GPTQ or a clipping search (QuaRot's W4A4), which then runs.
+  expect_error(convert({"--scheme", "w4a4-atom", "--calib", calib(), "--rotate", "hadamard"}, out), "--outlier-channels 0", out);
+  expect_error(convert({"--scheme", "w4a4-atom", "--outlier-channels", "0", "--gptq", "--calib", calib(), "--rotate", "hadamard"}, out),
+               "no --gptq", out);
+  {
+    const ProcessResult w4 = convert({"--scheme", "w4a4-atom", "--outlier-channels", "0", "--group-size", "32", "--rotate", "hadamard"}, out);
+    ASSERT_EQ(w4.exit_status, 0) << w4.err;
+    const ProcessResult r4 = run_process({tool("sq-run"), "-m", out, "-p", "Once upon a time", "-n", "8", "-t", "1"});
+    EXPECT_EQ(r4.exit_status, 0) << r4.err;
+    std::filesystem::remove(out);
+  }
   expect_error(convert({"--calib", calib(), "--preset", "O3", "--rotate", "hadamard"}, out), "needs dynamic activation steps", out);
   const ProcessResult ok = convert({"--calib", calib(), "--rotate", "hadamard"}, out);
   ASSERT_EQ(ok.exit_status, 0) << ok.err;
@@ -260,6 +271,24 @@ TEST_F(ConvertCli, HeadActivationsFp32RunsTheHeadAloneAsW8A16) {
   const std::string plain = dir_->file("head-int8.sqm");
   ASSERT_EQ(convert({"--calib", calib(), "--quantize-head"}, plain).exit_status, 0);
   EXPECT_EQ(load_model(plain).model->lm_head().format(), "w8a8-per-channel-per-token");
+}
+
+// SQ_INT8_BACKEND picks the INT8 GEMM that Int8Backend::Auto resolves to (to measure the kernels of
+// CPUs without AMX on one that has it): every backend gives the same bits, so the generated text is
+// the same; an unknown name is one line on stderr and exit 2.
+TEST_F(ConvertCli, Int8BackendFromTheEnvironment) {
+  const std::string out = dir_->file("w8-env.sqm");
+  const ProcessResult c = convert({"--scheme", "w8a8", "--no-smooth", "--rotate", "none"}, out);
+  ASSERT_EQ(c.exit_status, 0) << c.err;
+  auto run = [&](const std::string& backend) {
+    return run_process({"/usr/bin/env", "SQ_INT8_BACKEND=" + backend, tool("sq-run"), "-m", out, "-p", "Once upon a time", "-n", "12",
+                        "-t", "1", "--temp", "0"});
+  };
+  const ProcessResult automatic = run("auto"), reference = run("reference");
+  ASSERT_EQ(automatic.exit_status, 0) << automatic.err;
+  ASSERT_EQ(reference.exit_status, 0) << reference.err;
+  EXPECT_EQ(reference.out, automatic.out);
+  expect_error(run("tpu"), "SQ_INT8_BACKEND='tpu' is not one of", "");
 }
 
 }  // namespace

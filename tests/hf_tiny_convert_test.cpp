@@ -112,6 +112,8 @@ std::vector<SchemeCase> schemes() {
   s.push_back({"w8a8-group", {"--scheme", "w8a8", "--act", "per-token-group", "--gptq", "--calib", "{calib}"}, 0.1});
   s.push_back({"w4a16-gptq", {"--scheme", "w4a16", "--group-size", "32", "--gptq", "--calib", "{calib}"}, 0.4});
   s.push_back({"w4a4-atom", {"--scheme", "w4a4-atom", "--group-size", "32", "--calib", "{calib}"}, 0.6});
+  // QuaRot's W4A4: no outlier channels, the rotations instead; within the Atom bound.
+  s.push_back({"w4a4-rotated", {"--scheme", "w4a4-atom", "--group-size", "32", "--outlier-channels", "0", "--rotate", "hadamard"}, 0.6});
   // nuq3 KV tables from the calibration windows (uniform weighting: sq-calibrate --fisher needs a
   // backward pass only the LLaMA structure has so far); weights stay FP32, so only sq-eval runs it.
   // Uniform int8 KV with --rotate hadamard: queries and keys rotated per head after RoPE (header

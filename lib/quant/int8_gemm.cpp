@@ -13,7 +13,9 @@
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <stdexcept>
+#include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -186,8 +188,30 @@ bool int8_backend_available(Int8Backend b) {
   return true;
 }
 
+namespace {
+
+/// SQ_INT8_BACKEND, read once: Auto when unset or empty. Throws UsageError for an unknown name or a
+/// backend that cannot run here (every later resolution throws the same).
+Int8Backend backend_from_environment() {
+  static const std::pair<Int8Backend, std::string> chosen = [] {
+    const char* env = std::getenv("SQ_INT8_BACKEND");
+    const std::string name = env ? env : "";
+    if (name.empty() || name == "auto") return std::make_pair(Int8Backend::Auto, std::string());
+    for (Int8Backend b : {Int8Backend::Vnni, Int8Backend::Amx, Int8Backend::OneDnn, Int8Backend::Avx2, Int8Backend::Reference})
+      if (name == to_string(b))
+        return int8_backend_available(b) ? std::make_pair(b, std::string())
+                                         : std::make_pair(Int8Backend::Auto, "SQ_INT8_BACKEND=" + name + ": that INT8 GEMM backend is not available on this machine/build");
+    return std::make_pair(Int8Backend::Auto, "SQ_INT8_BACKEND='" + name + "' is not one of auto, amx, vnni, onednn, avx2, reference");
+  }();
+  if (!chosen.second.empty()) throw UsageError(chosen.second);
+  return chosen.first;
+}
+
+}  // namespace
+
 Int8Backend resolve_int8_backend(Int8Backend b) {
   if (b != Int8Backend::Auto) return b;
+  if (const Int8Backend env = backend_from_environment(); env != Int8Backend::Auto) return env;
   if (int8_backend_available(Int8Backend::Amx)) return Int8Backend::Amx;
   if (cpu_has_vnni()) return Int8Backend::Vnni;
   if (cpu_has_int8_dot_product()) return Int8Backend::OneDnn;

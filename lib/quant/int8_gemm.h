@@ -67,8 +67,12 @@ bool int8_backend_available(Int8Backend b);
 /// matmul is exact.
 bool cpu_has_int8_dot_product();
 
-/// What `Int8Backend::Auto` resolves to on this machine: Amx if available, else Vnni, else OneDnn,
-/// else Avx2, else Reference (the first one available).
+/// What `Int8Backend::Auto` resolves to on this machine: the backend named by the environment
+/// variable SQ_INT8_BACKEND (amx, vnni, onednn, avx2, reference; unset, empty or "auto": none) —
+/// e.g. to measure the kernels a CPU without AMX runs —, else Amx if available, else Vnni, else
+/// OneDnn, else Avx2, else Reference (the first one available). Other backends are returned as
+/// given. Throws UsageError (core/error.h) when SQ_INT8_BACKEND names an unknown or unavailable
+/// backend.
 Int8Backend resolve_int8_backend(Int8Backend b);
 
 /// Largest supported reduction length k (so that every INT32 result is exact).
