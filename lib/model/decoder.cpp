@@ -469,10 +469,12 @@ void Decoder::attend_blocks(int l, int64_t n, const LayerBlock* blocks, size_t n
   // stores the new rows (quantizing them in its format) and returns every row's key rotated at its
   // cache position, dequantized, with the values (runtime/kv_cache.h).
   const std::vector<float>& inv_freq = rope_inv_freq_[static_cast<size_t>(l)];
+  int64_t first_sink_query = n;  // rows first_sink_query … n−1 have a sink query in ws.q_sink
   if (sp.position == PositionKind::Rope) {
     const int rd = c.rope_dim();
     const int64_t cap = ws.eviction.capacity, first_evicting = std::max<int64_t>(0, cap - p0);
     if (cap > 0 && ws.eviction.sinks > 0 && first_evicting < n) {
+      first_sink_query = first_evicting;
       // Block streaming (BlockEviction): rows at positions ≥ C score the sinks from position C − 1.
       ensure(ws.q_sink, n * qw);
       const int32_t at = static_cast<int32_t>(cap - 1);
@@ -499,10 +501,8 @@ void Decoder::attend_blocks(int l, int64_t n, const LayerBlock* blocks, size_t n
   if (key_rotation_ > 0 && blocks[0].cache->spec().quantized() && !blocks[0].cache->keys_pre_rope()) {
     ops::hadamard_rows(ws.q.data(), n, qw, key_rotation_);
     ops::hadamard_rows(ws.k.data(), n, kvw, key_rotation_);
-    if (!ws.q_sink.empty() && sp.position == PositionKind::Rope && ws.eviction.capacity > 0 && ws.eviction.sinks > 0) {
-      const int64_t first_evicting = std::max<int64_t>(0, ws.eviction.capacity - p0);
-      if (first_evicting < n) ops::hadamard_rows(ws.q_sink.data() + first_evicting * qw, n - first_evicting, qw, key_rotation_);
-    }
+    if (first_sink_query < n)
+      ops::hadamard_rows(ws.q_sink.data() + first_sink_query * qw, n - first_sink_query, qw, key_rotation_);
   }
   // Per block: store its rows in its cache, then attend over the cache. Decode steps over a nuq
   // cache attend over the packed rows directly (runtime/kv_decode_attention.h) when the layer is

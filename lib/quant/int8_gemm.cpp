@@ -293,13 +293,17 @@ struct PackedInt8Weights::Impl {
   mutable std::mutex dnnl_mutex;
   mutable std::map<std::tuple<int64_t, bool, int64_t>, dnnl::matmul> dnnl_cache;
 
-  int64_t panel_width(int64_t p) const { return std::min<int64_t>(nr, round_up(n - p * nr, 16)); }
-  /// Store mask of panel p's last 16-column vector: the columns below n (all 16 but in the last
-  /// panel when n is not a multiple of 16).
-  uint16_t panel_mask(int64_t p) const { return p == panels - 1 && n % 16 ? uint16_t((1u << (n % 16)) - 1) : uint16_t(0xFFFF); }
-  /// Panel p: [kpad / 4][panel_width(p)][4] bytes, the k-quads from kq on zero (AMX reads whole
-  /// 64-deep chunks).
-  const int8_t* panel(int64_t p) const { return packed.data + p * (kpad / 4) * nr * 4; }
+  /// The packed panels' geometry (VNNI / AMX; quant/int8_gemm_grouped.h), group_comp as made so far.
+  int8_grouped::Panels layout() const {
+    int8_grouped::Panels w;
+    w.data = packed.data;
+    w.n = n, w.k = k, w.kpad = kpad, w.nr = nr, w.panels = panels;
+    w.group_comp = group_comp.data();
+    return w;
+  }
+  int64_t panel_width(int64_t p) const { return layout().width(p); }
+  uint16_t panel_mask(int64_t p) const { return layout().mask(p); }
+  const int8_t* panel(int64_t p) const { return layout().panel(p); }
 
   void pack_vnni(const int8_t* B);
   void prepare_onednn(const int8_t* B);
@@ -325,7 +329,7 @@ void PackedInt8Weights::Impl::run_grouped(const uint8_t* Au, int64_t lda, int64_
   const bool packed_panels = backend == Int8Backend::Vnni || backend == Int8Backend::Amx;
   std::call_once(grouped_once, [&] {
     if (packed_panels) {
-      group_comp = int8_grouped::group_compensation(packed.data, n, k, kpad, nr, panels);
+      group_comp = int8_grouped::group_compensation(layout());
     } else if (backend == Int8Backend::OneDnn) {
       plain.resize(static_cast<size_t>(n * k));
       const dnnl::memory::desc plain_md({k, n}, dnnl_dt::s8, dnnl_tag::ba);
@@ -336,10 +340,7 @@ void PackedInt8Weights::Impl::run_grouped(const uint8_t* Au, int64_t lda, int64_
     }
   });
   if (packed_panels) {
-    int8_grouped::Panels w;
-    w.data = packed.data;
-    w.n = n, w.k = k, w.kpad = kpad, w.nr = nr, w.panels = panels;
-    w.group_comp = group_comp.data();
+    const int8_grouped::Panels w = layout();
     if (backend == Int8Backend::Amx) return int8_grouped::run_amx(w, Au, lda, m, dq, y);
     return int8_grouped::run_vnni(w, Au, lda, m, dq, y);
   }

@@ -27,16 +27,12 @@ namespace {
 
 using gemm::for_each_output;
 using gemm::kParallelMinMacs;
-using gemm::round_up;
 
 constexpr int64_t kGroup = kActGroupSize;
 constexpr int64_t kGroupQuads = kGroup / 4;  // k-quads (vpdpbusd steps) per block
 constexpr int kMR = 4;                       // rows per register block (see the header)
 constexpr int kMaxNV = 3;                    // 16-column vectors per panel (48 columns)
 constexpr int64_t kMC = 256;                 // rows of A per outer block
-
-/// Width in columns of panel p (a multiple of 16).
-int64_t panel_width(const Panels& w, int64_t p) { return std::min<int64_t>(w.nr, round_up(w.n - p * w.nr, 16)); }
 
 /// The scalar definition of one output (file comment of the header); `block_sum(g)` is the exact
 /// INT32 sum of block g.
@@ -109,17 +105,17 @@ constexpr std::array<std::array<BlockFn, kMaxNV>, kMR> kBlocks = {block_row<1>()
 
 int64_t groups(int64_t k) { return (k + kGroup - 1) / kGroup; }
 
-std::vector<int32_t> group_compensation(const int8_t* panel_data, int64_t n, int64_t k, int64_t kpad, int64_t nr, int64_t panels) {
-  const int64_t G = groups(k);
-  std::vector<int32_t> comp(static_cast<size_t>(panels * G * nr), 0);
-  for (int64_t p = 0; p < panels; ++p) {
-    const int64_t w = std::min<int64_t>(nr, round_up(n - p * nr, 16));
-    const int8_t* panel = panel_data + p * (kpad / 4) * nr * 4;
-    for (int64_t c = 0; c < w && p * nr + c < n; ++c)
+std::vector<int32_t> group_compensation(const Panels& w) {
+  const int64_t G = groups(w.k);
+  std::vector<int32_t> comp(static_cast<size_t>(w.panels * G * w.nr), 0);
+  for (int64_t p = 0; p < w.panels; ++p) {
+    const int64_t width = w.width(p);
+    const int8_t* panel = w.panel(p);
+    for (int64_t c = 0; c < width && p * w.nr + c < w.n; ++c)
       for (int64_t g = 0; g < G; ++g) {
         int32_t sum = 0;
-        for (int64_t t = g * kGroup; t < std::min(k, (g + 1) * kGroup); ++t) sum += panel[((t / 4) * w + c) * 4 + t % 4];
-        comp[static_cast<size_t>((p * G + g) * nr + c)] = -128 * sum;
+        for (int64_t t = g * kGroup; t < std::min(w.k, (g + 1) * kGroup); ++t) sum += panel[((t / 4) * width + c) * 4 + t % 4];
+        comp[static_cast<size_t>((p * G + g) * w.nr + c)] = -128 * sum;
       }
   }
   return comp;
@@ -136,10 +132,9 @@ void run_vnni(const Panels& w, const uint8_t* Au, int64_t lda, int64_t m, const 
     // computed by one thread in a fixed order.
 #pragma omp for schedule(dynamic, 1) nowait
     for (int64_t p = 0; p < w.panels; ++p) {
-      const int64_t width = panel_width(w, p);
-      const int nv = static_cast<int>(width / 16);
-      const __mmask16 mask = p == w.panels - 1 && w.n % 16 ? __mmask16((1u << (w.n % 16)) - 1) : __mmask16(0xFFFF);
-      const int8_t* bp = w.data + p * (w.kpad / 4) * w.nr * 4;
+      const int nv = static_cast<int>(w.width(p) / 16);
+      const __mmask16 mask = w.mask(p);
+      const int8_t* bp = w.panel(p);
       const int32_t* gc = w.group_comp + p * G * w.nr;
       for (int64_t i = ic; i < iend; i += kMR) {
         const int mr = static_cast<int>(std::min<int64_t>(kMR, iend - i));
@@ -167,12 +162,10 @@ void run_amx(const Panels& w, const uint8_t* Au, int64_t lda, int64_t m, const I
         // As run_vnni: panels handed out dynamically, each computed by one thread in a fixed order.
 #pragma omp for schedule(dynamic, 1) nowait
         for (int64_t p = 0; p < w.panels; ++p) {
-          const int64_t width = panel_width(w, p);
-          const uint16_t mask = p == w.panels - 1 && w.n % 16 ? uint16_t((1u << (w.n % 16)) - 1) : uint16_t(0xFFFF);
-          const int8_t* bp = w.data + p * (w.kpad / 4) * w.nr * 4;
+          const int64_t width = w.width(p);
           for (int64_t i = ic; i < iend; i += 32)
-            int8_amx::block_grouped(Au + i * lda, lda, static_cast<int>(std::min<int64_t>(32, iend - i)), bp, width * 4, G,
-                                    static_cast<int>(width / 16), w.group_comp + p * G * w.nr, w.nr, dq.a_scales + i * G, mask, y,
+            int8_amx::block_grouped(Au + i * lda, lda, static_cast<int>(std::min<int64_t>(32, iend - i)), w.panel(p), width * 4, G,
+                                    static_cast<int>(width / 16), w.group_comp + p * G * w.nr, w.nr, dq.a_scales + i * G, w.mask(p), y,
                                     w.n, i, p * w.nr, dq);
         }
       }

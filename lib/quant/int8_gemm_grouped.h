@@ -24,6 +24,7 @@
 // Internal to quant/.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -31,24 +32,34 @@
 
 namespace sq::int8_grouped {
 
-/// Packed weights as the VNNI/AMX backends lay them out (quant/int8_gemm.cpp, PackedInt8Weights::Impl).
+/// Packed weights as the VNNI/AMX backends lay them out, the one definition of the panel geometry
+/// (PackedInt8Weights::Impl of quant/int8_gemm.cpp reads its panels through it too).
 struct Panels {
-  const int8_t* data = nullptr;  ///< panel p at data + p · (kpad / 4) · nr · 4: [kpad/4][w_p][4] s8
+  const int8_t* data = nullptr;  ///< panel p at data + p · (kpad / 4) · nr · 4: [kpad/4][width(p)][4] s8
   int64_t n = 0, k = 0;          ///< B is [n, k]
   int64_t kpad = 0;              ///< k rounded up to 64 (zero weights beyond k)
-  int64_t nr = 0;                ///< panel stride in columns (48 VNNI, 32 AMX); w_p = min(nr, round_up(n − p·nr, 16))
+  int64_t nr = 0;                ///< panel stride in columns (48 VNNI, 32 AMX)
   int64_t panels = 0;            ///< ceil(n / nr)
   /// Block compensation terms [panels][G][nr] int32: −128 · Σ_{k ∈ block g} B[j, k] for column
-  /// j = p·nr + c (0 beyond n).
+  /// j = p·nr + c (0 beyond n); null where no per-token-group product is run.
   const int32_t* group_comp = nullptr;
+
+  /// Columns of panel p: min(nr, n − p·nr rounded up to 16).
+  int64_t width(int64_t p) const { return std::min<int64_t>(nr, (n - p * nr + 15) / 16 * 16); }
+  /// Store mask of panel p's last 16-column vector: the columns below n (all 16 but in the last
+  /// panel when n is not a multiple of 16).
+  uint16_t mask(int64_t p) const { return p == panels - 1 && n % 16 ? uint16_t((1u << (n % 16)) - 1) : uint16_t(0xFFFF); }
+  /// Panel p: [kpad / 4][width(p)][4] bytes, the k-quads from ceil(k/4) on zero (AMX reads whole
+  /// 64-deep chunks).
+  const int8_t* panel(int64_t p) const { return data + p * (kpad / 4) * nr * 4; }
 };
 
 /// Activation groups of a k-wide row: ceil(k / kActGroupSize).
 int64_t groups(int64_t k);
 
-/// The block compensation terms of `Panels::group_comp` for panels in that layout.
-/// Returns [panels][G][nr] int32.
-std::vector<int32_t> group_compensation(const int8_t* panel_data, int64_t n, int64_t k, int64_t kpad, int64_t nr, int64_t panels);
+/// The block compensation terms of `Panels::group_comp` for the panels of w (w.group_comp is not
+/// read). Returns [panels][G][nr] int32.
+std::vector<int32_t> group_compensation(const Panels& w);
 
 /// y[m, n] (FP32, row-major) from biased u8 activations Au[m, ·] (row stride lda, a multiple of 4,
 /// ≥ 4·ceil(k/4); bytes beyond k are ignored) per the file comment, dq.a_scales: [m, G]. The VNNI
