@@ -30,6 +30,7 @@
 #include "core/checkpoint.h"
 #include "core/model_config.h"
 #include "formats/gguf_file.h"
+#include "formats/hf_tensor_selection.h"
 
 namespace sq {
 
@@ -78,10 +79,17 @@ ModelConfig gguf_checked_model_config(const GgufFile& file);
 /// handles (UnsupportedError naming the tensor and the type).
 /// Then each tensor is dequantized straight into its own owned FP32 Tensor (llama's q/k rows
 /// restored to the half-split order on the way, see above), one at a time: peak memory is the FP32 model plus
-/// the mapped file, with no second copy of any tensor. The returned Checkpoint owns all its
+/// the FP32 tensors only, with no second copy of any tensor: each tensor's mapped pages are
+/// released once it is dequantized (MappedFile::release). The returned Checkpoint owns all its
 /// storage and does not keep `file` alive. Non-finite values are not checked here
 /// (load_model calls check_checkpoint_finite).
 Checkpoint load_gguf_checkpoint(const GgufFile& file);
+
+/// load_gguf_checkpoint for the tensors `selection` names only (the global tensors and/or a range
+/// of layers: model/layer_stream.h reads a GGUF one layer at a time), after the same checks of the
+/// whole file. Throws as above, and std::out_of_range when the selection names a layer outside
+/// [0, block_count) (other than HfTensorSelection::kToLastLayer).
+Checkpoint load_gguf_checkpoint(const GgufFile& file, const HfTensorSelection& selection);
 
 /// Opens `path` (GgufFile: InputError for a malformed file) and loads it as above.
 Checkpoint load_gguf_checkpoint(const std::string& path);

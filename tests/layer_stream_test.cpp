@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 
 #include "calib/calibration_run.h"
 #include "core/error.h"
@@ -14,6 +15,7 @@
 #include "runtime/kv_cache.h"
 #include "model/synthetic.h"
 #include "support/hf_tiny.h"
+#include "support/real_models.h"
 #include "support/process.h"
 #include "support/test_data.h"
 
@@ -180,6 +182,44 @@ TEST(LayerStream, RefusesFisherOnAStreamedModel) {
   o.seq_len = 8;
   o.fisher = true;
   EXPECT_THROW(sq::run_calibration(streamed, nullptr, o), sq::UsageError);
+}
+
+}  // namespace
+
+namespace {
+
+// A GGUF file is streamed too (load_gguf_checkpoint with a selection): SmolLM2-135M (Q4_1 / Q8_0
+// blocks, q/k rows restored to the half-split order per layer) calibrated one layer at a time gives
+// the whole model's statistics and Hessians to the last bit, and its layers are the whole model's.
+TEST(LayerStreamGguf, StreamedGgufGivesTheWholeModelsLayersAndStatistics) {
+  const std::string path = sq::test::model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
+  if (path.empty()) GTEST_SKIP() << "SmolLM2-135M-Instruct.Q4_1.gguf not found (scripts/fetch-models.sh)";
+  const sq::LayerStream streamed(path);
+  ASSERT_TRUE(streamed.streamed());
+  EXPECT_EQ(streamed.model().format, "gguf");
+  EXPECT_EQ(streamed.model().default_tokenizer, path);
+  const sq::LayerStream whole(path, false);
+  ASSERT_FALSE(whole.streamed());
+  for (const auto& [name, t] : streamed.model().checkpoint.tensors) EXPECT_NE(name.rfind("model.layers.", 0), 0u) << name;
+  for (int l : {0, 17, 29}) {
+    const auto a = streamed.layer_weights(l);
+    const sq::Checkpoint b = whole.model().checkpoint.layer(l);
+    ASSERT_EQ(a.tensors.tensors.size(), b.tensors.size()) << "layer " << l;
+    for (const auto& [name, t] : b.tensors) {
+      const sq::Tensor& u = a.tensors.tensors.at(name);
+      ASSERT_EQ(u.numel(), t.numel()) << name;
+      EXPECT_EQ(std::memcmp(u.data(), t.data(), size_t(t.numel()) * 4), 0) << name;
+    }
+  }
+  EXPECT_THROW(streamed.layer(30), std::out_of_range);
+  ScratchDir dir;
+  sq::CalibrationOptions o;
+  o.token_ids = true;
+  o.text_path = token_ids_file(dir, whole.config().vocab_size, 300);
+  o.samples = 2;
+  o.seq_len = 48;
+  o.hessian = true;
+  expect_same(sq::run_calibration(streamed, nullptr, o), sq::run_calibration(whole, nullptr, o));
 }
 
 }  // namespace

@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
     if (want.count("cuda-gemm")) all["cuda_gemm"] = sq::bench::run_cuda_gemm_bench(sq::bench::CudaGemmBenchOptions{});
     if (!eval_model.empty()) all["eval_speed"] = sq::bench::run_eval_speed_bench(eval_model, eval_tok, eval_text, eval_ctx);
     text_to_stderr.restore();
-    if (!json_path.empty()) sq::write_json_report(json_path, all.dump(2) + "\n");
+    if (!json_path.empty()) sq::write_json_report(json_path, all);
     return sq::kExitOk;
   });
 }

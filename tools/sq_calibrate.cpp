@@ -66,16 +66,16 @@ int main(int argc, char** argv) {
     else if (const std::string w = sq::text_file_encoding_warning(opt.text_path); !w.empty())
       std::fprintf(stderr, "sq-calibrate: warning: %s\n", w.c_str());
 
-    // A Hugging Face directory is read one layer at a time (memory: one layer, not the model),
+    // A Hugging Face directory or GGUF file is read one layer at a time (memory: one layer, not the model),
     // except for work that needs every layer at once: Fisher's backward pass, expert routing.
     {  // the peak estimate, before anything is loaded
       const sq::ModelFootprint fp = sq::model_footprint(model_path);
-      const bool streamed = fp.format == "hf-safetensors" && !opt.fisher && !(opt.hessian && fp.config.spec.n_experts > 0);
+      const bool streamed = sq::streams_layers(fp) && !opt.fisher && !(opt.hessian && fp.config.spec.n_experts > 0);
       sq::check_memory_fits(sq::estimate_calibrate(fp, streamed, opt.hessian, opt.fisher, opt.seq_len, omp_get_max_threads()),
                             sq::current_memory_budget(), "sq-calibrate" + std::string(opt.hessian ? " --hessian" : "") +
                                                              (opt.fisher ? " --fisher" : "") + " of " + model_path,
                             streamed ? "use fewer threads (-t 1) or a shorter --seq-len"
-                                     : "convert the model to a Hugging Face directory, which is read one layer at a time, or "
+                                     : "give a Hugging Face directory or GGUF file, which is read one layer at a time, or "
                                        "use fewer threads (-t 1)");
     }
     auto model = std::make_unique<sq::LayerStream>(model_path, !opt.fisher);

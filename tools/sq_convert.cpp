@@ -242,7 +242,7 @@ int main(int argc, char** argv) {
 
     std::unique_ptr<sq::PeakRssAnonSampler> mem;
     if (report_memory) mem = std::make_unique<sq::PeakRssAnonSampler>();
-    // A Hugging Face directory is read one layer at a time (memory: one layer, not the model),
+    // A Hugging Face directory or GGUF file is read one layer at a time (memory: one layer, not the model),
     // except for what runs the whole model: --alpha auto, fitting a nuq KV format.
     const bool whole = o.alpha_auto || kv_spec.kind == sq::KVKind::Nuq || mixed;
     {  // the peak estimate, before anything is loaded
@@ -250,10 +250,10 @@ int main(int argc, char** argv) {
       const bool runs_forward = o.alpha_auto || (o.int4.gptq && o.gptq_hessians != "file") || o.atom.clip == "search" || mixed;
       // W8A8's default GPTQ holds a calibration file's Hessians of one layer (when it has them).
       const bool gptq = o.int4.gptq || (o.w8a8_gptq_when_hessians && !o.calib_path.empty());
-      sq::check_memory_fits(sq::estimate_convert(fp, fp.format == "hf-safetensors" && !whole, gptq, runs_forward,
+      sq::check_memory_fits(sq::estimate_convert(fp, sq::streams_layers(fp) && !whole, gptq, runs_forward,
                                                  std::min(512, fp.config.max_seq_len), omp_get_max_threads()),
                             sq::current_memory_budget(), "sq-convert of " + model_path,
-                            "a Hugging Face directory is converted one layer at a time (without --alpha auto, a nuq KV format or "
+                            "a Hugging Face directory or GGUF file is converted one layer at a time (without --alpha auto, a nuq KV format or "
                             "--bits-per-weight / --max-kld)");
     }
     const sq::LayerStream stream(model_path, !whole);

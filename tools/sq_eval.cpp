@@ -25,6 +25,7 @@
 #include "formats/token_ids_file.h"
 #include "formats/tokenizer.h"
 #include "formats/utf8.h"
+#include "model/layer_stream.h"
 #include "model/memory_estimate.h"
 #include "model/model_loader.h"
 #include "model/quantize_in_memory.h"
@@ -70,6 +71,12 @@ int main(int argc, char** argv) {
                  "token, so the same PPL up to FP32 rounding, many times faster; tokens/s is then not decode speed")
       ->capture_default_str();
   app.add_option("--chunks", chunks, "Evaluate only the first N chunks (default: all)");
+  bool layer_major = false;
+  app.add_flag("--layer-major", layer_major,
+               "Perplexity protocols: run every chunk through layer 1, then layer 2, ... reading one layer at a time, so that "
+               "memory holds one layer, not the model (Hugging Face checkpoints and GGUF files are read from disk layer by layer; the "
+               "model under test and --reference-model both). Chosen by itself when such a model does not fit "
+               "in memory. Same results up to FP32 rounding; FP32 KV cache for a streamed model");
   sq::add_json_option(app, json_path, "The results");
   bool force = false;
   app.add_flag("--force", force, "Replace an existing --json file");
@@ -255,16 +262,53 @@ int main(int argc, char** argv) {
     std::vector<int32_t> tokens = from_ids ? sq::read_token_ids_file(ids_path) : std::vector<int32_t>{};
     if (w4_act == "int8" && !streaming) throw sq::UsageError("--w4a16-act int8 changes decode steps only: use it with --protocol streaming");
     if (w4_act == "int8" && on_cuda) throw sq::UsageError("--w4a16-act int8 runs on the CPU only; drop --device cuda");
+    // Layer-major evaluation (eval/layer_major.h) applies to the perplexity protocols on the CPU.
+    const bool layer_major_possible = !streaming && !task_mode && !sensitivity && !on_cuda;
+    if (layer_major && !layer_major_possible)
+      throw sq::UsageError("--layer-major applies to --protocol windows or llamacpp on the CPU, without --task or --sensitivity");
+    bool stream_model = false, stream_ref = false;
     if (!on_cuda) {  // the peak estimate, before anything is loaded
       const sq::ModelFootprint fp = sq::model_footprint(model_path);
       std::optional<sq::ModelFootprint> ref_fp;
       if (with_reference) ref_fp = sq::model_footprint(reference_path);
       const int64_t window = ctx > 0 ? ctx : std::min(512, fp.config.max_seq_len);
-      sq::check_memory_fits(sq::estimate_eval(fp, ref_fp ? &*ref_fp : nullptr, window, sq::threads::max_threads()),
-                            sq::current_memory_budget(), "sq-eval of " + model_path + (with_reference ? " with --reference-model" : ""),
-                            with_reference ? "compare with --reference-ppl instead, or use fewer threads (-t 1)" : "use fewer threads (-t 1)");
+      const sq::MemoryBudget budget = sq::current_memory_budget();
+      const std::string what = "sq-eval of " + model_path + (with_reference ? " with --reference-model" : "");
+      const std::string hint = with_reference ? "compare with --reference-ppl instead, or use fewer threads (-t 1)" : "use fewer threads (-t 1)";
+      const sq::MemoryEstimate whole = sq::estimate_eval(fp, ref_fp ? &*ref_fp : nullptr, window, sq::threads::max_threads());
+      auto fits = [&](const sq::MemoryEstimate& e) {
+        try {
+          sq::check_memory_fits(e, budget, what);
+          return true;
+        } catch (const sq::MemoryLimitError&) {
+          return false;
+        }
+      };
+      // A model is read layer by layer when asked (any format but .sqm: LayerStream loads the others
+      // whole and hands out their resident layers), or by itself when whole models do not fit and it
+      // is a Hugging Face checkpoint or GGUF file (the formats LayerStream reads from disk one layer at a time).
+      const bool auto_switch = !layer_major && layer_major_possible && !fits(whole) &&
+                               (sq::streams_layers(fp) || (ref_fp && sq::streams_layers(*ref_fp)));
+      if (layer_major || auto_switch) {
+        stream_model = fp.format != "sqm" && (layer_major || sq::streams_layers(fp));
+        stream_ref = with_reference && (layer_major || sq::streams_layers(*ref_fp));
+      }
+      if (auto_switch)
+        std::fprintf(stderr, "sq-eval: the whole model%s would not fit in memory (%s): evaluating layer by layer (--layer-major)\n",
+                     with_reference ? "s" : "", whole.describe().c_str());
+      if (stream_model || stream_ref)
+        sq::check_memory_fits(sq::estimate_eval_layer_major(fp, stream_model, ref_fp ? &*ref_fp : nullptr, stream_ref, window,
+                                                            int64_t(1) << 30),
+                              budget, what + " (layer-major)", hint);
+      else
+        sq::check_memory_fits(whole, budget, what, hint);
     }
-    sq::LoadedModel loaded = sq::load_model(model_path);
+    // The model under test: resident, or a layer stream (its globals; layers read during the evaluation).
+    std::unique_ptr<sq::LayerStream> model_stream, ref_stream;
+    sq::LoadedModel loaded_whole;
+    if (stream_model) model_stream = std::make_unique<sq::LayerStream>(model_path);
+    else loaded_whole = sq::load_model(model_path);
+    const sq::LoadedModel& loaded = model_stream ? model_stream->model() : loaded_whole;
     const sq::ModelConfig& cfg = loaded.model->config();
     sq::apply_w4a16_act_option(*loaded.model, w4_act, model_path);
     // Token ids need no tokenizer; llamacpp asks the model's tokenizer, when it has one, whether it adds BOS.
@@ -282,9 +326,11 @@ int main(int argc, char** argv) {
                            std::to_string(cfg.max_seq_len) + " tokens only; --allow-long-context cannot extend a learned position table");
 
     // The reference: same vocabulary; it runs on the CPU, dense, with an FP32 KV cache.
-    sq::LoadedModel reference;
+    sq::LoadedModel reference_whole;
+    if (with_reference && stream_ref) ref_stream = std::make_unique<sq::LayerStream>(reference_path);
+    else if (with_reference) reference_whole = sq::load_model(reference_path);
+    const sq::LoadedModel& reference = ref_stream ? ref_stream->model() : reference_whole;
     if (with_reference) {
-      reference = sq::load_model(reference_path);
       const sq::ModelConfig& rc = reference.model->config();
       if (rc.vocab_size != cfg.vocab_size)
         throw sq::UsageError("--reference-model " + reference_path + " has a vocabulary of " + std::to_string(rc.vocab_size) +
@@ -400,7 +446,7 @@ int main(int argc, char** argv) {
           j["tasks"] = a;
         }
         j["sqkit_version"] = SQ_VERSION;
-        sq::write_json_report(json_path, j.dump(2) + "\n");
+        sq::write_json_report(json_path, j);
       }
       return finish(broken);
     }
@@ -529,7 +575,7 @@ int main(int argc, char** argv) {
         if (r.comparison) comparison_json(j, *r.comparison);
         gates_json(j, broken);
         j["sqkit_version"] = SQ_VERSION;
-        sq::write_json_report(json_path, j.dump(2) + "\n");
+        sq::write_json_report(json_path, j);
       }
       return finish(broken);
     }
@@ -579,7 +625,7 @@ int main(int argc, char** argv) {
         j["model"] = {{"path", model_path}, {"format", loaded.format}, {"parameter_count", cfg.parameter_count()}};
         j[input_key] = input_json;
         j["sqkit_version"] = SQ_VERSION;
-        sq::write_json_report(json_path, j.dump(2) + "\n");
+        sq::write_json_report(json_path, j);
       }
       return int(sq::kExitOk);
     }
@@ -589,8 +635,13 @@ int main(int argc, char** argv) {
     if (on_cuda) gpu = std::make_unique<sq::CudaDecoder>(*loaded.model);  // uploads; refuses unsupported layers
     // A chunk with non-finite logits on the device is re-run layer by layer on the CPU to name the layer.
     opt.locate_nonfinite = [&](const int32_t* input, int) { return sq::locate_nonfinite_chunk(*loaded.model, input, opt); };
+    const sq::EvalModel test_side{model_stream ? nullptr : loaded.model.get(), model_stream.get()};
+    const sq::EvalModel ref_side{ref_stream ? nullptr : reference.model.get(), ref_stream.get()};
     const sq::PerplexityResult r =
-        gpu ? sq::evaluate_perplexity_cuda(*gpu, tokens, opt) : sq::evaluate_perplexity(*loaded.model, tokens, opt);
+        gpu ? sq::evaluate_perplexity_cuda(*gpu, tokens, opt)
+        : (model_stream || ref_stream)
+            ? sq::evaluate_perplexity_layer_major(test_side, with_reference ? &ref_side : nullptr, tokens, opt)
+            : sq::evaluate_perplexity(*loaded.model, tokens, opt);
     bar.finish();
     sq::check_scored_result(r.tokens_scored, r.ppl, input_path);
     const std::string device_desc = on_cuda ? "cuda (" + sq::cuda_device_name() + ")" : "cpu";
@@ -636,12 +687,13 @@ int main(int argc, char** argv) {
                        {"dense_bytes_per_token_theoretical", kv_theory},
                        {"fp32_bytes_per_token", double(cfg.n_layers) * 8.0 * double(kvw)}};
       j["protocol"] = {{"name", sq::protocol_name(opt.protocol)}, {"ctx", opt.ctx}, {"chunks", r.chunks}};
+      j["layer_major"] = {{"model", model_stream != nullptr}, {"reference", ref_stream != nullptr}};
       j["model"] = {{"path", model_path}, {"format", loaded.format}, {"parameter_count", cfg.parameter_count()}};
       j[input_key] = input_json;
       if (r.comparison) comparison_json(j, *r.comparison);
       gates_json(j, broken);
       j["sqkit_version"] = SQ_VERSION;
-      sq::write_json_report(json_path, j.dump(2) + "\n");
+      sq::write_json_report(json_path, j);
     }
     return finish(broken);
   });

@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
         j["output"] = out_dir;
         j["format"] = "gguf";
         j["gguf"] = r.to_json();
-        sq::write_json_report(json_path, j.dump(2) + "\n");
+        sq::write_json_report(json_path, j);
       }
       if (json_path != "-")
         std::printf("sq-export: %s -> %s (gguf %s, file type %s, %lld tensors, %.2f MiB, largest FP16 scale rounding %.3g)\n",
@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
       j["safetensors_bytes"] = s.safetensors_bytes;
       j["notes"] = s.notes;
       j["quantization_config"] = s.quantization_config;
-      sq::write_json_report(json_path, j.dump(2) + "\n");
+      sq::write_json_report(json_path, j);
     }
     if (json_path != "-")
       std::printf("sq-export: %s -> %s (%s, scheme %s, %lld tensors, %.2f MiB)\n", model_path.c_str(), out_dir.c_str(), s.format.c_str(),

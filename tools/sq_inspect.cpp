@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
     if (json) sq::check_output_path("--json", json_path, force, {path}, true);
     if (sq::looks_like_gguf(path)) {  // the GGUF magic, or *.gguf (the reader then names what is wrong)
       const nlohmann::json j = sq::gguf_summary(sq::GgufFile(path), list_tensors);
-      if (json) sq::write_json_report(json_path, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+      if (json) sq::write_json_report(json_path, j);
       else print_gguf(path, j, list_tensors);
       return sq::kExitOk;
     }
@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
                          {"compression", t.compression()}});
         j["tensors"] = arr;
       }
-      sq::write_json_report(json_path, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+      sq::write_json_report(json_path, j);
       return sq::kExitOk;
     }
 

@@ -13,6 +13,10 @@ namespace sq {
 /// memory-mapped checkpoint.
 int64_t current_rss_anon_bytes();
 
+/// Peak resident set size of this process so far in bytes (VmHWM of /proc/self/status: anonymous
+/// and file-backed pages, mapped model files included, as `time -v` reports it); 0 when unavailable.
+int64_t peak_rss_bytes();
+
 /// Samples RssAnon every `period` on a background thread from construction until stop() or
 /// destruction and keeps the maximum. Linux keeps no RssAnon high-water mark, so this is a sampled
 /// peak: allocations that live shorter than `period` can be missed.

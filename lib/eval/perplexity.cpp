@@ -10,6 +10,8 @@
 
 #include "core/error.h"
 #include "core/finite.h"
+#include "eval/layer_major.h"
+#include "model/layer_stream.h"
 #include "model/nonfinite.h"
 #include "ops/ops.h"
 #include "runtime/thread_governor.h"
@@ -318,6 +320,95 @@ PerplexityResult evaluate_perplexity_with(const ModelConfig& config, const std::
     if (o.on_progress) o.on_progress(i + 1, chunks, (i + 1) * o.ctx);
   }
   return combine(sums, o, seconds_since(t0));
+}
+
+PerplexityResult evaluate_perplexity_layer_major(const EvalModel& model, const EvalModel* reference,
+                                                 const std::vector<int32_t>& tokens, const PerplexityOptions& o,
+                                                 int64_t group_bytes) {
+  auto decoder = [](const EvalModel& m) -> const Decoder& {
+    if (!m.resident == !m.streamed) throw std::invalid_argument("EvalModel: give exactly one of resident and streamed");
+    return m.resident ? *m.resident : *m.streamed->model().model;
+  };
+  const Decoder& test = decoder(model);
+  const ModelConfig& c = test.config();
+  const int64_t chunks = checked_chunks(tokens, o);
+  if (reference && decoder(*reference).config().vocab_size != c.vocab_size)
+    throw UsageError("the reference model has a vocabulary of " + std::to_string(decoder(*reference).config().vocab_size) +
+                     " tokens, the model under test " + std::to_string(c.vocab_size) + ": they must be equal");
+  if (model.streamed && o.kv.quantized())
+    throw UsageError("a model evaluated layer by layer runs with an FP32 KV cache; leave out the KV-cache format (--kv)");
+  if (model.streamed) model.streamed->hold_lm_head();
+  if (reference && reference->streamed) reference->streamed->hold_lm_head();
+
+  const int vocab = c.vocab_size, first = first_scored(o);
+  int64_t widest = 0;
+  for (const EvalModel* m : {&model, reference})
+    if (m && m->streamed) widest = std::max<int64_t>(widest, m->streamed->config().dim);
+  const int64_t per_chunk = 4 * int64_t(o.ctx) * std::max<int64_t>(widest, 1);
+  const int64_t group = std::clamp<int64_t>(group_bytes / per_chunk, 1, chunks);
+  const int streamed_sides = (model.streamed ? 1 : 0) + (reference && reference->streamed ? 1 : 0);
+
+  std::vector<ChunkSums> sums(static_cast<size_t>(chunks));
+  KVCache cache(c, o.ctx, o.kv, o.kv_params);
+  Workspace ws;
+  std::vector<float> logits(static_cast<size_t>(o.ctx - first) * vocab);
+  std::vector<int32_t> input;
+  std::unique_ptr<ReferenceRun> ref = reference ? std::make_unique<ReferenceRun>(decoder(*reference), o.ctx) : nullptr;
+  std::unique_ptr<LayerMajorLogits> test_lm = model.streamed ? std::make_unique<LayerMajorLogits>(*model.streamed) : nullptr;
+  std::unique_ptr<LayerMajorLogits> ref_lm =
+      reference && reference->streamed ? std::make_unique<LayerMajorLogits>(*reference->streamed) : nullptr;
+  const int64_t kvw = int64_t(c.n_kv_heads) * c.head_dim;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t g0 = 0; g0 < chunks; g0 += group) {
+    const int64_t g1 = std::min(chunks, g0 + group);
+    std::vector<std::vector<int32_t>> inputs;
+    for (int64_t i = g0; i < g1; ++i) {
+      chunk_input(tokens, i, o, c.bos_id, input);
+      inputs.push_back(input);
+    }
+    auto where = [&](size_t k) { return chunk_where(g0 + int64_t(k), o); };
+    int side = 0;
+    for (LayerMajorLogits* lm : {test_lm.get(), ref_lm.get()}) {
+      if (!lm) continue;
+      lm->run(inputs, first, where, [&](int done, int layers) {
+        if (!o.on_progress) return;
+        const double frac = (side + double(done) / layers) / streamed_sides;
+        const int64_t at = g0 + int64_t(double(g1 - g0) * frac);
+        o.on_progress(at, chunks, at * o.ctx);
+      });
+      ++side;
+    }
+    for (int64_t i = g0; i < g1; ++i) {
+      chunk_input(tokens, i, o, c.bos_id, input);
+      ChunkSums& s = sums[static_cast<size_t>(i)];
+      if (test_lm) {
+        test_lm->logits(size_t(i - g0), logits.data());
+        s = score_logits(tokens, i, o, vocab, logits.data(), first);
+        if (s.nonfinite) throw nonfinite_activation_error("the final norm or the LM head", chunk_where(i, o));
+        s.kv.dense = 2 * int64_t(c.n_layers) * kvw * 4 * o.ctx;  // the FP32 cache of forward_layer
+      } else {
+        s = score_chunk(test, tokens, i, o, cache, ws, logits, input);
+        if (s.nonfinite) throw nonfinite_activation_error(locate_nonfinite_chunk(test, input.data(), o), chunk_where(i, o));
+      }
+      if (ref) {
+        bool ran = false;
+        if (ref_lm) {
+          ref->logits.resize(static_cast<size_t>(o.ctx - first) * vocab);
+          ref_lm->logits(size_t(i - g0), ref->logits.data());
+          if (first_nonfinite_f32(ref->logits.data(), int64_t(ref->logits.size())) >= 0)
+            throw nonfinite_activation_error("the final norm or the LM head", "in the reference model " + chunk_where(i, o));
+          ran = true;
+        }
+        compare_chunk(tokens, i, o, vocab, logits.data(), first, input, *ref, s, ran);
+      }
+      if (o.on_progress && !streamed_sides) o.on_progress(i + 1, chunks, (i + 1) * o.ctx);
+    }
+  }
+  const double seconds = seconds_since(t0);
+  if (o.on_progress) o.on_progress(chunks, chunks, chunks * o.ctx);
+  PerplexityOptions with_ref = o;  // combine() summarizes the comparison when a reference is set
+  with_ref.reference = reference ? &decoder(*reference) : nullptr;
+  return combine(sums, with_ref, seconds);
 }
 
 std::string locate_nonfinite_chunk(const Decoder& model, const int32_t* input, const PerplexityOptions& o) {

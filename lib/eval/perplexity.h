@@ -106,6 +106,31 @@ using PerplexityChunkRunner = std::function<KVCacheBytes(const int32_t* input, i
 PerplexityResult evaluate_perplexity_with(const ModelConfig& config, const std::vector<int32_t>& tokens,
                                           const PerplexityOptions& options, const PerplexityChunkRunner& run_chunk);
 
+class LayerStream;
+
+/// One side of a layer-major evaluation: a resident model, or a model read one layer at a time.
+struct EvalModel {
+  const Decoder* resident = nullptr;
+  /// Read layer-major (eval/layer_major.h); its LM head is loaded for the logits (hold_lm_head).
+  LayerStream* streamed = nullptr;
+};
+
+/// evaluate_perplexity (and, with `reference`, its comparison) where the model under test, the
+/// reference, or both are layer streams (model/layer_stream.h) run layer-major: chunks are taken in
+/// groups of at most `group_bytes` of hidden states (4 · ctx · dim per chunk; at least one chunk),
+/// and each group runs through every layer of each streamed side, each layer read once per group,
+/// before its chunks are scored in order; resident sides run chunk by chunk as in
+/// evaluate_perplexity. Memory: per streamed side its global tensors and LM head, one layer, the
+/// group's hidden states and one chunk's logits (sq-eval's path for models larger than memory).
+/// Same protocols, scoring and result fields; options.reference is ignored. A streamed model under
+/// test runs with an FP32 KV cache (kv_bytes_per_token reports it); UsageError when options.kv asks
+/// for another format. `on_progress` is also called after each layer, with the group's chunks
+/// counted in proportion to the layers done. Throws like evaluate_perplexity, NonFiniteError naming
+/// the layer (LayerMajorLogits::run) for a streamed side, and what LayerStream::layer throws.
+PerplexityResult evaluate_perplexity_layer_major(const EvalModel& model, const EvalModel* reference,
+                                                 const std::vector<int32_t>& tokens, const PerplexityOptions& options,
+                                                 int64_t group_bytes = int64_t(1) << 30);
+
 /// Where the first non-finite activation appears when chunk `input` [options.ctx] runs on `model`
 /// from a fresh KV cache in options.kv's format (locate_nonfinite_activation), "" when every value
 /// is finite. For PerplexityOptions::locate_nonfinite when another backend ran the chunk.

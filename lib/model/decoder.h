@@ -163,6 +163,8 @@ class Decoder {
   /// two, BLOOM's interleaving otherwise); empty unless PositionKind::Alibi.
   const std::vector<float>& alibi_slopes() const { return alibi_slopes_; }
   const Linear& lm_head() const { return *lm_head_; }
+  /// False for a layer-streamed model's globals without their untied head (model/layer_stream.h).
+  bool has_lm_head() const { return lm_head_ != nullptr; }
   /// Rotates queries and keys per head after RoPE with the block-diagonal Walsh–Hadamard rotation
   /// of `block` channels (ops/hadamard.h; QuaRot §3, SpinQuant's R3) whenever the KV cache quantizes
   /// keys stored after RoPE, so that the cache holds rotated keys: R is orthogonal, so the attention

@@ -89,6 +89,30 @@ const Linear* linear_of(const DecoderLayer& L, const LinearSlot& s) {
   return linear_slot(const_cast<DecoderLayer&>(L), s).get();
 }
 
+void set_layer_prepack(const ModelConfig& c, int l, DecoderLayer& L, bool on) {
+  for (const LinearSlot& s : decoder_layer_linears(c, l))
+    if (auto* d = dynamic_cast<DenseLinear*>(s.expert >= 0 && L.experts.size() <= size_t(s.expert) ? nullptr : linear_slot(L, s).get()))
+      d->set_prepack(on);
+}
+
+void set_model_prepack(Decoder& model, bool on) {
+  for (int l = 0; l < int(model.layers().size()); ++l) set_layer_prepack(model.config(), l, model.mutable_layers()[size_t(l)], on);
+  std::unique_ptr<Linear> head = model.release_lm_head();
+  if (auto* d = dynamic_cast<DenseLinear*>(head.get())) d->set_prepack(on);
+  model.set_lm_head(std::move(head));
+}
+
+int64_t dense_linear_bytes(const Decoder& model) {
+  int64_t bytes = 0;
+  auto add = [&](const Linear* lin) {
+    if (const auto* d = dynamic_cast<const DenseLinear*>(lin)) bytes += 4 * d->weight().numel();
+  };
+  for (int l = 0; l < int(model.layers().size()); ++l)
+    for (const LinearSlot& s : decoder_layer_linears(model.config(), l)) add(linear_of(model.layers()[size_t(l)], s));
+  if (model.has_lm_head()) add(&model.lm_head());
+  return bytes;
+}
+
 std::vector<LayerTensorSlot> decoder_layer_tensors(const ModelConfig& c, int l) {
   const DecoderSpec& sp = c.spec;
   const int64_t d = c.dim, hd = c.head_dim;

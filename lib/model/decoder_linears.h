@@ -49,6 +49,15 @@ std::unique_ptr<Linear>& linear_slot(DecoderLayer& L, const LinearSlot& s);
 /// The linear `s` of `L`, or nullptr when unset.
 const Linear* linear_of(const DecoderLayer& L, const LinearSlot& s);
 
+/// Sets DenseLinear::set_prepack(on) on every dense linear of layer `L` (layer `l` of a model with
+/// config `c`); quantized linears are left alone. Call before the layer's first multi-row forward.
+void set_layer_prepack(const ModelConfig& c, int l, DecoderLayer& L, bool on);
+/// set_layer_prepack on every layer of `model`, and on its LM head when that is dense.
+void set_model_prepack(Decoder& model, bool on);
+/// Bytes of the FP32 weights of `model`'s dense linears (every layer's and the LM head): what their
+/// packed copies (model/linear.h) would add to the resident set.
+int64_t dense_linear_bytes(const Decoder& model);
+
 /// A non-linear tensor of a layer (1-D: norm weights/biases, QK-norm weights).
 struct LayerTensorSlot {
   std::string name;           ///< canonical name

@@ -6,6 +6,9 @@
 
 #include "core/error.h"
 #include "core/finite.h"
+#include "formats/gguf_checkpoint.h"
+#include "formats/gguf_file.h"
+#include "model/decoder_linears.h"
 
 namespace sq {
 
@@ -17,13 +20,23 @@ bool is_directory(const std::string& path) {
 }  // namespace
 
 LayerStream::LayerStream(const std::string& path, bool stream) {
-  if (!stream || !is_directory(path)) {
+  const bool directory = is_directory(path), gguf = !directory && looks_like_gguf(path);
+  if (!stream || (!directory && !gguf)) {
     loaded_ = load_model(path);
     if (loaded_.format == "sqm") throw UsageError(path + " is a packed .sqm model; give the original checkpoint");
     return;
   }
-  reader_.emplace(path);
-  Checkpoint globals = reader_->load(HfTensorSelection::only_globals());
+  if (directory) {
+    auto reader = std::make_shared<const HfCheckpointReader>(path);
+    read_ = [reader](const HfTensorSelection& s) { return reader->load(s); };
+    loaded_.default_tokenizer = default_hf_tokenizer(path);
+  } else {
+    auto file = std::make_shared<const GgufFile>(path);
+    read_ = [file](const HfTensorSelection& s) { return load_gguf_checkpoint(*file, s); };
+    // The tokenizer lives in the GGUF metadata (load_model does the same).
+    if (file->has("tokenizer.ggml.model")) loaded_.default_tokenizer = path;
+  }
+  Checkpoint globals = read_(HfTensorSelection::only_globals());
   check_checkpoint_finite(globals);
   for (const auto& [name, t] : globals.tensors) global_shapes_[name] = t.shape();
   loaded_.model = std::make_unique<Decoder>(Decoder::from_checkpoint_globals(globals));
@@ -35,7 +48,6 @@ LayerStream::LayerStream(const std::string& path, bool stream) {
   }
   loaded_.path = path;
   loaded_.format = globals.format;
-  loaded_.default_tokenizer = default_hf_tokenizer(path);
   loaded_.checkpoint = std::move(globals);
 }
 
@@ -46,24 +58,17 @@ LayerStream::LayerWeights LayerStream::layer_weights(int l, TensorShapes* shapes
   if (l < 0 || l >= c.n_layers)
     throw std::out_of_range("layer " + std::to_string(l) + " of a model with " + std::to_string(c.n_layers) + " layers");
   LayerWeights w;
-  if (!reader_) {
+  if (!read_) {
     w.tensors = loaded_.checkpoint.layer(l);  // views of the resident tensors
     // Aliasing pointer: the resident layer lives as long as this stream.
     w.layer = std::shared_ptr<const DecoderLayer>(std::shared_ptr<const DecoderLayer>(), &loaded_.model->layers()[size_t(l)]);
   } else {
-    w.tensors = reader_->load(HfTensorSelection::only_layer(l));
+    w.tensors = read_(HfTensorSelection::only_layer(l));
     check_checkpoint_finite(w.tensors);
     auto layer = std::make_shared<DecoderLayer>(Decoder::layer_from_checkpoint(w.tensors, l));
     // No packed copies of a streamed layer's weights (model/linear.h): the copy would add the
     // layer's FP32 size to the peak memory that streaming bounds.
-    auto no_prepack = [](const std::unique_ptr<Linear>& lin) {
-      if (auto* d = dynamic_cast<DenseLinear*>(lin.get())) d->set_prepack(false);
-    };
-    for (auto* lin : {&layer->q_proj, &layer->k_proj, &layer->v_proj, &layer->o_proj, &layer->gate_proj, &layer->up_proj,
-                      &layer->down_proj, &layer->router})
-      no_prepack(*lin);
-    for (Expert& e : layer->experts)
-      for (auto* lin : {&e.gate_proj, &e.up_proj, &e.down_proj}) no_prepack(*lin);
+    set_layer_prepack(config(), l, *layer, false);
     w.layer = std::move(layer);
   }
   if (shapes)
@@ -73,16 +78,23 @@ LayerStream::LayerWeights LayerStream::layer_weights(int l, TensorShapes* shapes
 
 Tensor LayerStream::lm_head() const {
   if (config().tied_embeddings) throw std::logic_error(loaded_.path + ": the model ties its LM head to the embedding");
-  if (!reader_) return loaded_.checkpoint.tensors.at(names::kLmHead);
-  Checkpoint globals = reader_->load(HfTensorSelection::only_globals());
+  if (!read_) return loaded_.checkpoint.tensors.at(names::kLmHead);
+  Checkpoint globals = read_(HfTensorSelection::only_globals());
   for (auto it = globals.tensors.begin(); it != globals.tensors.end();)  // the other globals are held already
     it = it->first == names::kLmHead ? std::next(it) : globals.tensors.erase(it);
   check_checkpoint_finite(globals);
   return globals.tensors.at(names::kLmHead);
 }
 
+void LayerStream::hold_lm_head() {
+  if (!read_ || config().tied_embeddings || loaded_.model->has_lm_head()) return;
+  auto head = std::make_unique<DenseLinear>(lm_head());
+  head->set_prepack(false);
+  loaded_.model->set_lm_head(std::move(head));
+}
+
 TensorShapes LayerStream::global_shapes() const {
-  if (reader_) return global_shapes_;
+  if (read_) return global_shapes_;
   TensorShapes out;
   for (const auto& [name, t] : loaded_.checkpoint.tensors)
     if (name.compare(0, 13, "model.layers.") != 0) out[name] = t.shape();

@@ -29,6 +29,15 @@ class Linear {
   virtual int64_t weight_bytes() const = 0;
 };
 
+/// Packed copies (DenseLinear::set_prepack) are kept for a loaded model only when its dense linears
+/// hold at most this many FP32 bytes (load_model, model/model_loader.h): SmolLM2-135M's 0.54 GB and
+/// Gemma 3 270M's 1.07 GB (its tied 262,144-row head included) keep them; Qwen2.5-Coder-1.5B's
+/// 6.2 GB does not. The copy doubles the linears' memory for a few percent of prefill speed (the
+/// matmul primitive on plain W runs 482–498 GFLOP/s where the packed copy runs 506–523 with W from
+/// DRAM, SmolLM2 shapes, docs/benchmarks.md), a trade worth making only while the model is small;
+/// above it sq-eval's peak stays near the FP32 weights (issue 37: ≤ 1.2× them).
+constexpr int64_t kPrepackMaxModelBytes = int64_t(2) << 30;
+
 /// FP32 linear. W: [out, in] row-major (PyTorch nn.Linear layout); optional bias b: [out].
 ///
 /// Single rows (decode steps) run a GEMV on W (serial dot products for small W, OpenBLAS sgemv

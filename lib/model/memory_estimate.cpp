@@ -11,6 +11,7 @@
 #include "formats/hf_checkpoint.h"
 #include "formats/llama2c_checkpoint.h"
 #include "formats/sqm_file.h"
+#include "model/linear.h"
 #include "model/sqm_model.h"
 
 namespace sq {
@@ -63,13 +64,14 @@ void add_loaded_model(MemoryEstimate& e, const ModelFootprint& m, const std::str
   e.mapped += m.file_bytes;
   if (m.format == "sqm") {
     e.add(label + " (packed tensors)", m.file_bytes);
-    e.add(label + " LM head packed GEMM copy", 4 * int64_t(m.config.vocab_size) * m.config.dim);
+    const int64_t head = 4 * int64_t(m.config.vocab_size) * m.config.dim;
+    if (head <= kPrepackMaxModelBytes) e.add(label + " LM head packed GEMM copy", head);
     return;
   }
   // llama2.c and F32 safetensors are views of the mapping; everything else is a widened copy.
   const bool views = m.format == "llama2c" || (m.format == "hf-safetensors" && m.file_bytes >= m.fp32_bytes);
   if (!views) e.add(label + " FP32 weights", m.fp32_bytes);
-  e.add(label + " packed GEMM copies", m.linear_fp32_bytes);
+  if (m.linear_fp32_bytes <= kPrepackMaxModelBytes) e.add(label + " packed GEMM copies", m.linear_fp32_bytes);
 }
 
 void add_forward_buffers(MemoryEstimate& e, const ModelConfig& c, int64_t tokens, int64_t kv_tokens, int threads) {
@@ -101,6 +103,26 @@ MemoryEstimate estimate_eval(const ModelFootprint& model, const ModelFootprint* 
     add_loaded_model(e, *reference, "reference");
     add_forward_buffers(e, reference->config, ctx, ctx, threads);
   }
+  return e;
+}
+
+MemoryEstimate estimate_eval_layer_major(const ModelFootprint& model, bool model_streamed, const ModelFootprint* reference,
+                                         bool reference_streamed, int64_t ctx, int64_t group_hidden_bytes) {
+  MemoryEstimate e;
+  e.add("runtime", kRuntimeBytes);
+  auto side = [&](const ModelFootprint& m, bool streamed, const std::string& label) {
+    if (streamed) {
+      e.mapped += m.file_bytes;
+      e.add(label + " global tensors", m.global_fp32_bytes);
+      e.add(label + " one layer", m.layer_fp32_bytes);
+      e.add(label + " hidden states of a chunk group", group_hidden_bytes);
+    } else {
+      add_loaded_model(e, m, label);
+    }
+    add_forward_buffers(e, m.config, ctx, ctx, 1);
+  };
+  side(model, model_streamed, "model");
+  if (reference) side(*reference, reference_streamed, "reference");
   return e;
 }
 

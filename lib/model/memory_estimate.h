@@ -23,6 +23,10 @@ struct ModelFootprint {
   int64_t global_fp32_bytes = 0;  ///< 4 · (embedding + untied LM head + final norm): held by a layer stream
 };
 
+/// Whether LayerStream (model/layer_stream.h) reads this model from disk one layer at a time: a
+/// Hugging Face directory or a GGUF file (a llama2.c file is loaded whole, a .sqm is not streamed).
+inline bool streams_layers(const ModelFootprint& m) { return m.format == "hf-safetensors" || m.format == "gguf"; }
+
 /// Reads `path`'s config and sizes: a GGUF's metadata (load_gguf_checkpoint checks it against the
 /// tensors later), a Hugging Face directory's config.json checked against its safetensors headers
 /// (HfCheckpointReader) and the sizes of its *.safetensors, a .sqm header (checksums not verified here), a llama2.c header.
@@ -32,7 +36,8 @@ ModelFootprint model_footprint(const std::string& path);
 
 /// The model loaded whole for running it: a .sqm's tensors copied out of the mapping (≈ its file
 /// size) or the FP32 weights (dequantized / widened, except a llama2.c or F32 file, whose weights
-/// are views of the mapping) plus one packed copy of every linear for the FP32 GEMMs.
+/// are views of the mapping) plus one packed copy of every linear for the FP32 GEMMs when the
+/// linears hold at most kPrepackMaxModelBytes (model/linear.h; load_model's policy).
 void add_loaded_model(MemoryEstimate& e, const ModelFootprint& m, const std::string& label = "model");
 
 /// Running `tokens` positions at once with a KV cache of `kv_tokens` (FP32): logits [tokens, vocab],
@@ -46,6 +51,12 @@ int64_t hessian_bytes(const ModelConfig& c, int layers);
 /// tokens in flight (perplexity protocols evaluate windows in parallel; streaming keeps a cache
 /// of up to `ctx` tokens — pass the policy's bound or the text's length).
 MemoryEstimate estimate_eval(const ModelFootprint& model, const ModelFootprint* reference, int64_t ctx, int threads);
+
+/// sq-eval layer-major (eval/layer_major.h): each side whose `*_streamed` is set holds its global
+/// tensors (embedding, LM head, final norm), one layer widened to FP32, and `group_hidden_bytes` of
+/// hidden states; the other side is loaded whole. One chunk of `ctx` tokens is in flight per model.
+MemoryEstimate estimate_eval_layer_major(const ModelFootprint& model, bool model_streamed, const ModelFootprint* reference,
+                                         bool reference_streamed, int64_t ctx, int64_t group_hidden_bytes);
 
 /// sq-run: the model loaded whole and one sequence of up to `tokens` positions (prompt + new tokens).
 MemoryEstimate estimate_run(const ModelFootprint& model, int64_t tokens);

@@ -13,6 +13,7 @@
 #include "formats/hf_checkpoint.h"
 #include "formats/llama2c_checkpoint.h"
 #include "formats/sqm_file.h"
+#include "model/decoder_linears.h"
 #include "model/sqm_model.h"
 
 namespace sq {
@@ -24,6 +25,13 @@ std::string default_hf_tokenizer(const std::string& dir) {
   }
   return "";
 }
+
+namespace {
+/// The packed-copy policy of kPrepackMaxModelBytes (model/linear.h).
+void keep_packed_copies_if_small(Decoder& model) {
+  if (dense_linear_bytes(model) > kPrepackMaxModelBytes) set_model_prepack(model, false);
+}
+}  // namespace
 
 LoadedModel load_model(const std::string& path) {
   struct stat st {};
@@ -37,6 +45,7 @@ LoadedModel load_model(const std::string& path) {
     out.model = build_model_from_sqm(out.sqm);
     out.kv = kv_quantization_from_sqm(*out.sqm, out.model->config());
     out.format = "sqm";
+    keep_packed_copies_if_small(*out.model);
     return out;
   }
   if (S_ISDIR(st.st_mode)) {
@@ -56,6 +65,7 @@ LoadedModel load_model(const std::string& path) {
   }
   check_checkpoint_finite(ck);
   out.model = std::make_unique<Decoder>(Decoder::from_checkpoint(ck));
+  keep_packed_copies_if_small(*out.model);
   out.path = path;
   out.format = ck.format;
   out.checkpoint = std::move(ck);

@@ -34,6 +34,8 @@ struct LoadedModel {
 /// formats/gguf_checkpoint.h: dequantized to owned FP32 tensor by tensor; architectures `llama`,
 /// `gemma3`, `qwen2`; others are refused with UnsupportedError naming them); a file with a llama2.c header is a
 /// llama2.c checkpoint.
+/// Dense linears keep packed GEMM copies only when they hold at most kPrepackMaxModelBytes
+/// (model/linear.h); a larger model runs the same kernels on its plain weights.
 /// Every stored floating-point value is checked once here (check_checkpoint_finite: the FP32
 /// tensors, F16/BF16 ones after widening; check_sqm_finite: a .sqm's F32/F16/BF16 tensors, scales
 /// included), so nothing downstream runs on NaN/Inf weights.

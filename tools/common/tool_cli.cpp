@@ -8,6 +8,7 @@
 
 #include "core/cpu_cores.h"
 #include "core/error.h"
+#include "core/memory_probe.h"
 #include "core/tool_main.h"
 #include "formats/atomic_file.h"
 #include "runtime/thread_governor.h"
@@ -115,7 +116,9 @@ int parse_tool_args(CLI::App& app, const char* tool, int argc, char** argv) {
   return -1;
 }
 
-void write_json_report(const std::string& target, const std::string& text) {
+void write_json_report(const std::string& target, nlohmann::json report) {
+  if (report.is_object()) report["peak_rss_bytes"] = peak_rss_bytes();
+  const std::string text = report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   if (target == "-") {
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -52,9 +53,11 @@ std::vector<std::string> normalize_json_args(const std::vector<std::string>& arg
 /// 2 after a parse error, printed as the one line "TOOL: error: MESSAGE (see TOOL --help)" on stderr.
 int parse_tool_args(CLI::App& app, const char* tool, int argc, char** argv);
 
-/// Writes a JSON report: `target` "-" prints `text` on stdout, anything else replaces the file
-/// atomically (write_file_atomic, formats/atomic_file.h). Throws OutputError naming the file.
-void write_json_report(const std::string& target, const std::string& text);
+/// Writes a JSON report, indented by 2, with "peak_rss_bytes" (the process's peak resident set so
+/// far, core/memory_probe.h) added last when `report` is an object: `target` "-" prints it on
+/// stdout, anything else replaces the file atomically (write_file_atomic, formats/atomic_file.h).
+/// Invalid UTF-8 in strings is written as U+FFFD. Throws OutputError naming the file.
+void write_json_report(const std::string& target, nlohmann::json report);
 
 /// While alive, everything written to stdout (file descriptor 1, including C stdio and library code
 /// that prints progress tables) goes to stderr instead; the destructor flushes and restores stdout.
