@@ -29,8 +29,13 @@ class HessianAccumulator {
   /// An empty accumulator for inputs of width `width` (≥ 0).
   explicit HessianAccumulator(int64_t width);
 
-  /// Adds 2·XᵀX for x: [n, width] row-major FP32 (n ≥ 0). Non-finite values are added as they are
-  /// (they make the Hessian non-finite; gptq_quantize then rejects it).
+  /// Rows per FP32 block product of observe().
+  static constexpr int64_t kProductRows = 512;
+
+  /// Adds 2·XᵀX for x: [n, width] row-major FP32 (n ≥ 0): per block of kProductRows rows an FP32
+  /// product (ops::ssyrk_upper), added into FP64 sums. Non-finite values are added as they are
+  /// (they make the Hessian non-finite; gptq_quantize then rejects it). Memory: width² doubles
+  /// (the sums) + width² floats (the block product, kept for the next call).
   void observe(const float* x, int64_t n);
   /// Adds `other`'s sums and token count. Throws std::invalid_argument when the widths differ.
   void merge(const HessianAccumulator& other);
@@ -51,6 +56,7 @@ class HessianAccumulator {
   int64_t width_ = 0;
   int64_t tokens_ = 0;
   std::vector<double> sum_;  ///< upper triangle of Σ 2·xᵀx, [width, width] row-major
+  std::vector<float> block_;  ///< scratch of observe(): one block's FP32 2·XᵀX (upper triangle)
 };
 
 /// An ActivationObserver collecting one HessianAccumulator per (layer, ActivationSite), for the

@@ -311,10 +311,15 @@ TEST(Hessian, AccumulatesTwoXtXMeanNormalized) {
   const auto H = a.hessian(), Ha = all.hessian();
   for (int64_t i = 0; i < d; ++i)
     for (int64_t j = 0; j < d; ++j) {
-      double s = 0;
-      for (int64_t t = 0; t < n; ++t) s += double(X[size_t(t * d + i)]) * double(X[size_t(t * d + j)]);
-      EXPECT_NEAR(H[size_t(i * d + j)], 2.0 * s / double(n), 1e-12);
-      EXPECT_NEAR(Ha[size_t(i * d + j)], 2.0 * s / double(n), 1e-12);
+      double s = 0, mag = 0;
+      for (int64_t t = 0; t < n; ++t) {
+        s += double(X[size_t(t * d + i)]) * double(X[size_t(t * d + j)]);
+        mag += std::fabs(double(X[size_t(t * d + i)]) * double(X[size_t(t * d + j)]));
+      }
+      // FP32 block products (≤ 37 terms here) added into FP64: |error| ≤ γ₃₈ = 38·2⁻²⁴ ≈ 2.3e-6 of
+      // Σ|x_i x_j| (Higham, Thm 3.1: products and sums each rounded once per term).
+      EXPECT_NEAR(H[size_t(i * d + j)], 2.0 * s / double(n), 2.3e-6 * 2.0 * mag / double(n));
+      EXPECT_NEAR(Ha[size_t(i * d + j)], 2.0 * s / double(n), 2.3e-6 * 2.0 * mag / double(n));
     }
   EXPECT_THROW(HessianAccumulator(3).hessian(), std::logic_error);
   EXPECT_THROW(a.merge(HessianAccumulator(4)), std::invalid_argument);

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <optional>
 #include <memory>
@@ -293,13 +294,22 @@ int main(int argc, char** argv) {
         stream_model = fp.format != "sqm" && (layer_major || sq::streams_layers(fp));
         stream_ref = with_reference && (layer_major || sq::streams_layers(*ref_fp));
       }
-      if (auto_switch)
-        std::fprintf(stderr, "sq-eval: the whole model%s would not fit in memory (%s): evaluating layer by layer (--layer-major)\n",
-                     with_reference ? "s" : "", whole.describe().c_str());
-      if (stream_model || stream_ref)
-        sq::check_memory_fits(sq::estimate_eval_layer_major(fp, stream_model, ref_fp ? &*ref_fp : nullptr, stream_ref, window,
-                                                            int64_t(1) << 30),
-                              budget, what + " (layer-major)", hint);
+      if (stream_model || stream_ref) {
+        // The hidden states of a group of chunks: at most 1 GiB (evaluate_perplexity_layer_major's
+        // group), and no more than the text's tokens (bounded by its bytes) or --chunks windows hold.
+        std::error_code ec;  // a missing text is reported when it is read
+        const uintmax_t text_bytes = from_ids ? 0 : std::filesystem::file_size(text_path, ec);
+        int64_t tokens_bound = from_ids ? int64_t(tokens.size()) : ec ? window : int64_t(text_bytes);
+        if (app.count("--chunks")) tokens_bound = std::min<int64_t>(tokens_bound, chunks * window);
+        const int64_t widest = std::max<int64_t>(fp.config.dim, ref_fp ? ref_fp->config.dim : 0);
+        const int64_t group_hidden = std::min<int64_t>(int64_t(1) << 30, 4 * widest * std::max<int64_t>(tokens_bound, window));
+        sq::check_memory_fits(
+            sq::estimate_eval_layer_major(fp, stream_model, ref_fp ? &*ref_fp : nullptr, stream_ref, window, group_hidden), budget,
+            what + " (layer-major)", hint);
+        if (auto_switch)
+          std::fprintf(stderr, "sq-eval: the whole model%s would not fit in memory (%s): evaluating layer by layer (--layer-major)\n",
+                       with_reference ? "s" : "", whole.describe().c_str());
+      }
       else
         sq::check_memory_fits(whole, budget, what, hint);
     }

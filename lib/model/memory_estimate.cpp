@@ -74,17 +74,17 @@ void add_loaded_model(MemoryEstimate& e, const ModelFootprint& m, const std::str
   if (m.linear_fp32_bytes <= kPrepackMaxModelBytes) e.add(label + " packed GEMM copies", m.linear_fp32_bytes);
 }
 
-void add_forward_buffers(MemoryEstimate& e, const ModelConfig& c, int64_t tokens, int64_t kv_tokens, int threads) {
+void add_forward_buffers(MemoryEstimate& e, const ModelConfig& c, int64_t tokens, int64_t kv_tokens, int threads, bool logits) {
   const int64_t width = int64_t(c.dim) * 4 + int64_t(c.hidden_dim) * 3 + int64_t(c.n_heads) * c.head_dim * 2;
   // Logits twice (the scores and their log-softmax), measured on SmolLM2 (docs/reliability.md).
-  const int64_t per_window = 4 * tokens * (2 * int64_t(c.vocab_size) + width) +
+  const int64_t per_window = 4 * tokens * ((logits ? 2 * int64_t(c.vocab_size) : 0) + width) +
                              4 * 2 * int64_t(c.n_layers) * kv_tokens * int64_t(c.n_kv_heads) * c.head_dim;
   e.add("activations, logits and KV cache", per_window * std::max(threads, 1));
 }
 
 int64_t hessian_bytes(const ModelConfig& c, int layers) {
   const int64_t d = c.dim, q = int64_t(c.n_heads) * c.head_dim, h = c.hidden_dim;
-  return 8 * (2 * d * d + q * q + h * h) * layers;
+  return 12 * (2 * d * d + q * q + h * h) * layers;  // FP64 sums + the FP32 block product (calib/hessian.h)
 }
 
 namespace {
@@ -150,7 +150,7 @@ MemoryEstimate estimate_calibrate(const ModelFootprint& model, bool streamed, bo
   if (hessian)
     e.add(streamed ? "one layer's Hessians (per thread and merged)" : "Hessians of every layer (per thread and merged)",
           (1 + 2 * int64_t(std::max(threads, 1))) * hessian_bytes(c, streamed ? 1 : c.n_layers));
-  add_forward_buffers(e, c, seq_len, seq_len, threads);
+  add_forward_buffers(e, c, seq_len, seq_len, threads, /*logits=*/!streamed);
   if (fisher) {
     const int64_t width = int64_t(c.dim) * 6 + int64_t(c.hidden_dim) * 4 + int64_t(c.n_heads) * c.head_dim * 3;
     e.add("backward pass activations", 4 * seq_len * width * c.n_layers * std::max(threads, 1));

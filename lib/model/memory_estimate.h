@@ -42,9 +42,12 @@ void add_loaded_model(MemoryEstimate& e, const ModelFootprint& m, const std::str
 
 /// Running `tokens` positions at once with a KV cache of `kv_tokens` (FP32): logits [tokens, vocab],
 /// activations and the cache, per `threads` concurrent windows.
-void add_forward_buffers(MemoryEstimate& e, const ModelConfig& c, int64_t tokens, int64_t kv_tokens, int threads);
+/// `logits` false: layer-by-layer work that computes none (a streamed calibration).
+void add_forward_buffers(MemoryEstimate& e, const ModelConfig& c, int64_t tokens, int64_t kv_tokens, int threads,
+                         bool logits = true);
 
-/// GPTQ Hessians of `layers` layers held at once: 8·(2d² + q² + h²) bytes per layer (calib/hessian.h).
+/// GPTQ Hessians of `layers` layers held at once: 12·(2d² + q² + h²) bytes per layer (calib/hessian.h:
+/// the FP64 sums and the FP32 block product of each accumulator).
 int64_t hessian_bytes(const ModelConfig& c, int layers);
 
 /// sq-eval: `model` (and `reference`, when not null) loaded whole, `threads` windows of `ctx`

@@ -42,6 +42,7 @@ LoadedModel load_model(const std::string& path) {
   if (!S_ISDIR(st.st_mode) && looks_like_sqm(path)) {
     out.sqm = SqmFile::open(path);
     check_sqm_finite(*out.sqm);
+    out.sqm->mapping()->release(0, static_cast<size_t>(out.sqm->file_size()));  // read again when touched
     out.model = build_model_from_sqm(out.sqm);
     out.kv = kv_quantization_from_sqm(*out.sqm, out.model->config());
     out.format = "sqm";

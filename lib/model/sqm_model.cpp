@@ -439,7 +439,13 @@ std::unique_ptr<Decoder> build_model_from_sqm(const std::shared_ptr<SqmFile>& f)
   const SqmSource src(f, quant);
   std::vector<DecoderLayer> layers;
   layers.reserve(static_cast<size_t>(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) layers.push_back(build_decoder_layer(c, l, src));
+  // Each layer's packed tensors are copied into its linears; the mapped pages they were copied from
+  // are then released, so the resident set holds the model once, not also the file (pages that
+  // stay in use, zero-copy FP32 views such as norm weights, are read again when touched).
+  for (int l = 0; l < c.n_layers; ++l) {
+    layers.push_back(build_decoder_layer(c, l, src));
+    f->mapping()->release(0, static_cast<size_t>(f->file_size()));
+  }
   DecoderGlobals globals = build_decoder_globals(c, src);
   // --quantize-head: the embedding is INT8 rows (+ per-row scales); a tied LM head is the same
   // INT8 matrix run as a linear with per-output-channel (= per-row) scales: W8A8 (the activation

@@ -162,7 +162,7 @@ void linear_sgemv(const float* x, const float* W, int64_t out, int64_t in, float
   for (int64_t j = 0; j < out; ++j) y[j] = dot_f32(W + j * in, x, in);
 }
 
-void dsyrk_upper(int64_t d, int64_t rows, double alpha, const double* X, int64_t ldx, double beta, double* C, int64_t ldc) {
+void ssyrk_upper(int64_t d, int64_t rows, float alpha, const float* X, int64_t ldx, float beta, float* C, int64_t ldc) {
   if (d <= 0) return;
   threads::adapt();
   const int64_t blocks = (d + kSyrkBlock - 1) / kSyrkBlock;
@@ -172,7 +172,7 @@ void dsyrk_upper(int64_t d, int64_t rows, double alpha, const double* X, int64_t
     // C[0, j0) × [j0, j0 + w) = alpha · X[:, 0:j0]ᵀ · X[:, j0:j0+w] + beta · C
     if (j0 > 0) gemm_call(true, false, j0, w, rows, alpha, X, ldx, X + j0, ldx, beta, C + j0, ldc);
     const OneLibraryThread one;
-    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, static_cast<blasint>(w), static_cast<blasint>(rows), alpha, X + j0,
+    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, static_cast<blasint>(w), static_cast<blasint>(rows), alpha, X + j0,
                 static_cast<blasint>(ldx), beta, C + j0 * ldc + j0, static_cast<blasint>(ldc));
   });
 }

@@ -70,15 +70,16 @@ void linear_sgemv(const float* x, const float* W, int64_t out, int64_t in, float
 void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* A, int64_t lda, const double* B,
            int64_t ldb, double beta, double* C, int64_t ldc);
 
-/// Columns of C per block of dsyrk_upper.
+/// Columns of C per block of ssyrk_upper.
 inline constexpr int64_t kSyrkBlock = 128;
 
 /// The upper triangle (j ≥ i) of C[d, d] = alpha · Xᵀ X + beta · C for X[rows, d] row-major (ldx ≥ d),
-/// C row-major (ldc ≥ d); the strict lower triangle is not touched. Column blocks of kSyrkBlock: block
-/// [j0, j1) computes C[0, j0) × [j0, j1) by one dgemm and its diagonal block by one dsyrk, each a
-/// single-threaded call, the blocks spread over the threads (dynamic, largest first), so that the
-/// result depends on (rows, d) alone (OpenBLAS's threaded dsyrk gave other bits at 2 threads than at
-/// 1 for d = 64). The Hessian accumulation of calib/hessian.h. Never throws.
-void dsyrk_upper(int64_t d, int64_t rows, double alpha, const double* X, int64_t ldx, double beta, double* C, int64_t ldc);
+/// C row-major (ldc ≥ d), in FP32; the strict lower triangle is not touched. Column blocks of
+/// kSyrkBlock: block [j0, j1) computes C[0, j0) × [j0, j1) by one sgemm and its diagonal block by one
+/// ssyrk, each a single-threaded call, the blocks spread over the threads (dynamic, largest first),
+/// so that the result depends on (rows, d) alone (OpenBLAS's threaded dsyrk gave other bits at 2
+/// threads than at 1 for d = 64). The Hessians' block products of calib/hessian.h, which adds them
+/// into FP64 sums (FP32 runs at twice FP64's rate with AVX-512). Never throws.
+void ssyrk_upper(int64_t d, int64_t rows, float alpha, const float* X, int64_t ldx, float beta, float* C, int64_t ldc);
 
 }  // namespace sq::ops
