@@ -96,11 +96,6 @@ struct Planned {
   const GgufTensorRule* rule = nullptr;
 };
 
-/// Dequantizes `p` into a new owned tensor; q/k rows go from llama.cpp's interleaved order back to
-/// the HF half-split order (GGUF row h*d + 2i + j -> row h*d + j*d/2 + i), see the header.
-/// The tensor's mapped pages are released afterwards (MappedFile::release): the resident set of a
-/// load holds the FP32 weights, not also the file they came from (Qwen2.5-Coder-1.5B: 7.1 GB, not
-/// 7.1 + 1.1 GB).
 /// The layer index of canonical name "model.layers.N.…", −1 for a global tensor.
 int layer_of_canonical(const std::string& canonical) {
   const std::string prefix = "model.layers.";
@@ -108,6 +103,11 @@ int layer_of_canonical(const std::string& canonical) {
   return std::stoi(canonical.substr(prefix.size()));
 }
 
+/// Dequantizes `p` into a new owned tensor; q/k rows go from llama.cpp's interleaved order back to
+/// the HF half-split order (GGUF row h*d + 2i + j -> row h*d + j*d/2 + i), see the header.
+/// The tensor's mapped pages are released afterwards (MappedFile::release): the resident set of a
+/// load holds the FP32 weights, not also the file they came from (Qwen2.5-Coder-1.5B: 7.1 GB, not
+/// 7.1 + 1.1 GB).
 Tensor dequantize_planned(const GgufFile& file, const Planned& p, const ModelConfig& c) {
   Tensor t = Tensor::zeros(p.shape);
   float* dst = t.mutable_data();
@@ -318,7 +318,7 @@ Checkpoint load_gguf_checkpoint(const GgufFile& file, const HfTensorSelection& s
       expect(r, "blk." + std::to_string(l) + "." + r.gguf, names::layer(l) + r.canonical);
 
   const int end = selection.end_layer == HfTensorSelection::kToLastLayer ? c.n_layers : selection.end_layer;
-  if (selection.first_layer < 0 || end > c.n_layers || (end > selection.first_layer && selection.first_layer >= c.n_layers))
+  if (selection.first_layer < 0 || end > c.n_layers)
     throw std::out_of_range(file.path() + ": layers [" + std::to_string(selection.first_layer) + ", " + std::to_string(end) +
                             ") selected of a model with " + std::to_string(c.n_layers) + " layers");
   // One selected tensor at a time, straight into its owned FP32 storage.

@@ -91,8 +91,8 @@ const Linear* linear_of(const DecoderLayer& L, const LinearSlot& s) {
 
 void set_layer_prepack(const ModelConfig& c, int l, DecoderLayer& L, bool on) {
   for (const LinearSlot& s : decoder_layer_linears(c, l))
-    if (auto* d = dynamic_cast<DenseLinear*>(s.expert >= 0 && L.experts.size() <= size_t(s.expert) ? nullptr : linear_slot(L, s).get()))
-      d->set_prepack(on);
+    if (linear_of(L, s))  // set (an expert slot beyond L.experts is not)
+      if (auto* d = dynamic_cast<DenseLinear*>(linear_slot(L, s).get())) d->set_prepack(on);
 }
 
 void set_model_prepack(Decoder& model, bool on) {
