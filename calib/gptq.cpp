@@ -15,7 +15,8 @@
 // Fortran ABI are passed; OpenBLAS's C implementations ignore them.
 extern "C" {
 void dpotrf_(const char* uplo, const int* n, double* a, const int* lda, int* info, size_t uplo_len);
-void dpotri_(const char* uplo, const int* n, double* a, const int* lda, int* info, size_t uplo_len);
+void dtrtri_(const char* uplo, const char* diag, const int* n, double* a, const int* lda, int* info, size_t uplo_len,
+             size_t diag_len);
 }
 
 namespace sq {
@@ -300,25 +301,36 @@ double hessian_weighted_error(const float* W, const float* W_hat, int64_t out, i
 std::string gptq_inverse_cholesky(std::vector<double>& H, int64_t n) {
   if (n < 0 || static_cast<int64_t>(H.size()) != n * n) throw std::invalid_argument("gptq_inverse_cholesky: H must be [n, n]");
   if (n == 0) return "";
-  // H is symmetric, so the row-major buffer is also H in column-major order.
+  // The upper factor U of H⁻¹ = UᵀU is the inverse of H's "upper-lower" Cholesky factor: with P the
+  // order reversal, factor M = P·H·P = L·Lᵀ (L lower); then H = V·Vᵀ with V = P·L·P upper
+  // triangular, H⁻¹ = V⁻ᵀ·V⁻¹, so U = V⁻¹ = P·L⁻¹·P (upper, positive diagonal: the unique such
+  // factor). One Cholesky and one triangular inverse, n³/3 flops each, where inverting H first
+  // (dpotrf, dpotri, dpotrf: the reference's cholesky, cholesky_inverse, cholesky) costs 4n³/3.
+  const auto at = [n](int64_t i, int64_t j) { return static_cast<size_t>(i * n + j); };
+  // M = P·H·P is H with both indices reversed: reversing the row-major buffer does exactly that.
+  std::reverse(H.begin(), H.end());
+  // M is symmetric, so the row-major buffer is also M in column-major order.
   const int ni = static_cast<int>(n);
   int info = 0;
-  // One thread: OpenBLAS's threaded dpotrf gives other bits at 2 threads than at 1, so a converted
+  // One thread: OpenBLAS's threaded LAPACK gives other bits at 2 threads than at 1, so a converted
   // file would depend on -t and on the load (ops/library_threads.h).
   const ops::OneLibraryThread one;
-  dpotrf_("U", &ni, H.data(), &ni, &info, 1);
-  if (info > 0) return "Cholesky failed at leading minor " + std::to_string(info);
-  if (info < 0) throw std::logic_error("gptq_inverse_cholesky: dpotrf argument error");
-  dpotri_("U", &ni, H.data(), &ni, &info, 1);
-  if (info > 0) return "the Hessian is singular";
-  if (info < 0) throw std::logic_error("gptq_inverse_cholesky: dpotri argument error");
-  // dpotri left H⁻¹ in the column-major upper triangle = the row-major lower one; mirror it.
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = i + 1; j < n; ++j) H[static_cast<size_t>(i * n + j)] = H[static_cast<size_t>(j * n + i)];
-  // Column-major lower factor L (H⁻¹ = L·Lᵀ) lands in the row-major upper triangle as U = Lᵀ.
   dpotrf_("L", &ni, H.data(), &ni, &info, 1);
-  if (info > 0) return "the Cholesky factorization of its inverse failed at leading minor " + std::to_string(info);
+  if (info > 0) return "Cholesky failed at leading minor " + std::to_string(n + 1 - info) + " (of the reversed order)";
   if (info < 0) throw std::logic_error("gptq_inverse_cholesky: dpotrf argument error");
+  dtrtri_("L", "N", &ni, H.data(), &ni, &info, 1, 1);
+  if (info > 0) return "the Hessian is singular";
+  if (info < 0) throw std::logic_error("gptq_inverse_cholesky: dtrtri argument error");
+  // Column-major lower L⁻¹ is the row-major upper triangle: buffer (j, i) = L⁻¹(i, j), i ≥ j. U(a, b)
+  // = L⁻¹(n−1−a, n−1−b) for a ≤ b sits at buffer (n−1−b, n−1−a), again in the upper triangle:
+  // swapping each such pair once (the map is its own inverse) leaves U in place.
+  for (int64_t a = 0; a < n; ++a)
+    for (int64_t b = a; b < n; ++b) {
+      const int64_t r = n - 1 - b, c = n - 1 - a;  // partner of (a, b); r ≤ c
+      if (r > a || (r == a && c > b)) std::swap(H[at(a, b)], H[at(r, c)]);
+    }
+  // The strict lower triangle: zeros (the factor is upper triangular).
+  for (int64_t i = 1; i < n; ++i) std::fill_n(H.begin() + static_cast<std::ptrdiff_t>(i * n), i, 0.0);
   return "";
 }
 

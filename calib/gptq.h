@@ -109,8 +109,10 @@ struct GptqResult {
 
 /// Step 4 of gptq_quantize (Algorithm 1 line 2): H [n, n] (row-major double, symmetric, already
 /// damped) is replaced in place by U, the upper Cholesky factor of H⁻¹ (H⁻¹ = UᵀU), in its upper
-/// triangle (j ≥ i); the strict lower triangle keeps H⁻¹'s entries. dpotrf, dpotri, dpotrf (LAPACK,
-/// OpenBLAS) on one thread, so the bits do not depend on -t or the load (ops/library_threads.h).
+/// triangle (j ≥ i); the strict lower triangle is zeroed. Computed as the inverse of the Cholesky
+/// factor of H in reversed order (dpotrf, dtrtri: 2n³/3 flops, half of inverting H and factoring the
+/// inverse; gptq.cpp) with LAPACK (OpenBLAS) on one thread, so the bits do not depend on -t or the
+/// load (ops/library_threads.h).
 /// Returns "" on success, else why H is not positive definite (gptq_quantize names the linear);
 /// throws std::invalid_argument when H.size() != n·n.
 std::string gptq_inverse_cholesky(std::vector<double>& H, int64_t n);
@@ -121,7 +123,7 @@ std::string gptq_inverse_cholesky(std::vector<double>& H, int64_t n);
 ///  1. dead columns (H_ii == 0): H_ii := 1 and W[:, i] := 0;
 ///  2. act_order: columns permuted by descending diag(H) (stable; ties keep their order);
 ///  3. dampening H += damp · mean(diag H) · I;
-///  4. U = upper Cholesky factor of H⁻¹ (dpotrf, dpotri, dpotrf in double; Algorithm 1 line 2),
+///  4. U = upper Cholesky factor of H⁻¹ (gptq_inverse_cholesky, in double; Algorithm 1 line 2),
 ///     used in FP32 as the reference does;
 ///  5. for each block of block_size columns (line 3), for each column i (line 4): when i starts a
 ///     group, (Δ, z) per row are computed from the group's *current* weights, i.e. including every

@@ -94,6 +94,45 @@ TEST(JsonOutput, DashAndBareJsonWriteOnlyTheDocumentToStdout) {
   }
 }
 
+// Issue 37: sq-calibrate, sq-convert and sq-run report what they did with --json (FILE or -: then
+// stdout holds the document alone), each report ending with the process's peak RSS.
+TEST(JsonOutput, CalibrateConvertAndRunReportTheirFiguresAndPeakRss) {
+  ScratchDir dir;
+  const std::string text = short_text(dir), calib = dir.file("c.h5"), sqm = dir.file("m.sqm");
+  const auto last_key = [](const nlohmann::ordered_json& j) { return j.items().begin() == j.items().end() ? "" : (--j.end()).key(); };
+  const auto c = run_process({tool("sq-calibrate"), "-m", stories_model(), "--tokenizer", stories_tokenizer(), "-f", text, "--samples", "3",
+                              "--seq-len", "32", "-o", calib, "-q", "--json", "-"});
+  ASSERT_EQ(c.exit_status, 0) << c.err;
+  const auto cj = nlohmann::ordered_json::parse(c.out);  // throws (fails) if anything else is on stdout
+  EXPECT_EQ(cj["tokens"], 3 * 32);
+  EXPECT_EQ(cj["output_bytes"].get<int64_t>(), static_cast<int64_t>(fs::file_size(calib)));
+  EXPECT_EQ(last_key(cj), "peak_rss_bytes");
+  EXPECT_GT(cj["peak_rss_bytes"].get<int64_t>(), 1 << 20);
+  EXPECT_NE(c.err.find("sq-calibrate: 3 windows"), std::string::npos) << c.err;  // the summary moved to stderr
+
+  const auto v = run_process({tool("sq-convert"), "-m", stories_model(), "--tokenizer", stories_tokenizer(), "--scheme", "w8a8", "--calib",
+                              calib, "-o", sqm, "-q", "--json", dir.file("v.json")});
+  ASSERT_EQ(v.exit_status, 0) << v.err;
+  const auto vj = nlohmann::ordered_json::parse(read_file(dir.file("v.json")));
+  EXPECT_EQ(vj["file_bytes"].get<int64_t>(), static_cast<int64_t>(fs::file_size(sqm)));
+  EXPECT_EQ(vj["scheme"], "w8a8");
+  EXPECT_FALSE(vj["smoothing"].empty());  // α 0.5 per smoothed group
+  EXPECT_EQ(last_key(vj), "peak_rss_bytes");
+
+  // sq-run: the ids in the report are the ones printed without --json (greedy).
+  const std::vector<std::string> run = {tool("sq-run"), "-m", sqm, "-p", "Once upon a time", "-n", "12", "--temp", "0", "--ignore-eos"};
+  const auto plain = run_process(run);
+  const auto r = run_process(plus(run, {"--json", "-"}));
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  const auto rj = nlohmann::ordered_json::parse(r.out);
+  EXPECT_EQ(rj["generated_tokens"], 12);
+  EXPECT_EQ(rj["generated_ids"].size(), 12u);
+  EXPECT_EQ("Once upon a time" + rj["text"].get<std::string>() + "\n", plain.out);
+  EXPECT_NE(r.err.find("Once upon a time"), std::string::npos) << r.err;  // the text itself went to stderr
+  EXPECT_GT(rj["decode_tokens_per_second"].get<double>(), 0.0);
+  EXPECT_EQ(last_key(rj), "peak_rss_bytes");
+}
+
 TEST(JsonOutput, SqInspectAndSqBenchFollowTheSameConvention) {
   ScratchDir dir;
   const std::string sqm = dir.file("m.sqm");

@@ -110,8 +110,9 @@ TEST(LibraryThreads, HessianDoesNotDependOnTheTeamAndMatchesTheSum) {
   }
 }
 
-// GPTQ's factorization (dpotrf, dpotri, dpotrf): the Hessian of 1,024 tokens at SmolLM2's width,
-// damped as gptq_quantize does. Checked also as a factorization: Uᵀ·U·H = I.
+// GPTQ's factorization (dpotrf of the reversed H, dtrtri): the Hessian of 1,024 tokens at SmolLM2's
+// width, damped as gptq_quantize does. Checked also as a factorization: U upper triangular with a
+// positive diagonal and Uᵀ·U·H = I, which determine U uniquely (the reference's factor).
 TEST(LibraryThreads, GptqInverseCholeskyDoesNotDependOnTheTeamAndInverts) {
   const int64_t in = 576, n = 1024;
   const auto x = normal<float>(n * in, 22);
@@ -130,6 +131,10 @@ TEST(LibraryThreads, GptqInverseCholeskyDoesNotDependOnTheTeamAndInverts) {
   // (UᵀU)·H = I: H's condition number here is ~(1 + √(576/1024))² / (1 − √(576/1024))² ≈ 50 (a
   // Marchenko–Pastur spectrum), so FP64 residuals stay below 1e-12; 1e-9 leaves a wide margin.
   const std::vector<double>& U = r[0];
+  for (int64_t i = 0; i < in; ++i) {
+    ASSERT_GT(U[size_t(i * in + i)], 0.0) << i;
+    for (int64_t j = 0; j < i; ++j) ASSERT_EQ(U[size_t(i * in + j)], 0.0) << i << ", " << j;
+  }
   std::vector<double> Hinv(size_t(in * in), 0.0);
   for (int64_t i = 0; i < in; ++i)
     for (int64_t j = 0; j < in; ++j) {

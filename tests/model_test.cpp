@@ -221,6 +221,31 @@ TEST(Decoder, GreedyGenerationIsTheKnownStory) {
   EXPECT_EQ(text.substr(0, known.size()), known);
 }
 
+// Issue 37: a dense generation cache is sized for the prompt and the tokens asked for, not for the
+// whole context (Qwen2.5's 32,768 positions held 1.9 GB of zeros in sq-run); the story is unchanged
+// and the context limit still stops generation.
+TEST(Decoder, GenerationCacheHoldsThePromptAndTheTokensAskedFor) {
+  const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
+  const Decoder model = Decoder::from_checkpoint(ck);
+  auto tok = load_tokenizer(test::stories_tokenizer());
+  const auto enc = tok->encode("Once upon a time", true, false);
+  const std::vector<int32_t> ids(enc.begin(), enc.end());
+  const int64_t p = static_cast<int64_t>(ids.size());
+  std::vector<int32_t> a, b;
+  GenerationOptions o;
+  o.ignore_eos = true;
+  Sampler g1(SamplerOptions{0.0f, 0, 1.0f, 1}), g2(SamplerOptions{0.0f, 0, 1.0f, 1});
+  const GenerationStats s = generate(model, ids, 10, 512, g1, [&](int32_t, int32_t t) { a.push_back(t); }, o);
+  EXPECT_EQ(s.kv_capacity_tokens, p + 10);
+  EXPECT_EQ(s.generated_tokens, 10);
+  EXPECT_EQ(s.peak_kv_tokens, p + 9);  // the last token is sampled, never fed back
+  const GenerationStats l = generate(model, ids, 60, p + 5, g2, [&](int32_t, int32_t t) { b.push_back(t); }, o);
+  EXPECT_EQ(l.kv_capacity_tokens, p + 5);
+  EXPECT_TRUE(l.hit_context_limit);
+  ASSERT_EQ(b.size(), 6u);  // the context's 5 free rows, and the token sampled from the last
+  EXPECT_TRUE(std::equal(b.begin(), b.end(), a.begin()));
+}
+
 TEST(Decoder, ForwardRejectsOutOfRangeTokenAndFullCache) {
   const Checkpoint ck = load_llama2c_checkpoint(test::stories_model());
   const Decoder model = Decoder::from_checkpoint(ck);

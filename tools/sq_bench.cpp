@@ -9,6 +9,7 @@
 
 #include "bench/decoder_bench.h"
 #include "bench/fp32_bench.h"
+#include "bench/gptq_bench.h"
 #include "bench/kmeans_bench.h"
 #include "bench/streaming_bench.h"
 #include "bench/kv_decode_bench.h"
@@ -35,6 +36,8 @@ int main(int argc, char** argv) {
                "Suites: fp32 (sgemm at LLaMA-7B shapes vs synthetic-model prefill), w8a8-linear (INT8 linear vs sgemm), "
                "w8a8-prefill (W8A8 vs FP32 synthetic-model prefill), w4a16 (batch-1 INT4 GEMV vs FP32 sgemv), w4a4 (Atom W4A4 GEMM vs W8A8 GEMM and sgemm), "
                "kmeans (KVQuant codebook fitting: exact weighted 1-D k-means vs histogram DP vs Lloyd), "
+               "gptq (GPTQ's factor of the inverse Hessian at --gptq-orders: sqkit's dpotrf + dtrtri vs the reference's dpotrf, dpotri, dpotrf "
+               "vs one dgemm, one thread; not run by default), "
                "streaming (sink:4,window:252 vs recompute:256 decoding of --eval-model on --eval-text), "
                "kv-decode (decode attention, LLaMA-7B heads: FP32 cache vs fused nuq4/3/2 kernel), "
                "cuda-gemm (CUDA device: cuBLASLt INT8 GEMM, W8A8 and W4A16 linears vs cuBLAS FP16 GEMM at LLaMA-7B shapes; "
@@ -50,6 +53,7 @@ int main(int argc, char** argv) {
   int threads = 0, eval_ctx = 256, synthetic_layers = 0;
   std::string synthetic_shape = "1b", synthetic_dtype = "F32";
   int64_t kmeans_values = 1000000;
+  std::vector<int64_t> gptq_orders = {1536, 8960};
   sq::bench::StreamingBenchOptions streaming;
   std::vector<int64_t> kv_contexts = {4096, 8192, 16384};
   std::vector<int64_t> cuda_kv_contexts = {8192, 32768};
@@ -73,6 +77,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"F32", "F16", "BF16"}))
       ->capture_default_str();
   app.add_option("--kmeans-values", kmeans_values, "Weighted values per codebook fit (kmeans suite)")->capture_default_str();
+  app.add_option("--gptq-orders", gptq_orders, "gptq suite: Hessian orders (linear input widths; Qwen2.5-1.5B: 1536, 8960)")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--stream-tokens", streaming.tokens, "streaming suite: tokens of --eval-text to decode")->capture_default_str();
   app.add_option("--stream-sinks", streaming.sinks, "streaming suite: attention sinks S")->capture_default_str();
   app.add_option("--stream-window", streaming.window, "streaming suite: window W (recompute uses S + W)")->capture_default_str();
@@ -132,11 +139,13 @@ int main(int argc, char** argv) {
       return sq::kExitOk;
     }
     if (kmeans_values < 1) throw sq::UsageError("--kmeans-values must be >= 1, got " + std::to_string(kmeans_values));
+    for (const int64_t n : gptq_orders)
+      if (n < 2 || n > 32768) throw sq::UsageError("--gptq-orders: each order must be in [2, 32768], got " + std::to_string(n));
     std::set<std::string> want;
     std::stringstream ss(suites);
     for (std::string s; std::getline(ss, s, ',');) {
       if (s != "fp32" && s != "w8a8-linear" && s != "w8a8-prefill" && s != "w4a16" && s != "w4a4" &&
-          s != "kmeans" && s != "streaming" && s != "kv-decode" && s != "cuda-gemm" &&
+          s != "kmeans" && s != "gptq" && s != "streaming" && s != "kv-decode" && s != "cuda-gemm" &&
           s != "cuda-kv-decode" && s != "decoder" && s != "real") throw sq::UsageError("unknown --suite '" + s + "'");
       want.insert(s);
     }
@@ -159,6 +168,7 @@ int main(int argc, char** argv) {
     if (want.count("w4a16")) all["w4a16"] = sq::bench::run_w4a16_bench(fp32.min_seconds);
     if (want.count("w4a4")) all["w4a4"] = sq::bench::run_w4a4_bench(fp32.tokens, fp32.min_seconds);
     if (want.count("kmeans")) all["kmeans"] = sq::bench::run_kmeans_bench(kmeans_values, fp32.min_seconds);
+    if (want.count("gptq")) all["gptq"] = sq::bench::run_gptq_bench(gptq_orders, fp32.min_seconds);
     if (want.count("streaming")) {
       if (eval_model.empty() || eval_text.empty())
         throw sq::UsageError("--suite streaming needs --eval-model and --eval-text (and --eval-tokenizer for .bin models)");

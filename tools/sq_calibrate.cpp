@@ -2,9 +2,11 @@
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "calib/calibration_run.h"
 #include "core/error.h"
@@ -23,7 +25,7 @@ int main(int argc, char** argv) {
   CLI::App app{"sq-calibrate: run a model over N random windows of L tokens of a text and record per-channel "
                "activation statistics (absmax, min/max, sum of squares, per-token absmax percentiles; K/V cache ranges); "
                "optionally GPTQ Hessians (--hessian) and K/V Fisher information (--fisher)."};
-  std::string model_path, tokenizer_path, out_path, text_path, ids_path;
+  std::string model_path, tokenizer_path, out_path, text_path, ids_path, json_path;
   sq::CalibrationOptions opt;
   int threads = 0;
   bool force = false, quiet = false;
@@ -50,6 +52,8 @@ int main(int argc, char** argv) {
   app.add_option("-t,--threads", threads, sq::kThreadsHelp);
   app.add_flag("--force", force, "Replace an existing output file");
   app.add_flag("-q,--quiet", quiet, "No progress (a bar on a terminal, else a line with rate and ETA every 30 s)");
+  sq::add_json_option(app, json_path,
+                      "What was recorded: windows, tokens, Hessians / Fisher, the model fingerprint, seconds, peak_rss_bytes");
   sq::add_version_flag(app, "sq-calibrate");
   if (const int status = sq::parse_tool_args(app, "sq-calibrate", argc, argv); status >= 0) return status;
   return sq::run_tool("sq-calibrate", [&]() {
@@ -61,6 +65,10 @@ int main(int argc, char** argv) {
       throw sq::UsageError("give the calibration text with -f FILE or the token ids with --token-ids FILE");
     opt.text_path = opt.token_ids ? ids_path : text_path;
     sq::check_output_path("-o", out_path, force, {model_path, opt.text_path, tokenizer_path});  // before any work
+    if (!json_path.empty() && json_path != "-")
+      sq::check_output_path("--json", json_path, true, {model_path, opt.text_path, tokenizer_path, out_path});
+    sq::StdoutToStderr redirect(json_path == "-");  // stdout is the report's alone
+    const auto start = std::chrono::steady_clock::now();
     if (opt.token_ids)
       (void)sq::read_token_ids_file(ids_path);  // its syntax, before the model is loaded (the vocabulary after)
     else if (const std::string w = sq::text_file_encoding_warning(opt.text_path); !w.empty())
@@ -123,6 +131,28 @@ int main(int argc, char** argv) {
       std::printf("Fisher information: %lld tokens x %lld K/V channels per layer, mean NLL %.4f\n",
                   static_cast<long long>(data.layers[0].kv_fisher.tokens), static_cast<long long>(data.layers[0].kv_fisher.width),
                   data.fisher_mean_loss);
+    redirect.restore();
+    if (!json_path.empty()) {
+      nlohmann::ordered_json j;
+      j["model"] = model_path;
+      j["output"] = out_path;
+      j["text"] = opt.text_path;
+      j["windows"] = opt.samples;
+      j["seq_len"] = opt.seq_len;
+      j["tokens"] = tokens;
+      j["seed"] = opt.seed;
+      j["hessian"] = opt.hessian;
+      j["fisher"] = data.has_fisher();
+      if (data.has_fisher()) {
+        j["fisher_tokens_per_layer"] = data.layers[0].kv_fisher.tokens;
+        j["fisher_mean_nll"] = data.fisher_mean_loss;
+      }
+      j["model_fingerprint"] = data.provenance.model_fingerprint;
+      j["streamed"] = model->streamed();
+      j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      j["output_bytes"] = static_cast<int64_t>(std::filesystem::file_size(out_path));
+      sq::write_json_report(json_path, j);
+    }
     return sq::kExitOk;
   });
 }

@@ -2,6 +2,7 @@
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -141,6 +142,10 @@ int main(int argc, char** argv) {
   app.add_option("-t,--threads", threads, sq::kThreadsHelp);
   app.add_flag("-q,--quiet", quiet, "No progress (a bar on a terminal, else a line with rate and ETA every 30 s)");
   app.add_flag("--report-memory", report_memory, "Print the peak anonymous resident memory (sampled RssAnon) on stderr");
+  std::string json_path;
+  sq::add_json_option(app, json_path,
+                      "What was written: scheme, file bytes, seconds, GPTQ's Hessian source and error ratio, alpha per smoothed "
+                      "group, mixed-precision choices, peak_rss_bytes");
   sq::add_version_flag(app, "sq-convert");
   if (const int status = sq::parse_tool_args(app, "sq-convert", argc, argv); status >= 0) return status;
   return sq::run_tool("sq-convert", [&]() {
@@ -239,6 +244,11 @@ int main(int argc, char** argv) {
                                         o.act != sq::ActQuant::PerTensorStatic && kv_spec.kind != sq::KVKind::Nuq);
     o.w8a8_gptq_when_hessians = o.scheme == sq::ConvertScheme::W8A8 && gptq_opt->count() == 0;
     sq::check_output_path("-o", out_path, o.write.force, {model_path, o.calib_path, o.tokenizer_path, o.calib_text, o.mixed_sensitivity_from});  // before any work
+    if (!json_path.empty() && json_path != "-")
+      sq::check_output_path("--json", json_path, true,
+                            {model_path, o.calib_path, o.tokenizer_path, o.calib_text, o.mixed_sensitivity_from, out_path});
+    sq::StdoutToStderr redirect(json_path == "-");  // stdout is the report's alone
+    const auto start = std::chrono::steady_clock::now();
 
     std::unique_ptr<sq::PeakRssAnonSampler> mem;
     if (report_memory) mem = std::make_unique<sq::PeakRssAnonSampler>();
@@ -356,6 +366,30 @@ int main(int argc, char** argv) {
         std::printf(" %.2f", g.alpha);
       }
       std::printf("\n");
+    }
+    redirect.restore();
+    if (!json_path.empty()) {
+      nlohmann::ordered_json j;
+      j["model"] = model_path;
+      j["output"] = out_path;
+      j["scheme"] = scheme;
+      j["file_bytes"] = s.file_bytes;
+      j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      j["streamed"] = stream.streamed();
+      if (!s.hessian_source.empty()) j["gptq_hessians"] = s.hessian_source;
+      if (!s.w8a8_gptq.empty() || !s.int4.empty()) {  // GPTQ's (or RTN's) Hessian-weighted error per linear
+        nlohmann::ordered_json linears = nlohmann::ordered_json::array();
+        for (const auto& l : s.w8a8_gptq) linears.push_back({{"name", l.name}, {"gptq_error", l.gptq_error}, {"rtn_error", l.rtn_error}});
+        for (const auto& l : s.int4) linears.push_back({{"name", l.name}, {"hessian_error", l.hessian_error}});
+        j["linears"] = linears;
+      }
+      if (!s.groups.empty()) {
+        nlohmann::ordered_json groups = nlohmann::ordered_json::array();
+        for (const auto& g : s.groups) groups.push_back({{"layer", g.layer}, {"site", sq::activation_site_name(g.site)}, {"alpha", g.alpha}});
+        j["smoothing"] = groups;
+      }
+      if (!s.mixed.is_null()) j["mixed_precision"] = s.mixed;
+      sq::write_json_report(json_path, j);
     }
     return sq::kExitOk;
   });

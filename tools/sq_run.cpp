@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/memory_budget.h"
@@ -28,7 +29,7 @@ int main(int argc, char** argv) {
   CLI::App app{"sq-run: generate text with a model (prompt and generated text on stdout; logs and speed on stderr).\n"
                "With --token-ids: stdout has the generated ids on one line (space-separated), then, when the model has a "
                "tokenizer, the prompt and generated text decoded."};
-  std::string model_path, tokenizer_path, prompt, prompt_file, ids_path, logits_path;
+  std::string model_path, tokenizer_path, prompt, prompt_file, ids_path, logits_path, json_path;
   bool force = false;
   int64_t n = 256;
   int threads = 0;
@@ -78,11 +79,17 @@ int main(int argc, char** argv) {
   app.add_flag("--special", special,
                "Parse special-token text in the prompt (e.g. <|im_start|>, a chat template's markers) into its token id; "
                "without it such text is tokenized as plain characters");
+  sq::add_json_option(app, json_path,
+                      "The run's figures: prompt and generated tokens, prefill and decode time and tokens/s, the generated ids "
+                      "and text, the KV cache's peak bytes, peak_rss_bytes (with -: the text goes to stderr)");
   sq::add_version_flag(app, "sq-run");
   if (const int status = sq::parse_tool_args(app, "sq-run", argc, argv); status >= 0) return status;
 
   return sq::run_tool("sq-run", [&]() {
     const bool on_cuda = sq::select_device(device) == sq::Device::Cuda;  // throws first when CUDA is missing
+    if (!json_path.empty() && json_path != "-")
+      sq::check_output_path("--json", json_path, true, {model_path, tokenizer_path, prompt_file, ids_path, logits_path});
+    sq::StdoutToStderr redirect(json_path == "-");  // stdout is the report's alone
     sq::apply_thread_option(threads, "sq-run");
     if (n < 0) throw sq::UsageError("-n must be >= 0, got " + std::to_string(n));
     const bool from_ids = app.count("--token-ids") > 0;
@@ -140,7 +147,12 @@ int main(int argc, char** argv) {
       sq::write_npy_f32(logits_path, {t, vocab}, logits);
       if (!quiet) std::fprintf(stderr, "sq-run: wrote logits [%lld, %lld] to %s\n", static_cast<long long>(t),
                                static_cast<long long>(vocab), logits_path.c_str());
-      if (n == 0) return sq::kExitOk;
+      if (n == 0) {
+        redirect.restore();
+        if (!json_path.empty())
+          sq::write_json_report(json_path, nlohmann::ordered_json{{"model", model_path}, {"prompt_tokens", t}, {"logits", logits_path}});
+        return sq::kExitOk;
+      }
     }
     go.policy = sq::parse_kv_policy(policy);
     const sq::KVQuantization kvq = sq::select_kv_format(loaded.kv, loaded.format == "sqm", kv, kv_group, kv_sink, kv_keys, loaded.model->config());
@@ -148,7 +160,11 @@ int main(int argc, char** argv) {
     go.kv_params = &kvq.params;
     std::string generated_text;  // --token-ids with a tokenizer: printed after the ids
     int64_t generated = 0;
+    std::vector<int32_t> generated_ids;  // for --json
+    std::string json_text;
     const auto print_token = [&](int32_t prev, int32_t tok) {
+      generated_ids.push_back(tok);
+      if (!json_path.empty() && tokenizer) json_text += tokenizer->decode_token(prev, tok);
       if (from_ids) {
         std::fprintf(stdout, generated++ ? " %d" : "%d", static_cast<int>(tok));
         std::fflush(stdout);
@@ -182,6 +198,27 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "sq-run: KV cache %s, policy %s: peak %lld bytes (%lld tokens)\n", sq::kv_spec_name(go.kv).c_str(),
                    sq::kv_policy_name(go.policy).c_str(), static_cast<long long>(st.peak_kv_bytes),
                    static_cast<long long>(st.peak_kv_tokens));
+    }
+    redirect.restore();
+    if (!json_path.empty()) {
+      nlohmann::ordered_json j;
+      j["model"] = model_path;
+      j["device"] = on_cuda ? "cuda" : "cpu";
+      j["prompt_tokens"] = st.prompt_tokens;
+      j["generated_tokens"] = st.generated_tokens;
+      j["prefill_seconds"] = st.prefill_seconds;
+      j["decode_seconds"] = st.decode_seconds;
+      j["prefill_tokens_per_second"] = st.prefill_seconds > 0 ? st.prompt_tokens / st.prefill_seconds : 0.0;
+      j["decode_tokens_per_second"] = st.decode_seconds > 0 ? st.generated_tokens / st.decode_seconds : 0.0;
+      j["stopped_at"] = st.hit_context_limit ? "context" : st.hit_end_token ? "end_token" : "n_predict";
+      j["generated_ids"] = generated_ids;
+      if (tokenizer) j["text"] = json_text;
+      j["kv_cache"] = {{"format", sq::kv_spec_name(go.kv)},
+                       {"policy", sq::kv_policy_name(go.policy)},
+                       {"peak_bytes", st.peak_kv_bytes},
+                       {"peak_tokens", st.peak_kv_tokens},
+                       {"capacity_tokens", st.kv_capacity_tokens}};
+      sq::write_json_report(json_path, j);
     }
     return sq::kExitOk;
   });

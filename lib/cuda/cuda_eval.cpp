@@ -1,5 +1,6 @@
 #include "cuda/cuda_eval.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -46,9 +47,13 @@ GenerationStats generate_cuda(CudaDecoder& model, const std::vector<int32_t>& pr
   if (o.policy.kind != KVPolicyKind::Dense)
     throw UsageError("--kv-policy " + kv_policy_name(o.policy) +
                      ": KV eviction runs on the CPU only; use --device cpu (the CUDA runner keeps a dense cache)");
-  CudaGeneration backend(model, context_limit, o);
-  return generate_with(backend, c.vocab_size, c.eos_id, c.bos_id, prompt, max_new_tokens, context_limit, true,
-                       o.ignore_eos, sampler, on_token);
+  // The dense cache holds the prompt and the tokens fed back, never more than the context (generator.cpp).
+  const int64_t capacity = std::min(context_limit, static_cast<int64_t>(prompt.size()) + std::max<int64_t>(max_new_tokens, 1));
+  CudaGeneration backend(model, capacity, o);
+  GenerationStats st = generate_with(backend, c.vocab_size, c.eos_id, c.bos_id, prompt, max_new_tokens, context_limit, true,
+                                     o.ignore_eos, sampler, on_token);
+  st.kv_capacity_tokens = capacity;
+  return st;
 }
 
 }  // namespace sq

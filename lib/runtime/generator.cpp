@@ -105,14 +105,20 @@ GenerationStats generate(const Decoder& model, const std::vector<int32_t>& promp
     throw UsageError("--kv-policy recompute is an evaluation baseline (sq-eval), not a generation policy");
   const KVPolicy policy = resolve_kv_policy(o.policy, context_limit);
   const bool evicting = policy.kind != KVPolicyKind::Dense;
-  const int64_t capacity = evicting ? policy.capacity(int64_t(1) << 40) : context_limit;
+  // A dense cache holds at most the prompt and the tokens fed back (max_new_tokens − 1), never more
+  // than the context: allocating the whole context instead would hold 1.9 GB for Qwen2.5's 32,768
+  // positions however short the run (KVCache zero-fills each layer's rows when first written).
+  const int64_t capacity = evicting ? policy.capacity(int64_t(1) << 40)
+                                    : std::min(context_limit, static_cast<int64_t>(prompt.size()) + std::max<int64_t>(max_new_tokens, 1));
   if (evicting && static_cast<int64_t>(prompt.size()) > capacity)
     throw UsageError("the prompt has " + std::to_string(prompt.size()) + " tokens, more than the " + std::to_string(capacity) +
                      " the KV policy " + kv_policy_name(policy) + " keeps");
   if (evicting) check_cache_fits_learned_positions(c, policy, capacity);
   CpuGeneration backend(model, policy, capacity, o);
-  return generate_with(backend, c.vocab_size, c.eos_id, c.bos_id, prompt, max_new_tokens, context_limit, !evicting,
-                       o.ignore_eos, sampler, on_token);
+  GenerationStats st = generate_with(backend, c.vocab_size, c.eos_id, c.bos_id, prompt, max_new_tokens, context_limit, !evicting,
+                                     o.ignore_eos, sampler, on_token);
+  st.kv_capacity_tokens = capacity;
+  return st;
 }
 
 }  // namespace sq

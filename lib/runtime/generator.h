@@ -23,6 +23,9 @@ struct GenerationStats {
   bool hit_end_token = false;      ///< stopped at EOS (or BOS, which llama2.c models emit between stories)
   int64_t peak_kv_bytes = 0;       ///< largest KVCache::bytes().total() during generation
   int64_t peak_kv_tokens = 0;      ///< largest number of cached tokens
+  /// Rows the KV cache was sized for: min(context, prompt + max_new_tokens) for the dense policy
+  /// (the cache never holds more), the policy's budget for an evicting one.
+  int64_t kv_capacity_tokens = 0;
 };
 
 /// KV cache and stopping behaviour of `generate`.

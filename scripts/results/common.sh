@@ -17,6 +17,10 @@
 #                                (sq-eval --task hellaswag, llama.cpp's scoring; issue 40 asks for
 #                                1000); default 0 = no column
 # Environment: SPEED_RUNS=N  measure each row's tokens/s N times and keep the fastest (default 1).
+#              DISCARD=1     for models whose converted files do not all fit on disk (Qwen2.5's FP32
+#                            file is 7.1 GB): each file but f32.sqm is converted when its row is
+#                            measured and deleted after it (sq-inspect's answer is kept in
+#                            NAME.inspect.json); a rerun reconverts only rows whose results are stale.
 # OUT_DIR defaults to build/results/MODEL; everything measured there is reused when newer than its
 # model file, so an interrupted run resumes and the tables of one model share one calibration.
 set -euo pipefail
@@ -66,12 +70,31 @@ calibrate() {
   $B/sq-calibrate -m "$M" -f $C4 --samples "$SAMPLES" --seq-len 512 "$@" -o "$o" --force -q
 }
 
-# convert NAME [sq-convert args...]: $OUT/NAME.sqm from the original model; made once.
+# convert NAME [sq-convert args...]: $OUT/NAME.sqm from the original model; made once. With
+# DISCARD=1 (and NAME other than f32) only remembered: `row` converts it when it needs the file.
+declare -A DEFERRED=()
 convert() {
-  local o=$OUT/$1.sqm; shift
+  local o=$OUT/$1.sqm name=$1; shift
+  if [[ ${DISCARD:-0} == 1 && $name != f32 ]]; then DEFERRED[$o]=$(printf '%q ' "$@"); return 0; fi
   fresh "$o" "$M" && return 0
   echo "== sq-convert $(basename "$o"): $* ==" >&2
   $B/sq-convert -m "$M" "$@" -o "$o" --force -q >/dev/null
+}
+
+# materialize FILE SLUG: converts a deferred FILE (DISCARD=1) unless every result of its row is
+# already there; true when the row must be measured from FILE.
+materialize() {
+  local file=$1 slug=$2 pc proto chunks stale=0
+  [[ -n ${DEFERRED[$file]:-} ]] || return 0
+  for pc in "${PROTOCOLS[@]}"; do
+    read -r proto _ chunks <<<"$pc"
+    [[ -s $OUT/$slug.$proto-${chunks/#0/all}.json && -s $OUT/$slug.inspect.json ]] || stale=1
+  done
+  [[ $HS_TASKS != 0 && ! -s $OUT/$slug.hellaswag-$HS_TASKS.json ]] && stale=1
+  ((stale)) || return 0
+  [[ -s $file ]] && return 0
+  echo "== sq-convert $(basename "$file"): ${DEFERRED[$file]} ==" >&2
+  eval "$B/sq-convert -m \"\$M\" ${DEFERRED[$file]} -o \"\$file\" --force -q" >/dev/null
 }
 
 # measure NAME FILE PROTOCOL CTX CHUNKS [sq-eval args...]: evaluates FILE on WikiText-2 against the
@@ -125,6 +148,7 @@ row() {
   local name=$1 file=$2; shift 2
   local pc proto ctx chunks hs=()
   local slug; slug=$(echo "$name" | tr -c 'A-Za-z0-9.\n' '_')
+  materialize "$file" "$slug"
   if [[ $HS_TASKS != 0 ]]; then
     task_accuracy "$slug" "$file" "$@"
     hs=(--hellaswag "$OUT/$slug.hellaswag-$HS_TASKS.json")
@@ -133,8 +157,11 @@ row() {
     read -r proto ctx chunks <<<"$pc"
     measure "$slug" "$file" "$proto" "$ctx" "$chunks" "$@"
     python3 scripts/results/row.py --name "$name" --json "$OUT/$slug.$proto-${chunks/#0/all}.json" --speed "$OUT/$slug.speed.json" \
-      --model "$file" --columns $ROW_COLUMNS "${hs[@]}" --state "$OUT/rows.$proto.state" | tee -a "$OUT/rows.$proto.md" >&2
+      --model "$file" --inspect-cache "$OUT/$slug.inspect.json" --columns $ROW_COLUMNS "${hs[@]}" \
+      --state "$OUT/rows.$proto.state" | tee -a "$OUT/rows.$proto.md" >&2
   done
+  [[ -n ${DEFERRED[$file]:-} ]] && rm -f "$file"
+  return 0
 }
 
 # begin_table: forgets the rows of the previous table.

@@ -16,13 +16,22 @@ import os
 import subprocess
 
 
-def inspect(path):
-    """sq-inspect --json of a model file ({} when it cannot be read)."""
+def inspect(path, cache=None):
+    """sq-inspect --json of a model file, plus its size as "file_bytes" ({} when it cannot be read).
+
+    With `cache`: the result is written there, and read from there when the model file is gone
+    (common.sh's DISCARD=1 deletes each converted file once its row is measured)."""
+    if cache and not os.path.exists(path) and os.path.exists(cache):
+        return json.load(open(cache))
     try:
-        return json.loads(subprocess.run(["build/bin/sq-inspect", "--json", path], check=True,
+        info = json.loads(subprocess.run(["build/bin/sq-inspect", "--json", path], check=True,
                                          capture_output=True, text=True).stdout)
     except (subprocess.CalledProcessError, json.JSONDecodeError):
         return {}
+    info["file_bytes"] = os.path.getsize(path)
+    if cache:
+        json.dump(info, open(cache, "w"))
+    return info
 
 
 def main():
@@ -33,6 +42,7 @@ def main():
     ap.add_argument("--model", required=True, help="the evaluated model file")
     ap.add_argument("--columns", nargs="*", default=[])
     ap.add_argument("--state", help="file keeping the previous row's PPL (for dprev)")
+    ap.add_argument("--inspect-cache", help="where sq-inspect's answer is kept (read when the model file is gone)")
     ap.add_argument("--hellaswag", help="sq-eval --task hellaswag JSON (adds the HellaSwag column)")
     a = ap.parse_args()
     j = json.load(open(a.json))
@@ -44,12 +54,13 @@ def main():
              "%.1f" % (100 * j["top1_agreement"])]
     info = None
     for c in a.columns:
+        if c in ("lbpw", "bpw", "bytes"):
+            info = info if info is not None else inspect(a.model, a.inspect_cache)
         if c in ("lbpw", "bpw"):
-            info = info if info is not None else inspect(a.model)
             v = info.get("quantized_linear_bits_per_weight" if c == "lbpw" else "bits_per_weight")
             cells.append("%.2f" % v if v else "-")
         elif c == "bytes":
-            cells.append("%d" % os.path.getsize(a.model))
+            cells.append("%d" % info["file_bytes"] if "file_bytes" in info else "-")
         elif c == "kv":
             cells.append("%.1f" % j["kv_cache"]["bytes_per_token"])
         elif c == "dprev":

@@ -117,8 +117,12 @@ int parse_tool_args(CLI::App& app, const char* tool, int argc, char** argv) {
 }
 
 void write_json_report(const std::string& target, nlohmann::json report) {
+  write_json_report(target, nlohmann::ordered_json(std::move(report)));  // keys stay sorted, peak_rss_bytes after them
+}
+
+void write_json_report(const std::string& target, nlohmann::ordered_json report) {
   if (report.is_object()) report["peak_rss_bytes"] = peak_rss_bytes();
-  const std::string text = report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  const std::string text = report.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
   if (target == "-") {
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);

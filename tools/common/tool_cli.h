@@ -58,6 +58,8 @@ int parse_tool_args(CLI::App& app, const char* tool, int argc, char** argv);
 /// stdout, anything else replaces the file atomically (write_file_atomic, formats/atomic_file.h).
 /// Invalid UTF-8 in strings is written as U+FFFD. Throws OutputError naming the file.
 void write_json_report(const std::string& target, nlohmann::json report);
+/// The same for a report whose keys keep their insertion order (peak_rss_bytes after them).
+void write_json_report(const std::string& target, nlohmann::ordered_json report);
 
 /// While alive, everything written to stdout (file descriptor 1, including C stdio and library code
 /// that prints progress tables) goes to stderr instead; the destructor flushes and restores stdout.
