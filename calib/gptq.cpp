@@ -8,16 +8,9 @@
 
 #include "core/error.h"
 #include "formats/safetensors.h"
+#include "ops/lapack.h"
 #include "ops/library_threads.h"
 #include "ops/sgemm.h"
-
-// LAPACK from OpenBLAS (no lapack.h is installed). The trailing hidden string lengths of the
-// Fortran ABI are passed; OpenBLAS's C implementations ignore them.
-extern "C" {
-void dpotrf_(const char* uplo, const int* n, double* a, const int* lda, int* info, size_t uplo_len);
-void dtrtri_(const char* uplo, const char* diag, const int* n, double* a, const int* lda, int* info, size_t uplo_len,
-             size_t diag_len);
-}
 
 namespace sq {
 namespace {

@@ -144,8 +144,8 @@ int main(int argc, char** argv) {
   app.add_flag("--report-memory", report_memory, "Print the peak anonymous resident memory (sampled RssAnon) on stderr");
   std::string json_path;
   sq::add_json_option(app, json_path,
-                      "What was written: scheme, file bytes, seconds, GPTQ's Hessian source and error ratio, alpha per smoothed "
-                      "group, mixed-precision choices, peak_rss_bytes");
+                      "What was written: scheme, file bytes, seconds, GPTQ's Hessian source, each linear's Hessian-weighted "
+                      "error, alpha per smoothed group, mixed-precision choices, peak_rss_bytes");
   sq::add_version_flag(app, "sq-convert");
   if (const int status = sq::parse_tool_args(app, "sq-convert", argc, argv); status >= 0) return status;
   return sq::run_tool("sq-convert", [&]() {

@@ -158,21 +158,16 @@ int main(int argc, char** argv) {
     const sq::KVQuantization kvq = sq::select_kv_format(loaded.kv, loaded.format == "sqm", kv, kv_group, kv_sink, kv_keys, loaded.model->config());
     go.kv = kvq.spec;
     go.kv_params = &kvq.params;
-    std::string generated_text;  // --token-ids with a tokenizer: printed after the ids
-    int64_t generated = 0;
-    std::vector<int32_t> generated_ids;  // for --json
-    std::string json_text;
+    std::string generated_text;  // decoded: printed after the ids (--token-ids) and the --json report's text
+    std::vector<int32_t> generated_ids;
     const auto print_token = [&](int32_t prev, int32_t tok) {
       generated_ids.push_back(tok);
-      if (!json_path.empty() && tokenizer) json_text += tokenizer->decode_token(prev, tok);
-      if (from_ids) {
-        std::fprintf(stdout, generated++ ? " %d" : "%d", static_cast<int>(tok));
-        std::fflush(stdout);
-        if (tokenizer) generated_text += tokenizer->decode_token(prev, tok);
-        return;
-      }
-      const std::string piece = tokenizer->decode_token(prev, tok);
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      const std::string piece = tokenizer ? tokenizer->decode_token(prev, tok) : std::string();
+      generated_text += piece;
+      if (from_ids)
+        std::fprintf(stdout, generated_ids.size() > 1 ? " %d" : "%d", static_cast<int>(tok));
+      else
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
     };
     std::unique_ptr<sq::CudaDecoder> gpu;
@@ -212,7 +207,7 @@ int main(int argc, char** argv) {
       j["decode_tokens_per_second"] = st.decode_seconds > 0 ? st.generated_tokens / st.decode_seconds : 0.0;
       j["stopped_at"] = st.hit_context_limit ? "context" : st.hit_end_token ? "end_token" : "n_predict";
       j["generated_ids"] = generated_ids;
-      if (tokenizer) j["text"] = json_text;
+      if (tokenizer) j["text"] = generated_text;
       j["kv_cache"] = {{"format", sq::kv_spec_name(go.kv)},
                        {"policy", sq::kv_policy_name(go.policy)},
                        {"peak_bytes", st.peak_kv_bytes},

@@ -1,5 +1,7 @@
 #include "bench/gptq_bench.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -9,14 +11,8 @@
 #include "bench/timing.h"
 #include "calib/gptq.h"
 #include "calib/hessian.h"
+#include "ops/lapack.h"
 #include "ops/library_threads.h"
-
-extern "C" {
-void dpotrf_(const char* uplo, const int* n, double* a, const int* lda, int* info, size_t uplo_len);
-void dpotri_(const char* uplo, const int* n, double* a, const int* lda, int* info, size_t uplo_len);
-void dgemm_(const char* ta, const char* tb, const int* m, const int* n, const int* k, const double* alpha, const double* a,
-            const int* lda, const double* b, const int* ldb, const double* beta, double* c, const int* ldc, size_t, size_t);
-}
 
 namespace sq::bench {
 namespace {
@@ -62,8 +58,8 @@ nlohmann::json run_gptq_bench(const std::vector<int64_t>& orders, double min_sec
     items.push_back({"sqkit: dpotrf(reversed H), dtrtri", [&] { a = H; ok_new = gptq_inverse_cholesky(a, n).empty(); }});
     items.push_back({"reference: dpotrf, dpotri, dpotrf", [&] { b = H; ok_ref = reference_factor(b, ni); }});
     items.push_back({"dgemm n x n x n", [&] {
-                       const double one_d = 1.0, zero = 0.0;
-                       dgemm_("N", "N", &ni, &ni, &ni, &one_d, H.data(), &ni, H.data(), &ni, &zero, c.data(), &ni, 1, 1);
+                       cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ni, ni, ni, 1.0, H.data(), ni, H.data(), ni, 0.0,
+                                   c.data(), ni);
                      }});
     time_interleaved(items, min_seconds, 2);
     const double nd = static_cast<double>(n), flops[] = {2 * nd * nd * nd / 3, 4 * nd * nd * nd / 3, 2 * nd * nd * nd};

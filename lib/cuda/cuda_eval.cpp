@@ -1,6 +1,5 @@
 #include "cuda/cuda_eval.h"
 
-#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -47,8 +46,7 @@ GenerationStats generate_cuda(CudaDecoder& model, const std::vector<int32_t>& pr
   if (o.policy.kind != KVPolicyKind::Dense)
     throw UsageError("--kv-policy " + kv_policy_name(o.policy) +
                      ": KV eviction runs on the CPU only; use --device cpu (the CUDA runner keeps a dense cache)");
-  // The dense cache holds the prompt and the tokens fed back, never more than the context (generator.cpp).
-  const int64_t capacity = std::min(context_limit, static_cast<int64_t>(prompt.size()) + std::max<int64_t>(max_new_tokens, 1));
+  const int64_t capacity = dense_generation_capacity(static_cast<int64_t>(prompt.size()), max_new_tokens, context_limit);
   CudaGeneration backend(model, capacity, o);
   GenerationStats st = generate_with(backend, c.vocab_size, c.eos_id, c.bos_id, prompt, max_new_tokens, context_limit, true,
                                      o.ignore_eos, sampler, on_token);

@@ -96,6 +96,10 @@ GenerationStats generate_with(GenerationBackend& backend, int vocab, int32_t eos
   return st;
 }
 
+int64_t dense_generation_capacity(int64_t prompt_tokens, int64_t max_new_tokens, int64_t context_limit) {
+  return std::min(context_limit, prompt_tokens + std::max<int64_t>(max_new_tokens, 1));
+}
+
 GenerationStats generate(const Decoder& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
                          int64_t context_limit, Sampler& sampler, const std::function<void(int32_t, int32_t)>& on_token,
                          const GenerationOptions& o) {
@@ -105,11 +109,8 @@ GenerationStats generate(const Decoder& model, const std::vector<int32_t>& promp
     throw UsageError("--kv-policy recompute is an evaluation baseline (sq-eval), not a generation policy");
   const KVPolicy policy = resolve_kv_policy(o.policy, context_limit);
   const bool evicting = policy.kind != KVPolicyKind::Dense;
-  // A dense cache holds at most the prompt and the tokens fed back (max_new_tokens − 1), never more
-  // than the context: allocating the whole context instead would hold 1.9 GB for Qwen2.5's 32,768
-  // positions however short the run (KVCache zero-fills each layer's rows when first written).
   const int64_t capacity = evicting ? policy.capacity(int64_t(1) << 40)
-                                    : std::min(context_limit, static_cast<int64_t>(prompt.size()) + std::max<int64_t>(max_new_tokens, 1));
+                                    : dense_generation_capacity(static_cast<int64_t>(prompt.size()), max_new_tokens, context_limit);
   if (evicting && static_cast<int64_t>(prompt.size()) > capacity)
     throw UsageError("the prompt has " + std::to_string(prompt.size()) + " tokens, more than the " + std::to_string(capacity) +
                      " the KV policy " + kv_policy_name(policy) + " keeps");

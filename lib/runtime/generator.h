@@ -39,6 +39,12 @@ struct GenerationOptions {
   bool ignore_eos = false;  ///< keep generating after EOS/BOS (the token is fed back like any other)
 };
 
+/// Rows a dense generation cache needs: the prompt and the tokens fed back (at most
+/// max_new_tokens − 1, at least one row for a step), never more than `context_limit`. Sizing the
+/// cache for the whole context instead held 1.9 GB for Qwen2.5's 32,768 positions however short the
+/// run (KVCache zero-fills each layer's rows when first written).
+int64_t dense_generation_capacity(int64_t prompt_tokens, int64_t max_new_tokens, int64_t context_limit);
+
 /// Generates up to `max_new_tokens` after `prompt` (token ids, normally starting with BOS), calling
 /// `on_token(prev, token)` for each generated token as soon as it is sampled. Stops early at
 /// EOS/BOS or when the context (`context_limit` positions, normally config.max_seq_len) is full.
