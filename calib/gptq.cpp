@@ -239,6 +239,7 @@ Int4Weights to_int4_weights(const GptqResult& r, bool symmetric) {
   const int64_t ng = int4_groups_per_row(w);
   if (ng != r.n_groups) throw std::invalid_argument("to_int4_weights: group count mismatch");
   w.packed.assign(static_cast<size_t>(w.out * w.in / 2), 0);
+  uint8_t* const packed = w.packed.mutable_data();
   w.scales_f16.resize(static_cast<size_t>(w.out * ng));
   std::vector<uint8_t> zeros(symmetric ? 0 : static_cast<size_t>(w.out * ng));
   for (int64_t row = 0; row < w.out; ++row) {
@@ -254,7 +255,7 @@ Int4Weights to_int4_weights(const GptqResult& r, bool symmetric) {
     for (int64_t c = 0; c < w.in; ++c) {
       const int code = r.codes[static_cast<size_t>(row * w.in + c)];
       const int nib = symmetric ? ((code - 8) & 0xF) : code;
-      w.packed[static_cast<size_t>(row * (w.in / 2) + c / 2)] |= static_cast<uint8_t>((c & 1) ? nib << 4 : nib);
+      packed[row * (w.in / 2) + c / 2] |= static_cast<uint8_t>((c & 1) ? nib << 4 : nib);
     }
   }
   if (!symmetric) {

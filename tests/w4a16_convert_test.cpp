@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <random>
 
 #include "calib/hessian.h"
 #include "calib/layerwise_runner.h"
@@ -17,6 +18,7 @@
 #include "formats/tokenizer.h"
 #include "model/model_loader.h"
 #include "model/w4a16_linear.h"
+#include "model/w8a16_linear.h"
 #include "tests/support/cli.h"
 #include "tests/support/process.h"
 #include "tests/support/scheme_cli_fixture.h"
@@ -107,6 +109,59 @@ TEST_F(W4A16Cli, DefaultQuantizesTheEmbeddingAndHead) {
   const std::string bad = dir_->file("bad-head.sqm");
   expect_error(run_process({tool("sq-convert"), "-m", stories_model(), "--scheme", "f32", "--quantize-head", "-o", bad, "-q"}),
                "--quantize-head applies to the quantized schemes", bad);
+}
+
+TEST_F(W4A16Cli, LoadedFileRunsOnTheMappedCodes) {
+  // Issue 37: a packed .sqm runs on the file's own pages. Every INT4 linear (stories260K: the six of
+  // width 64 run on the stored codes; down_proj's 172 inputs are ragged and run on a zero-padded
+  // copy, its stored codes still borrowed) and the INT8 tied embedding / head read their codes from
+  // the mapping, still after forward passes (a read path that copied would show here), and give
+  // the same bits as linears built on owned copies of the same bytes (decode n = 1 and prefill n = 9).
+  const std::string f = dir_->file("mapped.sqm");
+  ASSERT_EQ(convert({"--group-size", "32"}, f).exit_status, 0);
+  const LoadedModel m = load_model(f);
+  const Decoder& dec = *m.model;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const auto same_outputs = [&](const Linear& a, const Linear& b) {
+    for (int64_t n : {1, 9}) {
+      std::vector<float> x(size_t(n * a.in_features())), ya(size_t(n * a.out_features())), yb(ya.size());
+      for (float& v : x) v = nd(rng);
+      a.forward(x.data(), n, ya.data());
+      b.forward(x.data(), n, yb.data());
+      for (size_t i = 0; i < ya.size(); ++i) ASSERT_EQ(ya[i], yb[i]) << a.format() << " n " << n << " output " << i;
+    }
+  };
+  int whole = 0, ragged = 0;
+  for (const DecoderLayer& L : dec.layers())
+    for (const Linear* lin : {L.q_proj.get(), L.k_proj.get(), L.v_proj.get(), L.o_proj.get(), L.gate_proj.get(), L.up_proj.get(),
+                              L.down_proj.get()}) {
+      const auto* w4 = dynamic_cast<const W4A16Linear*>(lin);
+      ASSERT_NE(w4, nullptr) << lin->format();
+      Int4Weights owned = w4->weights();
+      ASSERT_TRUE(owned.packed.borrowed()) << "stored codes of a " << w4->in_features() << "-input linear";
+      owned.packed = ops::PackedStorage<unsigned char>::Owned(owned.packed.begin(), owned.packed.end());
+      ASSERT_FALSE(owned.packed.borrowed());
+      same_outputs(*w4, W4A16Linear(owned));
+      EXPECT_TRUE(w4->weights().packed.borrowed()) << "copied by a forward pass";
+      (w4->in_features() % 32 == 0 ? whole : ragged) += 1;
+    }
+  EXPECT_EQ(whole, 6 * dec.config().n_layers);
+  EXPECT_EQ(ragged, dec.config().n_layers);
+  const auto* head = dynamic_cast<const W8A16Linear*>(&dec.lm_head());
+  ASSERT_NE(head, nullptr) << dec.lm_head().format();
+  ASSERT_TRUE(head->codes().borrowed());
+  same_outputs(*head, W8A16Linear(ops::Int8Codes::Owned(head->codes().begin(), head->codes().end()), head->scales(),
+                                  head->out_features(), head->in_features()));
+  EXPECT_TRUE(head->codes().borrowed());
+  // A write (mutable_data) copies first: the read-only mapping, and the model, keep their bytes.
+  Int4Weights w = dynamic_cast<const W4A16Linear*>(dec.layers()[0].q_proj.get())->weights();
+  const unsigned char first = w.packed[0];
+  ASSERT_TRUE(w.packed.borrowed()) << "a read copied";
+  w.packed.mutable_data()[0] ^= 0x11;
+  EXPECT_FALSE(w.packed.borrowed());
+  EXPECT_EQ(w.packed[0], first ^ 0x11);
+  EXPECT_EQ(dynamic_cast<const W4A16Linear*>(dec.layers()[0].q_proj.get())->weights().packed[0], first);
 }
 
 TEST_F(W4A16Cli, InspectBytesAreTheLayoutArithmetic) {

@@ -192,7 +192,7 @@ TEST(W4A16Linear, ExactOnDyadicData) {
           Int4Weights w;
           w.out = out, w.in = in, w.group = g, w.asym = asym;
           w.packed.resize(out * in / 2);
-          for (auto& b : w.packed) b = uint8_t(rng());  // every code, incl. −8 for symmetric
+          for (size_t i = 0; i < w.packed.size(); ++i) w.packed.mutable_data()[i] = uint8_t(rng());  // every code, incl. −8 for symmetric
           w.scales_f16.resize(out * in / g);
           // symmetric steps of either sign (the scale search's full range, int4_quantize.h)
           for (auto& h : w.scales_f16) h = float_to_half((!asym && rng() % 2 ? -1.0f : 1.0f) * std::ldexp(1.0f, -2 - int(rng() % 3)));

@@ -215,7 +215,7 @@ void Decoder::set_key_rotation(int64_t block) {
   key_rotation_ = block;
 }
 
-void Decoder::set_quantized_embedding(std::vector<int8_t> q, std::vector<float> scales) {
+void Decoder::set_quantized_embedding(ops::Int8Codes q, std::vector<float> scales) {
   const size_t v = static_cast<size_t>(config_.vocab_size), d = static_cast<size_t>(config_.dim);
   if (q.size() != v * d || scales.size() != v)
     throw std::invalid_argument("set_quantized_embedding: expected " + std::to_string(v) + " x " + std::to_string(d) +

@@ -16,6 +16,7 @@
 #include "core/tensor.h"
 #include "model/linear.h"
 #include "model/observer.h"
+#include "ops/packed_storage.h"
 #include "runtime/kv_cache.h"
 #include "runtime/kv_decode_attention.h"
 
@@ -156,7 +157,7 @@ class Decoder {
   /// Stores the token embedding as symmetric INT8 rows instead: q [vocab, dim] row-major,
   /// scales [vocab] (row r dequantizes as q[r, :] · scales[r]). Lookups dequantize one row per
   /// token; nothing else changes. Throws std::invalid_argument on a size mismatch.
-  void set_quantized_embedding(std::vector<int8_t> q, std::vector<float> scales);
+  void set_quantized_embedding(ops::Int8Codes q, std::vector<float> scales);
   const Tensor& final_norm() const { return final_norm_; }
   const DecoderGlobals& globals() const { return globals_; }
   /// [n_heads] ALiBi slopes (Press et al. 2022 §3: the geometric sequence 2^(−8h/n) for n a power of
@@ -275,7 +276,7 @@ class Decoder {
   int64_t key_rotation_ = 0;                       ///< set_key_rotation's block (0: none)
   DecoderGlobals globals_;
   Tensor embed_;
-  std::vector<int8_t> embed_q_;      ///< [vocab, dim] when quantized
+  ops::Int8Codes embed_q_;                ///< [vocab, dim] when quantized (owned or borrowed from a mapped .sqm)
   std::vector<float> embed_scales_;  ///< [vocab] when quantized
   std::vector<DecoderLayer> layers_;
   Tensor final_norm_;

@@ -13,6 +13,7 @@
 #include "formats/sqm_file.h"
 #include "model/linear.h"
 #include "model/sqm_model.h"
+#include "ops/weight_matmul.h"
 
 namespace sq {
 
@@ -65,13 +66,14 @@ void add_loaded_model(MemoryEstimate& e, const ModelFootprint& m, const std::str
   if (m.format == "sqm") {
     e.add(label + " (packed tensors)", m.file_bytes);
     const int64_t head = 4 * int64_t(m.config.vocab_size) * m.config.dim;
-    if (head <= kPrepackMaxModelBytes) e.add(label + " LM head packed GEMM copy", head);
+    if (head <= kPrepackMaxModelBytes && ops::weight_matmul_pays()) e.add(label + " LM head packed GEMM copy", head);
     return;
   }
   // llama2.c and F32 safetensors are views of the mapping; everything else is a widened copy.
   const bool views = m.format == "llama2c" || (m.format == "hf-safetensors" && m.file_bytes >= m.fp32_bytes);
   if (!views) e.add(label + " FP32 weights", m.fp32_bytes);
-  if (m.linear_fp32_bytes <= kPrepackMaxModelBytes) e.add(label + " packed GEMM copies", m.linear_fp32_bytes);
+  // Packed copies only where DenseLinear makes them (oneDNN's brgemm kernels: AVX-512 CPUs).
+  if (m.linear_fp32_bytes <= kPrepackMaxModelBytes && ops::weight_matmul_pays()) e.add(label + " packed GEMM copies", m.linear_fp32_bytes);
 }
 
 void add_forward_buffers(MemoryEstimate& e, const ModelConfig& c, int64_t tokens, int64_t kv_tokens, int threads, bool logits) {
@@ -88,10 +90,13 @@ int64_t hessian_bytes(const ModelConfig& c, int layers) {
 }
 
 namespace {
-/// What every tool holds besides the work: the shared libraries (cuBLAS and cudart in a CUDA
-/// build, oneDNN, OpenBLAS), thread stacks and scratch. `sq-eval --version` peaks at 227 MB RSS
-/// in the CUDA-enabled Release build; rounded up.
+/// What a tool holds besides the work: the shared libraries, thread stacks and scratch. The tools
+/// with a CUDA path (sq-eval, sq-run) load cuBLAS and cudart at start: `--version` peaks at 227 MB
+/// RSS in the CUDA-enabled Release build, rounded up. sq-calibrate and sq-convert do not: 20 MB at
+/// `--version`, plus OpenBLAS's and oneDNN's buffers once they compute (SmolLM2 `sq-calibrate
+/// --hessian -t 1`: peak 322 MB, estimate 501 MB with this figure; 2-core AMD EPYC, 2026-12-01).
 constexpr int64_t kRuntimeBytes = 250'000'000;
+constexpr int64_t kRuntimeNoCudaBytes = 100'000'000;
 }  // namespace
 
 MemoryEstimate estimate_eval(const ModelFootprint& model, const ModelFootprint* reference, int64_t ctx, int threads) {
@@ -136,7 +141,7 @@ MemoryEstimate estimate_run(const ModelFootprint& model, int64_t tokens) {
 
 MemoryEstimate estimate_calibrate(const ModelFootprint& model, bool streamed, bool hessian, bool fisher, int64_t seq_len, int threads) {
   MemoryEstimate e;
-  e.add("runtime", kRuntimeBytes);
+  e.add("runtime", kRuntimeNoCudaBytes);
   const ModelConfig& c = model.config;
   if (streamed) {
     e.mapped += model.file_bytes;
@@ -160,7 +165,7 @@ MemoryEstimate estimate_calibrate(const ModelFootprint& model, bool streamed, bo
 
 MemoryEstimate estimate_convert(const ModelFootprint& model, bool streamed, bool gptq, bool runs_forward, int64_t seq_len, int threads) {
   MemoryEstimate e;
-  e.add("runtime", kRuntimeBytes);
+  e.add("runtime", kRuntimeNoCudaBytes);
   const ModelConfig& c = model.config;
   e.mapped += model.file_bytes;
   if (streamed) {

@@ -34,10 +34,11 @@ inline bool streams_layers(const ModelFootprint& m) { return m.format == "hf-saf
 /// (as load_model would, before it does).
 ModelFootprint model_footprint(const std::string& path);
 
-/// The model loaded whole for running it: a .sqm's tensors copied out of the mapping (≈ its file
+/// The model loaded whole for running it: a .sqm's tensors, read from the mapping or copied (≈ its file
 /// size) or the FP32 weights (dequantized / widened, except a llama2.c or F32 file, whose weights
 /// are views of the mapping) plus one packed copy of every linear for the FP32 GEMMs when the
-/// linears hold at most kPrepackMaxModelBytes (model/linear.h; load_model's policy).
+/// linears hold at most kPrepackMaxModelBytes (model/linear.h; load_model's policy) and the CPU
+/// makes such copies (ops::weight_matmul_pays(): AVX-512).
 void add_loaded_model(MemoryEstimate& e, const ModelFootprint& m, const std::string& label = "model");
 
 /// Running `tokens` positions at once with a KV cache of `kv_tokens` (FP32): logits [tokens, vocab],

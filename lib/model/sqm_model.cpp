@@ -275,7 +275,7 @@ std::unique_ptr<Linear> load_int4_linear(const std::shared_ptr<SqmFile>& f, cons
     throw InputError(f->path() + ": quantization.group_size " + std::to_string(w.group) + " is not 32, 64 or 128");
   const int64_t ng = (in + w.group - 1) / w.group;
   const SqmBytes packed = checked_raw(f, base + ".weight", w.asym ? SqmDType::U4x2 : SqmDType::I4x2, {out, in});
-  w.packed.assign(packed.data, packed.data + packed.size);  // straight into the kernels' 64-byte-aligned storage
+  w.packed = ops::PackedStorage<unsigned char>::borrow(packed.data, packed.size, f);  // the file's pages, not a copy
   const SqmBytes scales = checked_raw(f, base + ".weight_scale", SqmDType::F16, {out, ng});
   w.scales_f16.resize(scales.size / 2);
   std::memcpy(w.scales_f16.data(), scales.data, scales.size);
@@ -383,7 +383,7 @@ std::unique_ptr<Linear> load_linear(const std::shared_ptr<SqmFile>& f, const std
     // The INT8 linears of a weight-only file (the embedding / head, mixed-precision linears): W8A16.
     const SqmBytes raw = f->raw(wname);
     try {
-      return std::make_unique<W8A16Linear>(std::vector<int8_t>(reinterpret_cast<const int8_t*>(raw.data), reinterpret_cast<const int8_t*>(raw.data) + raw.size),
+      return std::make_unique<W8A16Linear>(ops::Int8Codes::borrow(reinterpret_cast<const int8_t*>(raw.data), raw.size, f),
                                            std::vector<float>(scales.data(), scales.data() + n_scales), out, in, bias);
     } catch (const std::invalid_argument& e) {
       throw InputError(f->path() + ": '" + base + "': " + e.what());
@@ -439,9 +439,11 @@ std::unique_ptr<Decoder> build_model_from_sqm(const std::shared_ptr<SqmFile>& f)
   const SqmSource src(f, quant);
   std::vector<DecoderLayer> layers;
   layers.reserve(static_cast<size_t>(c.n_layers));
-  // Each layer's packed tensors are copied into its linears; the mapped pages they were copied from
-  // are then released, so the resident set holds the model once, not also the file (pages that
-  // stay in use, zero-copy FP32 views such as norm weights, are read again when touched).
+  // The linears read their packed codes (INT4 nibbles, W8A16 / embedding INT8 codes) and FP32
+  // tensors from the mapping itself (zero-copy; ops/packed_storage.h); INT8 W8A8 weights, scales
+  // and F16/BF16 tensors are copied into the kernels' layouts. After each layer the pages touched
+  // while building it (checksums, copies) are released: the resident set holds each byte of the
+  // model once, and the mapped ones are read again from the page cache when a forward touches them.
   for (int l = 0; l < c.n_layers; ++l) {
     layers.push_back(build_decoder_layer(c, l, src));
     f->mapping()->release(0, static_cast<size_t>(f->file_size()));
@@ -474,7 +476,7 @@ std::unique_ptr<Decoder> build_model_from_sqm(const std::shared_ptr<SqmFile>& f)
     if (!f->has(sname) || f->info(sname).numel() != static_cast<uint64_t>(c.vocab_size))
       throw InputError(f->path() + ": INT8 embedding needs '" + sname + "' with " + std::to_string(c.vocab_size) + " per-row scales");
     const Tensor scales = load_float(f, sname, {c.vocab_size});
-    model->set_quantized_embedding(std::vector<int8_t>(reinterpret_cast<const int8_t*>(q.data), reinterpret_cast<const int8_t*>(q.data) + q.size),
+    model->set_quantized_embedding(ops::Int8Codes::borrow(reinterpret_cast<const int8_t*>(q.data), q.size, f),
                                    std::vector<float>(scales.data(), scales.data() + c.vocab_size));
   }
   if (const int64_t kb = rotation_from_quantization(quant, f->path()).kv_keys; kb > 0) {

@@ -456,7 +456,7 @@ Int4Weights pad_to_whole_groups(const Int4Weights& w) {
   const int64_t src_row = w.in / 2, dst_row = p.in / 2;
   p.packed.assign(static_cast<size_t>(w.out * dst_row), 0);
   for (int64_t r = 0; r < w.out; ++r)
-    std::memcpy(p.packed.data() + r * dst_row, w.packed.data() + r * src_row, static_cast<size_t>(src_row));
+    std::memcpy(p.packed.mutable_data() + r * dst_row, w.packed.data() + r * src_row, static_cast<size_t>(src_row));
   return p;
 }
 
@@ -474,7 +474,7 @@ Int4Weights interleave_for_int8_decode(const Int4Weights& w) {
   const int64_t half_in = w.in / 2, full = w.in / 128;
   for (int64_t r0 = 0; r0 < w.out; r0 += 4) {
     const int64_t R = std::min<int64_t>(4, w.out - r0);
-    uint8_t* base = d.packed.data() + r0 * half_in;
+    uint8_t* base = d.packed.mutable_data() + r0 * half_in;
     for (int64_t r = 0; r < R; ++r) {
       const uint8_t* src = w.packed.data() + (r0 + r) * half_in;
       for (int64_t c = 0; c < full; ++c) std::memcpy(base + (c * R + r) * 64, src + c * 64, 64);

@@ -57,7 +57,7 @@ float dot_i8_f32(const int8_t* q, const float* x, int64_t in) {
 
 }  // namespace
 
-W8A16Linear::W8A16Linear(std::vector<int8_t> q, std::vector<float> scales, int64_t out, int64_t in, Tensor bias)
+W8A16Linear::W8A16Linear(ops::Int8Codes q, std::vector<float> scales, int64_t out, int64_t in, Tensor bias)
     : q_(std::move(q)), scales_(std::move(scales)), out_(out), in_(in), bias_(std::move(bias)) {
   if (out <= 0 || in <= 0) throw std::invalid_argument("W8A16Linear: out and in must be > 0, got " + std::to_string(out) + " x " + std::to_string(in));
   if (int64_t(q_.size()) != out * in)

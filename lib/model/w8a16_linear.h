@@ -24,6 +24,7 @@
 
 #include "core/tensor.h"
 #include "model/linear.h"
+#include "ops/packed_storage.h"
 
 namespace sq {
 
@@ -31,8 +32,8 @@ class W8A16Linear final : public Linear {
  public:
   /// q: [out, in] row-major INT8 codes in [−127, 127]; scales: [out] finite steps Δ ≥ 0; optional
   /// FP32 bias [out]. Throws std::invalid_argument on a size mismatch, a code −128, a non-finite or
-  /// negative step, or out/in ≤ 0.
-  W8A16Linear(std::vector<int8_t> q, std::vector<float> scales, int64_t out, int64_t in, Tensor bias = {});
+  /// negative step, or out/in ≤ 0. Borrowed codes are read, never copied.
+  W8A16Linear(ops::Int8Codes q, std::vector<float> scales, int64_t out, int64_t in, Tensor bias = {});
 
   int64_t in_features() const override { return in_; }
   int64_t out_features() const override { return out_; }
@@ -44,12 +45,12 @@ class W8A16Linear final : public Linear {
   /// out·in code bytes + 4·out step bytes (+ 4·out bias bytes).
   int64_t weight_bytes() const override { return out_ * in_ + 4 * out_ + bias_.numel() * 4; }
 
-  const std::vector<int8_t>& codes() const { return q_; }    ///< [out, in] row-major
+  const ops::Int8Codes& codes() const { return q_; }    ///< [out, in] row-major
   const std::vector<float>& scales() const { return scales_; } ///< [out]
   const Tensor& bias() const { return bias_; }                 ///< [out] or empty
 
  private:
-  std::vector<int8_t> q_;
+  ops::Int8Codes q_;
   std::vector<float> scales_;
   int64_t out_, in_;
   Tensor bias_;

@@ -39,10 +39,11 @@ Int4Weights quantize_int4(const float* w, int64_t out, int64_t in, int64_t group
   r.scales_f16.assign(static_cast<size_t>(out * ng), 0);
   std::vector<uint8_t> zeros(asym ? static_cast<size_t>(out * ng) : 0, 0);
   bool bad_value = false, overflow = false;
+  uint8_t* const packed = r.packed.mutable_data();
 #pragma omp parallel for schedule(static) reduction(|| : bad_value, overflow) if (out * in >= kParallelMinElements && out > 1)
   for (int64_t row = 0; row < out; ++row) {
     const float* wr = w + row * in;
-    uint8_t* pr = r.packed.data() + row * (in / 2);
+    uint8_t* pr = packed + row * (in / 2);
     for (int64_t j = 0; j < ng; ++j) {
       const float* wg = wr + j * group;
       const int64_t len = std::min(group, in - j * group);  // the last group may be shorter

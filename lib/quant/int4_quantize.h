@@ -49,7 +49,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "ops/aligned_allocator.h"
+#include "ops/packed_storage.h"
 
 namespace sq {
 
@@ -59,7 +59,8 @@ struct Int4Weights {
   int64_t in = 0;     ///< columns of W (input features); even; the last group is shorter when g ∤ in
   int64_t group = 0;  ///< group size g ∈ {32, 64, 128}
   bool asym = false;  ///< false: symmetric I4 (no zero points); true: U4 with per-group zero points
-  ops::AlignedBytes packed;          ///< [out, in/2] bytes, low nibble = even column; data() 64-byte aligned
+  ops::PackedStorage<unsigned char> packed;  ///< [out, in/2] bytes, low nibble = even column; data() 64-byte aligned;
+                                             ///< owned, or borrowed from a mapped .sqm (ops/packed_storage.h)
   std::vector<uint16_t> scales_f16;  ///< [out, ⌈in/g⌉] FP16 bits of Δ
   std::vector<uint8_t> zeros_packed; ///< [out, ⌈in/g⌉] U4, flat-packed, asym only (else empty)
 };

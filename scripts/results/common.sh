@@ -16,7 +16,11 @@
 #                                of ../shared/data/hellaswag/hellaswag_val_full.txt in file order
 #                                (sq-eval --task hellaswag, llama.cpp's scoring; issue 40 asks for
 #                                1000); default 0 = no column
-# Environment: SPEED_RUNS=N  measure each row's tokens/s N times and keep the fastest (default 1).
+# Environment: SPEED_RUNS=N  measure each row's tokens/s N times and keep the fastest (default 1;
+#                            0 = no separate speed run: tokens/s of the accuracy run, which includes
+#                            the reference model, as with --quick).
+#              ONLY_ROWS=RE  measure only the rows whose name matches the extended regex RE (a
+#                            reduced table; the others are neither converted nor measured).
 #              DISCARD=1     for models whose converted files do not all fit on disk (Qwen2.5's FP32
 #                            file is 7.1 GB): each file but f32.sqm is converted when its row is
 #                            measured and deleted after it (sq-inspect's answer is kept in
@@ -107,7 +111,7 @@ measure() {
   local c=(); [[ $chunks != 0 ]] && c=(--chunks "$chunks")
   fresh "$j" "$file" || $B/sq-eval -m "$file" -f $WIKI --protocol "$proto" -c "$ctx" "${c[@]}" \
     --reference-model "$M" -q --json "$j" --force "$@" >/dev/null
-  [[ $QUICK == 1 ]] && { ln -sf "$(basename "$j")" "$s"; return 0; }
+  [[ $QUICK == 1 || ${SPEED_RUNS:-1} == 0 ]] && { ln -sf "$(basename "$j")" "$s"; return 0; }
   fresh "$s" "$file" && return 0
   # SPEED_RUNS (default 1) runs, the fastest kept: 4 chunks take 2-3 s, so one run is easily
   # disturbed (another process, the kernel writing back a large file).
@@ -147,6 +151,7 @@ ROW_COLUMNS=${ROW_COLUMNS:-lbpw bpw bytes}
 row() {
   local name=$1 file=$2; shift 2
   local pc proto ctx chunks hs=()
+  [[ -z ${ONLY_ROWS:-} || $name =~ $ONLY_ROWS ]] || return 0
   local slug; slug=$(echo "$name" | tr -c 'A-Za-z0-9.\n' '_')
   materialize "$file" "$slug"
   if [[ $HS_TASKS != 0 ]]; then
