@@ -22,6 +22,8 @@ ConvertSummary convert(const LoadedModel& src, const LayerStream* stream, const 
   in.stream = stream;
   const ModelConfig& c = in.config;
   if (in.streamed()) {
+    if (o.awq)
+      throw UsageError(src.path + ": --awq runs the whole model over the calibration windows; open it whole (not layer by layer)");
     if (o.alpha_auto)
       throw UsageError(src.path + ": --alpha auto runs the whole model over the calibration windows; open it whole (not layer by layer)");
     if (o.kv.spec.kind == KVKind::Nuq && o.kv.params.empty())
@@ -34,6 +36,7 @@ ConvertSummary convert(const LoadedModel& src, const LayerStream* stream, const 
     throw UsageError(std::string("--bits-per-weight / --max-kld mix 4-bit and INT8 linears: they need --scheme w4a16, not ") +
                      scheme_name(o.scheme));
   quantizer->check(in);
+  (void)quantizer->embedding_format(in);  // refuses a bad --token-embedding-type before any work
   load_convert_inputs(in);
   if (!o.calib_text.empty() && o.calib_path.empty()) throw UsageError("--calib-text needs --calib (the calibration file it belongs to)");
   if (!o.calib_text.empty() && !quantizer->rereads_calibration_text(in))
@@ -74,6 +77,7 @@ ConvertSummary convert(const LoadedModel& src, const LayerStream* stream, const 
 
   nlohmann::json header = converter_header(out, in);
   header["quantization"] = quantizer->describe(in, summary);
+  if (!is_float_scheme(o.scheme)) header["quantization"]["token_embedding"] = quantizer->embedding_format(in);
   if (rotation.enabled()) header["quantization"]["rotation"] = rotation.describe();
   // The weight-only schemes' INT8 linears (the head, mixed precision) run with FP32 activations
   // (W8A16, model/w8a16_linear.h).

@@ -24,6 +24,10 @@ struct ConvertOptions {
   std::string calib_path;   ///< sq-calibrate output; required when smoothing or static activations are used
   bool smooth = true;       ///< SmoothQuant smoothing (false: naive W8A8)
   float alpha = 0.5f;       ///< migration strength α (Eq. 3.4)
+  /// `--awq` (w4a16): AWQ's activation-aware per-channel scaling before the INT4 quantization
+  /// (calib/awq.h): the smoothing mappings (input norms, v → o, up → down) with s = RMS^α, α per
+  /// mapping searched on AWQ's grid minimizing the INT4 output error on captured activations.
+  bool awq = false;
   bool alpha_auto = false;  ///< per-group grid search of α (0.30…0.95 step 0.05) minimizing output MSE
   bool smooth_vo = false;   ///< also smooth o_proj inputs, folded into v_proj rows
   /// `--rotate hadamard`: QuaRot Hadamard rotations after smoothing (calib/recipe_rotation.h): online
@@ -33,6 +37,12 @@ struct ConvertOptions {
   ActQuant act = ActQuant::PerToken;
   std::string preset;       ///< "O1"/"O2"/"O3" when chosen by preset (recorded in the header)
   bool quantize_head = false;
+  /// With quantize_head: the token embedding's format (`--token-embedding-type`, llama-quantize's
+  /// option name): "int8" (rows with one FP16-exact step, as Q8_0), "int4" (--scheme w4a16 only: the
+  /// linears' group-wise INT4 format, RTN with the scale search, dequantized on lookup; a tied head
+  /// then runs as that W4A16 matrix), or "auto" (int4 for w4a16 with an untied head, else int8;
+  /// LinearQuantizer::embedding_format).
+  std::string token_embedding_type = "auto";
   /// W8A8 with quantize_head: run the INT8 head with FP32 activations (W8A16, as the weight-only
   /// schemes do; rows with FP16-exact steps; header quantization.lm_head_activations "fp32")
   /// instead of per-token INT8 activations (`--head-activations fp32`).

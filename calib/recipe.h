@@ -5,7 +5,7 @@
 //                               calibration text and re-drawn windows (ConvertInputs)
 //   calib/recipe_layer_inputs.cpp  calibration data per layer: GPTQ Hessians (sequential, from the
 //                               already-converted layers, or the calibration file's), calibration rows
-//   calib/recipe_smoothing.cpp  transform: SmoothQuant smoothing (W8A8), --alpha auto
+//   calib/recipe_smoothing.cpp  transform: SmoothQuant smoothing (W8A8), --alpha auto; AWQ scaling (w4a16 --awq, calib/awq.h)
 //   calib/recipe_rotation.cpp   transform: Hadamard rotation (--rotate hadamard; QuaRot)
 //   calib/recipe_float.cpp, recipe_w8a8.cpp, recipe_int4.cpp, recipe_atom.cpp
 //                               per-linear quantizers (LinearQuantizer), one per scheme; Atom's channel
@@ -167,6 +167,10 @@ class LinearQuantizer {
   virtual bool weight_only_head() const { return true; }
   /// Whether the scheme takes a mixed-precision budget (ConvertOptions::mixed: W4A16 with INT8 rows).
   virtual bool mixes_precision() const { return false; }
+  /// The token embedding's stored format: "fp32" (no --quantize-head), "int8" or, where the scheme
+  /// has one, "int4" (ConvertOptions::token_embedding_type). Throws UsageError for a type the
+  /// scheme does not offer or one given without --quantize-head.
+  virtual std::string embedding_format(const ConvertInputs& in) const;
   /// Writes the token embedding: the float tensor, or with --quantize-head INT8 rows with one FP32
   /// step per row (per-channel of a tied head; dequantized on lookup), whatever the scheme.
   virtual void write_embedding(const ConvertInputs& in, SqmWriter& out);

@@ -4,11 +4,13 @@
 // calibration file. Mixture of experts: the router stays FP32; every expert's gate/up use the
 // ffn_input Hessian (all tokens, not only those routed to the expert), every expert's down_proj the
 // ffn_hidden Hessian pooled over all experts' inputs (lib/model/observer.h) — approximations of the
-// per-expert Hessians, which no statistic records.
+// per-expert Hessians, which no statistic records. With --awq the smoothing step has scaled each
+// layer first (calib/awq.h); the importance and Hessians are then those of the scaled inputs.
 #include <cmath>
 #include <map>
 #include <set>
 
+#include "calib/hessian.h"
 #include "calib/mixed_precision.h"
 #include "calib/recipe_schemes.h"
 #include "core/error.h"
@@ -80,12 +82,51 @@ class Int4Quantizer final : public LinearQuantizer {
       throw UsageError("--gptq needs --calib (a calibration file from sq-calibrate, for the Hessians)");
   }
   bool mixes_precision() const override { return true; }
-  bool rereads_calibration_text(const ConvertInputs& in) const override {
-    return (in.o.int4.gptq && in.hessian_mode == "sequential") || (mixed(in.o) && in.o.mixed_sensitivity_from.empty());
+
+  /// "int4" by --token-embedding-type int4, and by "auto" when the head is untied: the embedding
+  /// is then only looked up, as llama.cpp's Q4_0 / Q4_K_M files store an untied model's token_embd
+  /// in 4 bits. Measured on Qwen2.5-Coder-1.5B (g128 RTN, 4 WikiText-2 chunks): KLD 0.0973 (INT8)
+  /// against 0.0968 (INT4), 1.150 → 1.036 GB (docs/results.md section 9). A tied head stays INT8
+  /// rows unless asked (a 4-bit output layer costs more: stories260K's test).
+  std::string embedding_format(const ConvertInputs& in) const override {
+    const std::string& t = in.o.token_embedding_type;
+    if (t == "auto" && in.o.quantize_head && !in.config.tied_embeddings) return "int4";
+    if (t != "int4") return LinearQuantizer::embedding_format(in);
+    if (!in.o.quantize_head) throw UsageError("--token-embedding-type int4 needs --quantize-head (without it the embedding stays FP32)");
+    return "int4";
   }
+
+  /// --token-embedding-type int4: the embedding [vocab, dim] in the linears' INT4 format (group
+  /// size, symmetry, scale search with uniform importance: no activation statistic weighs the
+  /// columns of a lookup table), always by RTN; written under the linear names of a W4A16
+  /// projection so that a tied head loads as that W4A16 linear.
+  void write_embedding(const ConvertInputs& in, SqmWriter& out) override {
+    if (embedding_format(in) != "int4") return LinearQuantizer::write_embedding(in, out);
+    Int4Options eo = in.o.int4;
+    eo.gptq = false;
+    eo.act_order = false;
+    write_int4_linear(out, quantize_linear_int4(in.base.tensors.at(names::kEmbed), "model.embed_tokens", eo, nullptr, nullptr), nullptr);
+  }
+  bool rereads_calibration_text(const ConvertInputs& in) const override {
+    return in.o.awq || (in.o.int4.gptq && in.hessian_mode == "sequential") || (mixed(in.o) && in.o.mixed_sensitivity_from.empty());
+  }
+  bool smooths() const override { return awq_; }
 
   void prepare(ConvertInputs& in, ConvertSummary& summary) override {
     validate_int4_options(in.o.int4);
+    if (in.o.awq) {
+      if (in.o.calib_path.empty()) throw UsageError("--awq needs --calib (the per-channel activation statistics of sq-calibrate)");
+      if (mixed(in.o)) throw UsageError("--awq does not combine with --bits-per-weight / --max-kld yet");
+      if (in.o.int4.gptq) {
+        // The sequential Hessians run the layer as converted; with AWQ its norms are scaled too,
+        // which that path does not carry: GPTQ after AWQ uses the calibration file's Hessians,
+        // transformed by the scaling (calib/hessian.h transform_hessian).
+        if (in.o.gptq_hessians == "sequential")
+          throw UsageError("--awq with --gptq needs --gptq-hessians file (a calibration file from sq-calibrate --hessian)");
+        in.hessian_mode = "file";
+      }
+      awq_ = true;
+    }
     if (mixed(in.o)) choose_precision(in, summary);
     if (in.o.int4.gptq) inputs_ = prepare_gptq_hessians(in, summary);
   }
@@ -112,10 +153,29 @@ class Int4Quantizer final : public LinearQuantizer {
       const bool int8 = int8_.count(s.name) > 0;  // mixed precision: INT8 rows, run as W8A16
       Int8Rows r;
       Int4Projection p;
-      if (int8) r = quantize_int8_rows_fp16_steps(W, s.name);
-      else p = quantize_linear_int4(W, s.name, in.o.int4, H[size_t(s.site)], importance(in, w.layer, s));
+      if (int8) {
+        r = quantize_int8_rows_fp16_steps(W, s.name);
+      } else if (const auto f = w.smoothing.find(s.site); f != w.smoothing.end()) {
+        // --awq scaled this input: the statistics and Hessians are of the unscaled input X, the
+        // linear reads X / s: Σx² / s² and H' = S⁻¹ H S⁻¹.
+        const std::vector<double>* imp = importance(in, w.layer, s);
+        std::vector<double> scaled_imp;
+        if (imp) {
+          scaled_imp = *imp;
+          for (size_t j = 0; j < scaled_imp.size(); ++j) scaled_imp[j] /= double(f->second[j]) * double(f->second[j]);
+        }
+        const std::vector<double>* h = H[size_t(s.site)];
+        if (h && !scaled_hessians_.count(s.site)) {
+          std::vector<double>& t = scaled_hessians_[s.site] = *h;
+          transform_hessian(t, s.in, f->second, 0);
+        }
+        p = quantize_linear_int4(W, s.name, in.o.int4, h ? &scaled_hessians_.at(s.site) : nullptr, imp ? &scaled_imp : nullptr);
+      } else {
+        p = quantize_linear_int4(W, s.name, in.o.int4, H[size_t(s.site)], importance(in, w.layer, s));
+      }
       w.release_weight(s);
       if (last_use[size_t(s.site)] == i + 1) {
+        scaled_hessians_.erase(s.site);
         if (sequential) inputs_->release_hessian(s.site);
         else in.release_file_hessian(w.layer, s.site);
       }
@@ -146,6 +206,12 @@ class Int4Quantizer final : public LinearQuantizer {
     if (o.int4.gptq)
       q["gptq"] = {{"act_order", o.int4.act_order}, {"damp", o.int4.damp}, {"static_groups", o.int4.act_order}, {"hessians", summary.hessian_source}};
     if (!summary.mixed.is_null()) q["mixed_precision"] = summary.mixed;
+    if (o.awq) {
+      nlohmann::json groups = nlohmann::json::array();
+      for (const SmoothingGroup& g : summary.groups)
+        groups.push_back({{"layer", g.layer}, {"site", activation_site_name(g.site)}, {"alpha", g.alpha}});
+      q["awq"] = {{"factors", "rms^alpha / sqrt(max * min)"}, {"groups", groups}};
+    }
     return q;
   }
 
@@ -304,6 +370,8 @@ class Int4Quantizer final : public LinearQuantizer {
 
   std::unique_ptr<LayerInputs> inputs_;
   std::set<std::string> int8_;  ///< mixed precision: the linears stored as INT8 rows
+  bool awq_ = false;            ///< --awq: the smoothing step scales the layer (calib/awq.h)
+  std::map<ActivationSite, std::vector<double>> scaled_hessians_;  ///< --awq --gptq: H' of the current layer's sites
 };
 
 }  // namespace

@@ -4,9 +4,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "calib/awq.h"
+#include "calib/int4_layer_quantizer.h"
 #include "calib/smoothing_mappings.h"
 #include "calib/smoothquant.h"
 #include "core/error.h"
+#include "model/w4a16_linear.h"
 #include "model/w8a8_linear.h"
 
 namespace sq {
@@ -64,6 +67,41 @@ double group_mse(const Checkpoint& original, const std::vector<LinearSlot>& line
   return mse;
 }
 
+/// --awq's objective (AWQ Eq. 5): summed squared error between the FP32 outputs and the W4A16
+/// outputs (the runner's INT4 path) of mapping `m`'s quantized balance linears after scaling by
+/// `s`, on rows X of their input. Each linear is quantized in the file's group size and symmetry by
+/// min/max round-to-nearest, as AWQ's search does (its pseudo_quantize_tensor); the conversion then
+/// quantizes the chosen scaling with the file's own method (the scale search, GPTQ). The search
+/// with the scale search inside cost 20× a conversion (SmolLM2 g32: 10 min) for a KLD within 1 se.
+double group_mse_int4(const Checkpoint& original, const std::vector<LinearSlot>& linears, const SmoothingMapping& m,
+                      const std::vector<float>& s, const SiteRows& X, const ConvertOptions& o) {
+  Checkpoint ck = original;
+  apply_mapping(ck, m, s);
+  const std::vector<float> e = balance_column_factors(m, s);
+  std::vector<float> xs = X.data;
+  for (int64_t r = 0; r < X.count(); ++r)
+    for (int64_t j = 0; j < X.width; ++j) xs[size_t(r * X.width + j)] /= e[size_t(j)];
+  Int4Options ro = o.int4;
+  ro.gptq = false;
+  ro.act_order = false;
+  ro.scale_search = false;
+  double mse = 0;
+  for (const auto& name : m.balance) {
+    const LinearSlot& slot = slot_named(linears, name);
+    if (!slot.quantize) continue;
+    const Tensor& w_orig = original.tensors.at(name + ".weight");
+    const int64_t out = w_orig.dim(0), n = X.count();
+    std::vector<float> ref(size_t(n * out)), got(size_t(n * out));
+    DenseLinear dense(w_orig);
+    dense.set_prepack(false);
+    dense.forward(X.data.data(), n, ref.data());
+    Int4Projection p = quantize_linear_int4(ck.tensors.at(name + ".weight"), name, ro, nullptr);
+    W4A16Linear(std::move(p.weights), Tensor()).forward(xs.data(), n, got.data());
+    for (size_t i = 0; i < ref.size(); ++i) mse += double(ref[i] - got[i]) * (ref[i] - got[i]);
+  }
+  return mse;
+}
+
 }  // namespace
 
 float smoothed_static_step(const LayerStats& st, ActivationSite site, const std::vector<float>* factors) {
@@ -83,11 +121,12 @@ SmoothingStep::SmoothingStep(ConvertInputs& in, bool enabled) : enabled_(enabled
   if (!enabled_) return;
   const ModelConfig& c = in.config;
   const ConvertOptions& o = in.o;
-  if (!o.alpha_auto) return;
-  // --alpha auto: activations of the FP32 model on calibration windows (smoothing earlier layers
-  // does not change the function, so these are also the inputs of the smoothed model).
-  if (!in.can_redraw) throw UsageError("--alpha auto needs the tokenizer (give --tokenizer)");
-  const std::string path = in.calibration_text("--alpha auto", "");
+  if (!o.alpha_auto && !o.awq) return;
+  // --alpha auto / --awq: activations of the FP32 model on calibration windows (smoothing earlier
+  // layers does not change the function, so these are also the inputs of the smoothed model).
+  const char* what = o.awq ? "--awq" : "--alpha auto";
+  if (!in.can_redraw) throw UsageError(std::string(what) + " needs the tokenizer (give --tokenizer)");
+  const std::string path = in.calibration_text(what, "");
   const auto windows = in.redraw_windows(path, o.alpha_windows);
   const int64_t total_rows = o.alpha_windows * in.calib.provenance.seq_len;
   const int64_t stride = std::max<int64_t>(1, (total_rows + o.alpha_max_rows - 1) / o.alpha_max_rows);
@@ -108,10 +147,19 @@ void SmoothingStep::apply(const ConvertInputs& in, LayerWork& w, ConvertSummary&
   SmoothingOptions so;
   so.alpha = in.o.alpha;
   so.select.attn_output = in.o.smooth_vo;
-  if (capture_)  // --alpha auto: α per mapping minimizing the W8A8 output MSE on the captured rows
+  if (in.o.awq) {  // AWQ: every exact mapping (AWQ scales v → o and up → down too), its factors and grid
+    so.select.attn_output = true;
+    so.select.ffn_hidden = true;
+    so.factors = awq_mapping_factors;
+    so.alpha_grid = awq_alpha_grid();
+    so.alpha_objective = [&](const Checkpoint& original, const SmoothingMapping& m, const std::vector<float>& s) {
+      return group_mse_int4(original, w.linears, m, s, capture_->get(l, m.site), in.o);
+    };
+  } else if (capture_) {  // --alpha auto: α per mapping minimizing the W8A8 output MSE on the captured rows
     so.alpha_objective = [&](const Checkpoint& original, const SmoothingMapping& m, const std::vector<float>& s) {
       return group_mse(original, w.linears, m, s, capture_->get(l, m.site), st, in.o);
     };
+  }
   const std::vector<SmoothingMapping> maps = layer_smoothing_mappings(in.config, l, so.select);
   std::vector<SmoothingGroup> groups = smooth_layer(w.tensors, l, st, so);
   if (groups.size() != maps.size()) throw std::logic_error("smoothing: smooth_layer returned a group per mapping");

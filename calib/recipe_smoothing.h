@@ -2,7 +2,8 @@
 // (calib/smoothing_mappings.h) folds the factors of each selected mapping of the model's
 // DecoderSpec (input norm → q,k,v (+ the FFN inputs under a shared input norm); FFN norm → FFN
 // inputs / router + experts; with --smooth-vo v → o) into the layer's tensors, α fixed or searched
-// (--alpha auto), for every architecture.
+// (--alpha auto), for every architecture. With --awq (w4a16) the same mappings carry AWQ's scaling
+// (calib/awq.h): every exact mapping, its factors, its α grid and an INT4 output-error objective.
 #pragma once
 
 #include <memory>
@@ -18,8 +19,8 @@ float smoothed_static_step(const LayerStats& st, ActivationSite site, const std:
 
 class SmoothingStep {
  public:
-  /// `enabled`: the scheme smooths and options.smooth is set. For --alpha auto captures the FP32
-  /// model's activations on calibration windows.
+  /// `enabled`: the scheme smooths (W8A8 with options.smooth; W4A16 with options.awq). For --alpha
+  /// auto and --awq captures the FP32 model's activations on calibration windows.
   SmoothingStep(ConvertInputs& in, bool enabled);
   ~SmoothingStep();
   /// Smooths layer `w` in place (w.tensors; w.smoothing: for every input site a mapping's balance

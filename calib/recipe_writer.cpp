@@ -80,6 +80,16 @@ void write_int8_rows_fp16_steps(SqmWriter& w, const Tensor& W, const std::string
   write_int8_rows(w, quantize_int8_rows_fp16_steps(W, base), W.dim(0), W.dim(1), base);
 }
 
+std::string LinearQuantizer::embedding_format(const ConvertInputs& in) const {
+  const std::string& t = in.o.token_embedding_type;
+  if (t != "auto" && !in.o.quantize_head)
+    throw UsageError("--token-embedding-type " + t + " needs --quantize-head (without it the embedding stays FP32)");
+  if (t != "auto" && t != "int8")
+    throw UsageError("--token-embedding-type " + t + " is not offered by --scheme " + std::string(scheme_name(in.o.scheme)) +
+                     " (int8 or auto; int4 needs --scheme w4a16)");
+  return in.o.quantize_head ? "int8" : "fp32";
+}
+
 void LinearQuantizer::write_embedding(const ConvertInputs& in, SqmWriter& out) {
   if (!in.o.quantize_head) return write_float(out, names::kEmbed, in.base.tensors.at(names::kEmbed), float_encoding());
   if (weight_only_head()) return write_int8_rows_fp16_steps(out, in.base.tensors.at(names::kEmbed), "model.embed_tokens");

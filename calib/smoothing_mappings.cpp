@@ -215,24 +215,29 @@ std::vector<SmoothingGroup> smooth_layer(Checkpoint& ck, int layer, const LayerS
   original.source = ck.source;
   for (const auto& m : maps)
     for (const auto& b : m.balance) original.tensors[b + ".weight"] = tensor_at(ck, b + ".weight");
-  if (o.alpha_objective)  // the objective sees every tensor of the layer as it was
+  if (o.alpha_objective || o.factors)  // the objective and the factor rule see every tensor of the layer as it was
     for (const auto& m : maps)
       for (const auto& t : m.smooth) original.tensors[t] = tensor_at(ck, t);
+  const auto factors = [&](const SmoothingMapping& m, float a) {
+    return o.factors ? o.factors(original, m, stats, a) : mapping_factors(original, m, stats, a);
+  };
+  std::vector<float> grid = o.alpha_grid;
+  if (grid.empty())  // SmoothQuant's: 0.30, 0.35, ..., 0.95
+    for (int k = 0; k <= 13; ++k) grid.push_back(0.30f + 0.05f * static_cast<float>(k));
   std::vector<SmoothingGroup> groups;
   for (const auto& m : maps) {
     float alpha = o.alpha;
     if (o.alpha_objective) {
-      double best = -1;  // grid 0.30, 0.35, ..., 0.95; the first minimum wins
-      for (int k = 0; k <= 13; ++k) {
-        const float a = 0.30f + 0.05f * static_cast<float>(k);
-        const double e = o.alpha_objective(original, m, mapping_factors(original, m, stats, a));
+      double best = -1;  // the first minimum wins
+      for (const float a : grid) {
+        const double e = o.alpha_objective(original, m, factors(m, a));
         if (best < 0 || e < best) {
           best = e;
           alpha = a;
         }
       }
     }
-    std::vector<float> s = mapping_factors(original, m, stats, alpha);
+    std::vector<float> s = factors(m, alpha);
     apply_mapping(ck, m, s);
     groups.push_back({layer, m.site, alpha, std::move(s)});
   }

@@ -125,10 +125,15 @@ void apply_mapping(Checkpoint& ck, const SmoothingMapping& m, const std::vector<
 struct SmoothingOptions {
   float alpha = 0.5f;            ///< migration strength α (Eq. 3.4)
   SmoothingSelection select;     ///< which mappings beyond the input norms
-  /// When set, α of each mapping is searched on the grid 0.30, 0.35, …, 0.95 (the first minimum
-  /// of this objective wins) instead of `alpha`. Called with the layer's unsmoothed tensors, the
-  /// mapping and candidate factors (sq-convert --alpha auto: output MSE of the W8A8 linears).
+  /// When set, α of each mapping is searched on `alpha_grid` (the first minimum of this objective
+  /// wins) instead of `alpha`. Called with the layer's unsmoothed tensors, the mapping and candidate
+  /// factors (sq-convert --alpha auto: output MSE of the W8A8 linears; --awq: of the INT4 linears).
   std::function<double(const Checkpoint& original, const SmoothingMapping& m, const std::vector<float>& s)> alpha_objective;
+  /// The α candidates of alpha_objective; empty = SmoothQuant's 0.30, 0.35, …, 0.95.
+  std::vector<float> alpha_grid;
+  /// The factors of a mapping for one α (from the layer's unsmoothed tensors and its statistics);
+  /// empty = SmoothQuant's Eq. 3.4 (mapping_factors). AWQ: awq_mapping_factors (calib/awq.h).
+  std::function<std::vector<float>(const Checkpoint& original, const SmoothingMapping& m, const LayerStats& stats, float alpha)> factors;
 };
 
 /// sq-convert's smoothing step: smooths every selected mapping of `layer` in `ck` (which holds at

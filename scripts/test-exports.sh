@@ -106,7 +106,7 @@ rng = random.Random(18)
 open(w + "/cal.txt", "w").write(" ".join(str(rng.randrange(vocab)) for _ in range(512)))
 EOF
   "$BIN/sq-calibrate" -m "$dir" --token-ids "$w/cal.txt" --samples 4 --seq-len 64 --hessian -o "$w/calib.h5" -q -t 2
-  for scheme in w8a8-o1 w8a8-o3 w8a8-pc w8a8-default w8a8-group w4a16-sym w4a16-asym w4a16-mixed; do
+  for scheme in w8a8-o1 w8a8-o3 w8a8-pc w8a8-default w8a8-group w4a16-sym w4a16-asym w4a16-mixed w4a16-emb4; do
     case $scheme in
       # per-channel weights: what fused q/k/v architectures export (one per-tensor scale cannot hold three);
       # --rotate none: the export formats have no online Hadamard (sq-export refuses rotated files)
@@ -126,6 +126,9 @@ EOF
       # mixed precision: the most sensitive linears as INT8 rows (their own 8-bit config group / Q8_0);
       # an export that fuses linears of different formats (e.g. Falcon's query_key_value) refuses.
       w4a16-mixed) args=(--scheme w4a16 --sym --group-size 32 --calib "$w/calib.h5" --bits-per-weight 6); tol=$TOL_W4 ;;
+      # the token embedding in the linears' INT4 format (GGUF Q4_0; compressed-tensors writes it
+      # dequantized, and a tied head as its own 4-bit lm_head)
+      w4a16-emb4) args=(--scheme w4a16 --sym --group-size 32 --token-embedding-type int4); tol=$TOL_W4 ;;
     esac
     m=$w/$scheme
     "$BIN/sq-convert" -m "$dir" -o "$m.sqm" -q "${args[@]}"
@@ -141,7 +144,7 @@ EOF
       [[ $scheme == w4a16-asym || ( $arch == falcon && $scheme == w4a16-* ) ]] && extra+=(--ct-dequantize)
       # Falcon loads only decompressed, and transformers 5.24 decompresses every module with
       # group_0's scheme, so the 8-bit head group (the default --quantize-head) cannot load there.
-      [[ $arch == falcon && ( $scheme == w4a16-sym || $scheme == w4a16-mixed ) ]] &&
+      [[ $arch == falcon && ( $scheme == w4a16-sym || $scheme == w4a16-mixed || $scheme == w4a16-emb4 ) ]] &&
         extra+=(--no-transformers "transformers 5.24 decompresses the 8-bit head group with group_0's 4-bit scheme")
       [[ $arch == mixtral-moe && ( $scheme == w8a8-* || $scheme == w4a16-asym || $scheme == w4a16-mixed ) ]] &&
         extra+=(--no-transformers "transformers 5.24 fuses Mixtral's experts on load and fails on quantized ones")

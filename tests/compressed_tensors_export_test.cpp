@@ -24,6 +24,7 @@
 #include "formats/calibration_h5.h"
 #include "formats/hf_checkpoint.h"
 #include "formats/safetensors.h"
+#include "formats/gguf_export.h"
 #include "formats/sqm_file.h"
 #include "model/decoder.h"
 #include "model/model_loader.h"
@@ -62,6 +63,7 @@ class ExportFixture : public ::testing::Test {
         {"w4a16-asym", {"--scheme", "w4a16", "--group-size", "32", "--asym"}},
         {"w4a16-gptq-ao", {"--scheme", "w4a16", "--group-size", "32", "--asym", "--gptq", "--act-order", "--calib", calib()}},
         {"w4a16-g128", {"--scheme", "w4a16", "--group-size", "128"}},
+        {"w4a16-emb4", {"--scheme", "w4a16", "--group-size", "32", "--token-embedding-type", "int4"}},
         {"atom", {"--scheme", "w4a4-atom", "--group-size", "32", "--outlier-channels", "0"}},
         {"f32", {"--scheme", "f32"}},
     };
@@ -337,6 +339,22 @@ TEST_F(ExportFixture, CompressedTensorsGptqActOrderIsStaticWithoutGIdx) {
   const nlohmann::json w = read_json(out + "/config.json").at("quantization_config").at("config_groups").at("group_0").at("weights");
   EXPECT_EQ(w.at("actorder"), "static");
   expect_w4a16_matches(sqm("w4a16-gptq-ao"), out, true);
+}
+
+// --token-embedding-type int4 (Qwen2 tiny: untied): compressed-tensors quantizes Linear modules only,
+// so the embedding is written as the FP32 values the runner looks up (its INT4 rows dequantized,
+// exactly), and the linears as in any W4A16 file.
+TEST_F(ExportFixture, CompressedTensorsInt4EmbeddingIsWrittenDequantized) {
+  const std::string out = out_dir("w4a16-emb4");
+  const ProcessResult r = run_export("w4a16-emb4", "compressed-tensors", out);
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  const auto f = SqmFile::open(sqm("w4a16-emb4"));
+  ASSERT_EQ(f->info("model.embed_tokens.weight").dtype, SqmDType::I4x2);
+  const SafetensorsFile st(out + "/model.safetensors");
+  ASSERT_EQ(st.dtype("model.embed_tokens.weight"), "F32");
+  const Tensor want = sqm_dequantized_checkpoint(sqm("w4a16-emb4")).tensors.at("model.embed_tokens.weight");
+  EXPECT_EQ(raw_values<float>(st, "model.embed_tokens.weight"), std::vector<float>(want.data(), want.data() + want.numel()));
+  expect_w4a16_matches(sqm("w4a16-emb4"), out, false);
 }
 
 // ---- --format hf ---------------------------------------------------------------------------------

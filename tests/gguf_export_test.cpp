@@ -167,9 +167,11 @@ TEST_P(GgufExportTiny, Q4_0IsExactAndRoundTripsTheLogits) {
   EXPECT_EQ(f.alignment(), 32u);
   EXPECT_EQ(f.tensor("blk.0.attn_q.weight").type, GgmlType::Q4_0);
   EXPECT_EQ(f.tensor("blk.0.attn_norm.weight").type, GgmlType::F32);
-  // The default INT8 embedding / head of a w4a16 file (FP16-exact row steps): Q8_0, exact too.
-  EXPECT_EQ(f.tensor("token_embd.weight").type, GgmlType::Q8_0);
-  if (f.has_tensor("output.weight")) {
+  // The default INT8 head of a w4a16 file (FP16-exact row steps): Q8_0, exact too; the embedding is
+  // those INT8 rows when tied, and in the linears' INT4 format (Q4_0) when the head is untied.
+  const bool untied = f.has_tensor("output.weight");
+  EXPECT_EQ(f.tensor("token_embd.weight").type, untied ? GgmlType::Q4_0 : GgmlType::Q8_0);
+  if (untied) {
     EXPECT_EQ(f.tensor("output.weight").type, GgmlType::Q8_0);
   }
 
@@ -424,6 +426,39 @@ TEST(GgufExport, QuantizedHeadBf16AndKvCache) {
   for (const std::string& w : rk.warnings) named = named || w.find("KV-cache format") != std::string::npos;
   EXPECT_TRUE(named) << rk.to_json().dump();
   EXPECT_TRUE(GgufFile(fx.dir.file("kv.gguf")).has("sqkit.kv_cache"));
+}
+
+// --token-embedding-type int4 (issue 36): the embedding in the linears' INT4 format exports as
+// Q4_0 exactly as the linears do (FP16 Δ kept as d, q + 8 as the nibble), so the GGUF's weights are
+// the .sqm's dequantized ones bit for bit and sqkit's model of the GGUF gives the dequantized
+// model's logits exactly (tolerance 0, as Q4_0IsExactAndRoundTripsTheLogits). Tied (Gemma 3: the
+// head is that Q4_0 table) and untied (the head stays INT8 rows: Q8_0).
+TEST(GgufExport, Int4TokenEmbeddingIsQ4_0Exactly) {
+  Fixture& fx = fixture();
+  for (const char* arch : {"gemma3-text", "llama-gqa"}) {
+    SCOPED_TRACE(arch);
+    const std::string sqm = fx.convert(arch, "w4-emb4", {"--scheme", "w4a16", "--group-size", "32", "--token-embedding-type", "int4"});
+    const std::string out = fx.dir.file(std::string(arch) + "-emb4.gguf");
+    export_gguf(sqm, out, {});
+    const GgufFile f(out);
+    EXPECT_EQ(f.tensor("token_embd.weight").type, GgmlType::Q4_0);
+    const bool tied = std::string(arch) == "gemma3-text";
+    EXPECT_EQ(f.has_tensor("output.weight"), !tied);
+    if (!tied) {
+      EXPECT_EQ(f.tensor("output.weight").type, GgmlType::Q8_0);
+    }
+    double worst = 0;
+    compare_tensors(out, sqm, [&](const std::string&, const Tensor& g, const Tensor& s) {
+      for (int64_t i = 0; i < s.numel(); ++i) worst = std::max(worst, std::fabs(double(g.data()[i]) - s.data()[i]));
+    });
+    EXPECT_EQ(worst, 0.0);
+    const std::vector<int32_t> ids = ref_ids(arch);
+    const std::vector<float> l_ref = decoder_logits(Decoder::from_checkpoint(sqm_dequantized_checkpoint(sqm)), ids);
+    EXPECT_EQ(max_abs_diff(l_ref, decoder_logits(*load_model(out).model, ids)), 0.0);
+    // The .sqm's own runner: the same embedding rows (looked up, not a GEMM) and W4A16 linears.
+    const std::vector<float> l_sqm = decoder_logits(*build_model_from_sqm(SqmFile::open(sqm)), ids);
+    EXPECT_LE(max_abs_diff(l_sqm, l_ref), 1e-4 * max_abs(l_ref));
+  }
 }
 
 /// A byte-level BPE tokenizer.json of `n_tokens` ids (≤ 320, the tiny models' vocabulary): the 256

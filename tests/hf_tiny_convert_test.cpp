@@ -111,6 +111,11 @@ std::vector<SchemeCase> schemes() {
   // within the same bound.
   s.push_back({"w8a8-group", {"--scheme", "w8a8", "--act", "per-token-group", "--gptq", "--calib", "{calib}"}, 0.1});
   s.push_back({"w4a16-gptq", {"--scheme", "w4a16", "--group-size", "32", "--gptq", "--calib", "{calib}"}, 0.4});
+  // AWQ's scaling (calib/awq.h) through every architecture's smoothing mappings, then RTN: within
+  // the 4-bit GPTQ bound; and the token embedding in 4 bits (a tied head then 4-bit too): within
+  // the W4A4 bound.
+  s.push_back({"w4a16-awq", {"--scheme", "w4a16", "--group-size", "32", "--awq", "--calib", "{calib}"}, 0.4});
+  s.push_back({"w4a16-emb4", {"--scheme", "w4a16", "--group-size", "32", "--token-embedding-type", "int4"}, 0.6});
   s.push_back({"w4a4-atom", {"--scheme", "w4a4-atom", "--group-size", "32", "--calib", "{calib}"}, 0.6});
   // QuaRot's W4A4: no outlier channels, the rotations instead; within the Atom bound.
   s.push_back({"w4a4-rotated", {"--scheme", "w4a4-atom", "--group-size", "32", "--outlier-channels", "0", "--rotate", "hadamard"}, 0.6});

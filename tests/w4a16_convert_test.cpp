@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -15,6 +16,8 @@
 #include "calib/layerwise_runner.h"
 #include "calib/window_sampler.h"
 #include "formats/calibration_h5.h"
+#include "formats/safetensors.h"
+#include "formats/sqm_file.h"
 #include "formats/tokenizer.h"
 #include "model/model_loader.h"
 #include "model/w4a16_linear.h"
@@ -109,6 +112,65 @@ TEST_F(W4A16Cli, DefaultQuantizesTheEmbeddingAndHead) {
   const std::string bad = dir_->file("bad-head.sqm");
   expect_error(run_process({tool("sq-convert"), "-m", stories_model(), "--scheme", "f32", "--quantize-head", "-o", bad, "-q"}),
                "--quantize-head applies to the quantized schemes", bad);
+}
+
+TEST_F(W4A16Cli, Int4TokenEmbeddingLooksUpItsDequantizedRows) {
+  // --token-embedding-type int4: the embedding stored in the linears' INT4 format (issue 36, the
+  // whole file at llama.cpp Q4_K_M's size, whose token_embd is 4-bit). stories260K (vocab 512 ×
+  // dim 64, tied): g32 symmetric rows take 512·64/2 bytes of codes and 512·2 FP16 steps, against
+  // the INT8 rows' 512·64 codes and 512 FP32 steps.
+  const std::string e8 = dir_->file("emb-int8.sqm"), e4 = dir_->file("emb-int4.sqm");
+  ASSERT_EQ(convert({"--group-size", "32"}, e8).exit_status, 0);
+  const auto r = convert({"--group-size", "32", "--token-embedding-type", "int4"}, e4);
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  const auto inspect = [](const std::string& f) {
+    const auto p = run_process({tool("sq-inspect"), f, "--json"});
+    EXPECT_EQ(p.exit_status, 0) << p.err;
+    return nlohmann::json::parse(p.out);
+  };
+  const auto j8 = inspect(e8), j4 = inspect(e4);
+  EXPECT_EQ(j8.at("header").at("quantization").at("token_embedding"), "int8");
+  EXPECT_EQ(j4.at("header").at("quantization").at("token_embedding"), "int4");
+  EXPECT_EQ(j8.at("total_raw_bytes").get<int64_t>() - j4.at("total_raw_bytes").get<int64_t>(),
+            (512 * 64 + 512 * 4) - (512 * 64 / 2 + 512 * 2 * 2));
+
+  // The lookup is Δ·q of the stored codes (an independent decoding of the file's nibbles: low
+  // nibble = even column, two's complement), bit for bit; the tied head is the same INT4 matrix
+  // run as a W4A16 linear.
+  const LoadedModel m = load_model(e4);
+  const Decoder& dec = *m.model;
+  EXPECT_EQ(dec.quantized_embedding().format(), "int4");
+  EXPECT_EQ(dec.embedding().numel(), 0);
+  EXPECT_NE(dynamic_cast<const W4A16Linear*>(&dec.lm_head()), nullptr) << dec.lm_head().format();
+  const auto f = SqmFile::open(e4);
+  const SqmBytes codes = f->raw("model.embed_tokens.weight"), steps = f->raw("model.embed_tokens.weight_scale");
+  ASSERT_EQ(codes.size, size_t(512 * 64 / 2));
+  ASSERT_EQ(steps.size, size_t(512 * 2 * 2));
+  const std::vector<int32_t> tokens = {0, 1, 7, 300, 511};
+  std::vector<float> x(tokens.size() * 64);
+  dec.embed(tokens.data(), int64_t(tokens.size()), x.data(), 0);
+  for (size_t t = 0; t < tokens.size(); ++t)
+    for (int64_t c = 0; c < 64; ++c) {
+      const uint8_t b = codes.data[size_t(tokens[t]) * 32 + size_t(c / 2)];
+      const int nib = (c % 2) ? (b >> 4) : (b & 0xF);
+      uint16_t h;
+      std::memcpy(&h, steps.data + (size_t(tokens[t]) * 2 + size_t(c / 32)) * 2, 2);
+      ASSERT_EQ(x[t * 64 + size_t(c)], half_to_float(h) * float(nib >= 8 ? nib - 16 : nib)) << "token " << tokens[t] << " column " << c;
+    }
+
+  // A 4-bit tied head costs more than the INT8 rows (it is the output layer too). Measured: FP32
+  // 6.5993, INT8 embedding 7.3265, INT4 embedding 7.5528 (1.31× the INT8 file's loss); the bound,
+  // twice that loss, fails for a misread row or step (a wrong nibble order gives PPL in the hundreds).
+  const double fp32 = ppl(stories_model()), p8 = ppl(e8), p4 = ppl(e4);
+  std::printf("stories260K W4A16 g32: INT8 embedding %.4f, INT4 embedding %.4f (FP32 model %.4f)\n", p8, p4, fp32);
+  EXPECT_LT(p4 - fp32, 2.0 * (p8 - fp32));
+
+  const std::string bad = dir_->file("bad-emb.sqm");
+  expect_error(convert({"--token-embedding-type", "int4", "--no-quantize-head"}, bad), "--token-embedding-type int4 needs --quantize-head", bad);
+  expect_error(convert({"--token-embedding-type", "q4"}, bad), "--token-embedding-type", bad);
+  expect_error(run_process({tool("sq-convert"), "-m", stories_model(), "--scheme", "w8a8", "--quantize-head", "--token-embedding-type", "int4",
+                            "-o", bad, "-q"}),
+               "--token-embedding-type int4 is not offered by --scheme w8a8", bad);
 }
 
 TEST_F(W4A16Cli, LoadedFileRunsOnTheMappedCodes) {

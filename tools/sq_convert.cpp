@@ -68,6 +68,12 @@ int main(int argc, char** argv) {
       "Also quantize the token embedding and LM head to INT8 rows with one step per row (dequantized on lookup; the head runs with FP32 "
       "activations for w4a16/w4a4-atom, as W8A8 with --weight/--act for w8a8). Default: on for w4a16 (the whole file at ~4.5 bits/weight "
       "plus an 8-bit embedding, as llama.cpp's Q4_0), off otherwise; --no-quantize-head keeps them FP32");
+  app.add_option("--token-embedding-type", o.token_embedding_type,
+                 "With --quantize-head: the token embedding's format, int8 (rows with one FP16 step, as Q8_0) | int4 (--scheme "
+                 "w4a16: the linears' group-wise INT4 format, as llama.cpp's Q4_K_M stores token_embd; a tied head then runs "
+                 "as that 4-bit matrix) | auto (w4a16 with an untied head: int4, as llama.cpp's Q4_0 / Q4_K_M files; otherwise int8)")
+      ->check(CLI::IsMember({"auto", "int8", "int4"}))
+      ->capture_default_str();
   std::string head_activations;
   app.add_option("--head-activations", head_activations,
                  "w8a8 with --quantize-head: int8 (default: the head runs as W8A8 with --act) | fp32 (the head runs with FP32 "
@@ -112,6 +118,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--weight-clip", o.atom.weight_clip, "W4A4: weight clipping ratio in (0, 1] for --clip default")->capture_default_str();
   app.add_option("--act-clip", o.atom.act_clip, "W4A4: activation clipping ratio in (0, 1] for --clip default")->capture_default_str();
+  app.add_flag("--awq", o.awq,
+               "W4A16: AWQ activation-aware scaling (Lin et al. 2024) before quantizing: every exact smoothing mapping (input "
+               "norms, v -> o, up -> down) scales its linears' input channels by RMS^alpha, alpha per mapping searched on "
+               "0..0.95 minimizing the INT4 output error on calibration activations; folded into norms and rows, no runtime "
+               "cost (needs --calib and the tokenizer; with --gptq the file's Hessians)");
   app.add_flag("--act-order", o.int4.act_order, "GPTQ: quantize columns by descending Hessian diagonal (static groups)");
   app.add_option("--damp", o.int4.damp, "GPTQ: dampening, fraction of the mean Hessian diagonal")->capture_default_str();
   app.add_option("--gptq-hessians", o.gptq_hessians,
@@ -190,6 +201,7 @@ int main(int argc, char** argv) {
     const bool float_scheme = sq::is_float_scheme(o.scheme);
     if (head_opt->count() == 0) o.quantize_head = o.scheme == sq::ConvertScheme::W4A16;
     if (o.quantize_head && float_scheme) throw sq::UsageError("--quantize-head applies to the quantized schemes (w8a8, w4a16, w4a4-atom)");
+    if (o.awq && o.scheme != sq::ConvertScheme::W4A16) throw sq::UsageError("--awq applies to --scheme w4a16 only");
     if (int4_flags && o.scheme != sq::ConvertScheme::W4A16 && !atom)
       throw sq::UsageError("--group-size/--sym/--asym apply to --scheme w4a16 or w4a4-atom only");
     if (gptq_flags && float_scheme) throw sq::UsageError("--gptq/--act-order/--damp/--gptq-hessians apply to the quantized schemes (w8a8, w4a16, w4a4-atom)");
@@ -254,10 +266,10 @@ int main(int argc, char** argv) {
     if (report_memory) mem = std::make_unique<sq::PeakRssAnonSampler>();
     // A Hugging Face directory or GGUF file is read one layer at a time (memory: one layer, not the model),
     // except for what runs the whole model: --alpha auto, fitting a nuq KV format.
-    const bool whole = o.alpha_auto || kv_spec.kind == sq::KVKind::Nuq || mixed;
+    const bool whole = o.alpha_auto || o.awq || kv_spec.kind == sq::KVKind::Nuq || mixed;
     {  // the peak estimate, before anything is loaded
       const sq::ModelFootprint fp = sq::model_footprint(model_path);
-      const bool runs_forward = o.alpha_auto || (o.int4.gptq && o.gptq_hessians != "file") || o.atom.clip == "search" || mixed;
+      const bool runs_forward = o.alpha_auto || o.awq || (o.int4.gptq && o.gptq_hessians != "file") || o.atom.clip == "search" || mixed;
       // W8A8's default GPTQ holds a calibration file's Hessians of one layer (when it has them).
       const bool gptq = o.int4.gptq || (o.w8a8_gptq_when_hessians && !o.calib_path.empty());
       sq::check_memory_fits(sq::estimate_convert(fp, sq::streams_layers(fp) && !whole, gptq, runs_forward,
@@ -355,11 +367,11 @@ int main(int argc, char** argv) {
         std::printf("  int8 %-44s KLD as 4-bit %.5f, as INT8 %.6f\n", l->at("name").get<std::string>().c_str(),
                     l->at("kld_int4").get<double>(), l->at("kld_int8_estimate").get<double>());
     }
-    if (!s.groups.empty() && o.alpha_auto) {  // a fixed alpha is the recipe line's
+    if (!s.groups.empty() && (o.alpha_auto || o.awq)) {  // a fixed alpha is the recipe line's
       std::string sites;  // the mappings of a layer (calib/smoothing_mappings.h), e.g. no ffn_input under a shared input norm
       for (const auto& g : s.groups)
         if (g.layer == s.groups.front().layer) sites += (sites.empty() ? "" : " / ") + std::string(sq::activation_site_name(g.site));
-      std::printf("smoothing alpha per layer (%s):", sites.c_str());
+      std::printf("%s alpha per layer (%s):", o.awq ? "AWQ" : "smoothing", sites.c_str());
       int layer = -1;
       for (const auto& g : s.groups) {
         if (g.layer != layer) std::printf("\n  layer %d:", layer = g.layer);

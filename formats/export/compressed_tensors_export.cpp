@@ -47,8 +47,17 @@ namespace {
 bool quantized_scheme(const std::string& s) { return s == "w8a8" || s == "w4a16"; }
 bool float_scheme(const std::string& s) { return s == "f32" || s == "f16" || s == "bf16"; }
 
-/// The config (tied embeddings undone when the tied head is the INT8 embedding: compressed-tensors
-/// quantizes lm_head as its own Linear) and its plan, lm_head then reading model.embed_tokens.
+/// Whether `base`.weight exists as INT8 or INT4 codes.
+bool is_quantized_weight(const ExportInput& in, const std::string& base) {
+  const std::string w = base + ".weight";
+  if (!in.file->has(w)) return false;
+  const SqmDType d = in.file->info(w).dtype;
+  return d == SqmDType::I8 || d == SqmDType::I4x2 || d == SqmDType::U4x2;
+}
+
+/// The config (tied embeddings undone when the tied head is the quantized (INT8 or INT4) embedding:
+/// compressed-tensors quantizes lm_head as its own Linear) and its plan, lm_head then reading
+/// model.embed_tokens.
 struct Plan {
   ModelConfig config;  ///< as written (half-split, maybe untied)
   std::vector<HfPlanEntry> entries;
@@ -57,8 +66,7 @@ struct Plan {
 Plan make_plan(const ExportInput& in) {
   Plan p;
   p.config = in.config;
-  const bool head_is_embed = in.config.tied_embeddings && !in.file->has("lm_head.weight") && in.file->has("model.embed_tokens.weight") &&
-                             in.file->info("model.embed_tokens.weight").dtype == SqmDType::I8;
+  const bool head_is_embed = in.config.tied_embeddings && !in.file->has("lm_head.weight") && is_quantized_weight(in, "model.embed_tokens");
   if (head_is_embed) p.config.tied_embeddings = false;
   p.entries = hf_write_plan(p.config);
   if (head_is_embed)
@@ -116,12 +124,6 @@ nlohmann::ordered_json transform_config(const ExportInput& in, const Plan& p) {
   return {{"config_groups", groups}};
 }
 
-bool is_quantized_weight(const ExportInput& in, const std::string& base) {
-  const std::string w = base + ".weight";
-  if (!in.file->has(w)) return false;
-  const SqmDType d = in.file->info(w).dtype;
-  return d == SqmDType::I8 || d == SqmDType::I4x2 || d == SqmDType::U4x2;
-}
 
 /// Symmetric 8-bit weight arguments with `strategy` "channel" or "tensor".
 nlohmann::ordered_json int8_weights_args(const char* strategy) {

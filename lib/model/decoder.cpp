@@ -216,12 +216,12 @@ void Decoder::set_key_rotation(int64_t block) {
 }
 
 void Decoder::set_quantized_embedding(ops::Int8Codes q, std::vector<float> scales) {
-  const size_t v = static_cast<size_t>(config_.vocab_size), d = static_cast<size_t>(config_.dim);
-  if (q.size() != v * d || scales.size() != v)
-    throw std::invalid_argument("set_quantized_embedding: expected " + std::to_string(v) + " x " + std::to_string(d) +
-                                " values and " + std::to_string(v) + " scales");
-  embed_q_ = std::move(q);
-  embed_scales_ = std::move(scales);
+  embed_q_.set_int8(config_.vocab_size, config_.dim, std::move(q), std::move(scales));
+  embed_ = Tensor();
+}
+
+void Decoder::set_quantized_embedding(Int4Weights w) {
+  embed_q_.set_int4(config_.vocab_size, config_.dim, std::move(w));
   embed_ = Tensor();
 }
 
@@ -250,13 +250,10 @@ void Decoder::embed(const int32_t* tokens, int64_t n, float* x, int64_t first_po
     const int32_t tok = tokens[t];
     if (tok < 0 || tok >= c.vocab_size)
       throw std::out_of_range("token id " + std::to_string(tok) + " outside the vocabulary of " + std::to_string(c.vocab_size));
-    if (embed_q_.empty()) {
+    if (embed_q_.empty())
       std::memcpy(x + t * d, embed_.data() + int64_t(tok) * d, static_cast<size_t>(d) * sizeof(float));
-    } else {
-      const int8_t* row = embed_q_.data() + int64_t(tok) * d;
-      const float scale = embed_scales_[static_cast<size_t>(tok)];
-      for (int64_t j = 0; j < d; ++j) x[t * d + j] = static_cast<float>(row[j]) * scale;
-    }
+    else
+      embed_q_.lookup(tok, x + t * d);
   }
   const DecoderSpec& sp = c.spec;
   if (sp.embed_scale != 1.0f)

@@ -16,6 +16,7 @@
 #include "core/tensor.h"
 #include "model/linear.h"
 #include "model/observer.h"
+#include "model/quantized_embedding.h"
 #include "ops/packed_storage.h"
 #include "runtime/kv_cache.h"
 #include "runtime/kv_decode_attention.h"
@@ -158,6 +159,12 @@ class Decoder {
   /// scales [vocab] (row r dequantizes as q[r, :] · scales[r]). Lookups dequantize one row per
   /// token; nothing else changes. Throws std::invalid_argument on a size mismatch.
   void set_quantized_embedding(ops::Int8Codes q, std::vector<float> scales);
+  /// Stores the token embedding as group-wise INT4 rows (w: [vocab, dim], quant/int4_quantize.h)
+  /// instead; lookups dequantize one row per token. Throws std::invalid_argument on a shape mismatch
+  /// or invalid weights (validate_int4).
+  void set_quantized_embedding(Int4Weights w);
+  /// The quantized embedding (empty when the FP32 embedding() is used).
+  const QuantizedEmbedding& quantized_embedding() const { return embed_q_; }
   const Tensor& final_norm() const { return final_norm_; }
   const DecoderGlobals& globals() const { return globals_; }
   /// [n_heads] ALiBi slopes (Press et al. 2022 §3: the geometric sequence 2^(−8h/n) for n a power of
@@ -276,8 +283,7 @@ class Decoder {
   int64_t key_rotation_ = 0;                       ///< set_key_rotation's block (0: none)
   DecoderGlobals globals_;
   Tensor embed_;
-  ops::Int8Codes embed_q_;                ///< [vocab, dim] when quantized (owned or borrowed from a mapped .sqm)
-  std::vector<float> embed_scales_;  ///< [vocab] when quantized
+  QuantizedEmbedding embed_q_;  ///< when quantized (owned or borrowed from a mapped .sqm); embed_ is then empty
   std::vector<DecoderLayer> layers_;
   Tensor final_norm_;
   std::unique_ptr<Linear> lm_head_;

@@ -260,10 +260,11 @@ std::vector<uint8_t> load_bytes(const std::shared_ptr<SqmFile>& f, const std::st
   return std::vector<uint8_t>(raw.data, raw.data + raw.size);
 }
 
-/// A W4A16 projection: weight I4x2/U4x2 [out, in], weight_scale F16 [out, ⌈in/g⌉], weight_zero
-/// U4x2 [out, ⌈in/g⌉] (asymmetric); g from the header's quantization.group_size.
-std::unique_ptr<Linear> load_int4_linear(const std::shared_ptr<SqmFile>& f, const std::string& base, int64_t out, int64_t in,
-                                         const nlohmann::json& quant, Tensor bias) {
+/// Group-wise INT4 weights `base`: weight I4x2/U4x2 [out, in], weight_scale F16 [out, ⌈in/g⌉],
+/// weight_zero U4x2 [out, ⌈in/g⌉] (asymmetric); g from the header's quantization.group_size. The
+/// packed codes are borrowed from the mapping. Throws InputError naming the file and tensor.
+Int4Weights load_int4_weights(const std::shared_ptr<SqmFile>& f, const std::string& base, int64_t out, int64_t in,
+                              const nlohmann::json& quant) {
   Int4Weights w;
   w.out = out;
   w.in = in;
@@ -280,8 +281,14 @@ std::unique_ptr<Linear> load_int4_linear(const std::shared_ptr<SqmFile>& f, cons
   w.scales_f16.resize(scales.size / 2);
   std::memcpy(w.scales_f16.data(), scales.data, scales.size);
   if (w.asym) w.zeros_packed = load_bytes(f, base + ".weight_zero", SqmDType::U4x2, {out, ng});
+  return w;
+}
+
+/// A W4A16 projection (load_int4_weights).
+std::unique_ptr<Linear> load_int4_linear(const std::shared_ptr<SqmFile>& f, const std::string& base, int64_t out, int64_t in,
+                                         const nlohmann::json& quant, Tensor bias) {
   try {
-    return std::make_unique<W4A16Linear>(std::move(w), std::move(bias));
+    return std::make_unique<W4A16Linear>(load_int4_weights(f, base, out, in, quant), std::move(bias));
   } catch (const std::invalid_argument& e) {
     throw InputError(f->path() + ": tensor '" + base + ".weight': " + e.what());
   }
@@ -453,7 +460,8 @@ std::unique_ptr<Decoder> build_model_from_sqm(const std::shared_ptr<SqmFile>& f)
   // INT8 matrix run as a linear with per-output-channel (= per-row) scales: W8A8 (the activation
   // mode of header quantization.act) or, when quantization.int8_activations is "fp32" (the
   // weight-only schemes) or quantization.lm_head_activations is "fp32" (w8a8 --head-activations
-  // fp32: the head alone), W8A16.
+  // fp32: the head alone), W8A16. With --token-embedding-type int4 the embedding is group-wise
+  // INT4 rows, and a tied head the same INT4 matrix run as a W4A16 linear.
   nlohmann::json head_quant = quant;
   if (quant.contains("lm_head_activations")) {
     if (quant.at("lm_head_activations") != "fp32")
@@ -461,7 +469,9 @@ std::unique_ptr<Decoder> build_model_from_sqm(const std::shared_ptr<SqmFile>& f)
                        ", expected \"fp32\"");
     head_quant["int8_activations"] = "fp32";
   }
-  const bool embed_q = f->has(names::kEmbed) && f->info(names::kEmbed).dtype == SqmDType::I8;
+  const SqmDType embed_dtype = f->has(names::kEmbed) ? f->info(names::kEmbed).dtype : SqmDType::F32;
+  const bool embed_int4 = embed_dtype == SqmDType::I4x2 || embed_dtype == SqmDType::U4x2;
+  const bool embed_q = embed_dtype == SqmDType::I8 || embed_int4;
   Tensor embed = embed_q ? Tensor() : load_float(f, names::kEmbed, {c.vocab_size, d});
   std::unique_ptr<Linear> head;
   if (c.tied_embeddings && !f->has(names::kLmHead))
@@ -470,7 +480,14 @@ std::unique_ptr<Decoder> build_model_from_sqm(const std::shared_ptr<SqmFile>& f)
     head = load_linear(f, "lm_head", c.vocab_size, d, false, head_quant);
   auto model = std::make_unique<Decoder>(c, embed, std::move(layers), load_float(f, names::kFinalNorm, {d}), std::move(head),
                                          std::move(globals));
-  if (embed_q) {
+  if (embed_int4) {
+    // --token-embedding-type int4: the W4A16 layout of the file's linears (its group size).
+    try {
+      model->set_quantized_embedding(load_int4_weights(f, "model.embed_tokens", c.vocab_size, d, quant));
+    } catch (const std::invalid_argument& e) {
+      throw InputError(f->path() + ": tensor '" + std::string(names::kEmbed) + "': " + e.what());
+    }
+  } else if (embed_q) {
     const SqmBytes q = f->raw(names::kEmbed);
     const std::string sname = "model.embed_tokens.weight_scale";
     if (!f->has(sname) || f->info(sname).numel() != static_cast<uint64_t>(c.vocab_size))

@@ -123,17 +123,18 @@ float int4_scale(const Int4Weights& w, int64_t r, int64_t j) {
   return half_to_float(w.scales_f16[static_cast<size_t>(r * int4_groups_per_row(w) + j)]);
 }
 
+void dequantize_int4_row(const Int4Weights& w, int64_t r, float* dst) {
+  const int64_t ng = int4_groups_per_row(w);
+  for (int64_t j = 0; j < ng; ++j) {
+    const float d = int4_scale(w, r, j);
+    const int z = int4_zero(w, r, j);
+    for (int64_t c = j * w.group; c < std::min(w.in, (j + 1) * w.group); ++c) dst[c] = d * static_cast<float>(int4_code(w, r, c) - z);
+  }
+}
+
 void dequantize_int4(const Int4Weights& w, float* dst) {
   validate_int4(w);
-  const int64_t ng = int4_groups_per_row(w);
-  for (int64_t r = 0; r < w.out; ++r)
-    for (int64_t j = 0; j < ng; ++j) {
-      const float d = int4_scale(w, r, j);
-      const int z = int4_zero(w, r, j);
-      for (int64_t c = j * w.group; c < std::min(w.in, (j + 1) * w.group); ++c) {
-        dst[r * w.in + c] = d * static_cast<float>(int4_code(w, r, c) - z);
-      }
-    }
+  for (int64_t r = 0; r < w.out; ++r) dequantize_int4_row(w, r, dst + r * w.in);
 }
 
 double bits_per_weight(const Int4Weights& w) {

@@ -90,6 +90,9 @@ int int4_zero(const Int4Weights& w, int64_t r, int64_t j);
 /// Step Δ of group j of row r (the FP16 value, as float).
 float int4_scale(const Int4Weights& w, int64_t r, int64_t j);
 
+/// Row r of W' (as dequantize_int4): dst[c] = Δ · (q − z) for c < in, `dst` holding `in` floats.
+/// No validation (call validate_int4 once); r must be < out. Used by the INT4 token-embedding lookup.
+void dequantize_int4_row(const Int4Weights& w, int64_t r, float* dst);
 /// Reference dequantization: W' [out, in] row-major FP32, W'[r, c] = Δ · (q − z) (z = 0 when
 /// symmetric). Exact in FP32 (an 11-bit FP16 mantissa times an integer |q − z| ≤ 15). `dst` must hold
 /// out·in floats. Test / reference use only: W4A16Linear never materializes this matrix.
