@@ -90,10 +90,9 @@ class Int4Quantizer final : public LinearQuantizer {
   /// rows unless asked (a 4-bit output layer costs more: stories260K's test).
   std::string embedding_format(const ConvertInputs& in) const override {
     const std::string& t = in.o.token_embedding_type;
-    if (t == "auto" && in.o.quantize_head && !in.config.tied_embeddings) return "int4";
-    if (t != "int4") return LinearQuantizer::embedding_format(in);
-    if (!in.o.quantize_head) throw UsageError("--token-embedding-type int4 needs --quantize-head (without it the embedding stays FP32)");
-    return "int4";
+    if (!in.o.quantize_head || t == "int8") return LinearQuantizer::embedding_format(in);  // FP32, INT8, or its refusal
+    if (t == "int4" || !in.config.tied_embeddings) return "int4";
+    return LinearQuantizer::embedding_format(in);
   }
 
   /// --token-embedding-type int4: the embedding [vocab, dim] in the linears' INT4 format (group
@@ -139,6 +138,7 @@ class Int4Quantizer final : public LinearQuantizer {
     // and each site's Hessian after its last linear (a streamed LLaMA-7B layer: 0.8 GB of weights,
     // 1.4 GB of Hessians, of which down_proj's alone is 0.97 GB).
     w.release_fp32();
+    std::map<ActivationSite, std::vector<double>> scaled_hessians;  // --awq --gptq: H' of this layer's scaled sites
     std::array<size_t, kActivationSites> last_use{};
     for (size_t i = 0; i < w.linears.size(); ++i)
       if (w.linears[i].quantize) last_use[size_t(w.linears[i].site)] = i + 1;
@@ -155,27 +155,32 @@ class Int4Quantizer final : public LinearQuantizer {
       Int4Projection p;
       if (int8) {
         r = quantize_int8_rows_fp16_steps(W, s.name);
-      } else if (const auto f = w.smoothing.find(s.site); f != w.smoothing.end()) {
-        // --awq scaled this input: the statistics and Hessians are of the unscaled input X, the
-        // linear reads X / s: Σx² / s² and H' = S⁻¹ H S⁻¹.
-        const std::vector<double>* imp = importance(in, w.layer, s);
-        std::vector<double> scaled_imp;
-        if (imp) {
-          scaled_imp = *imp;
-          for (size_t j = 0; j < scaled_imp.size(); ++j) scaled_imp[j] /= double(f->second[j]) * double(f->second[j]);
-        }
-        const std::vector<double>* h = H[size_t(s.site)];
-        if (h && !scaled_hessians_.count(s.site)) {
-          std::vector<double>& t = scaled_hessians_[s.site] = *h;
-          transform_hessian(t, s.in, f->second, 0);
-        }
-        p = quantize_linear_int4(W, s.name, in.o.int4, h ? &scaled_hessians_.at(s.site) : nullptr, imp ? &scaled_imp : nullptr);
       } else {
-        p = quantize_linear_int4(W, s.name, in.o.int4, H[size_t(s.site)], importance(in, w.layer, s));
+        const std::vector<double>* imp = importance(in, w.layer, s);
+        const std::vector<double>* h = H[size_t(s.site)];
+        std::vector<double> scaled_imp;
+        if (const auto f = w.smoothing.find(s.site); f != w.smoothing.end()) {
+          // --awq scaled this input: the statistics and Hessians are of the unscaled input X, the
+          // linear reads X / s: Σx² / s² and H' = S⁻¹ H S⁻¹ (once per site).
+          if (imp) {
+            scaled_imp = *imp;
+            for (size_t j = 0; j < scaled_imp.size(); ++j) scaled_imp[j] /= double(f->second[j]) * double(f->second[j]);
+            imp = &scaled_imp;
+          }
+          if (h) {
+            auto [it, fresh] = scaled_hessians.try_emplace(s.site);
+            if (fresh) {
+              it->second = *h;
+              transform_hessian(it->second, s.in, f->second, 0);
+            }
+            h = &it->second;
+          }
+        }
+        p = quantize_linear_int4(W, s.name, in.o.int4, h, imp);
       }
       w.release_weight(s);
       if (last_use[size_t(s.site)] == i + 1) {
-        scaled_hessians_.erase(s.site);
+        scaled_hessians.erase(s.site);
         if (sequential) inputs_->release_hessian(s.site);
         else in.release_file_hessian(w.layer, s.site);
       }
@@ -371,7 +376,6 @@ class Int4Quantizer final : public LinearQuantizer {
   std::unique_ptr<LayerInputs> inputs_;
   std::set<std::string> int8_;  ///< mixed precision: the linears stored as INT8 rows
   bool awq_ = false;            ///< --awq: the smoothing step scales the layer (calib/awq.h)
-  std::map<ActivationSite, std::vector<double>> scaled_hessians_;  ///< --awq --gptq: H' of the current layer's sites
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "calib/recipe_smoothing.h"
 
 #include <algorithm>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -38,12 +39,17 @@ const LinearSlot& slot_named(const std::vector<LinearSlot>& linears, const std::
   throw std::logic_error("smoothing: balance linear " + name + " is not a linear of its layer");
 }
 
-/// --alpha auto's objective: summed squared error between the FP32 outputs and the W8A8 outputs
-/// (real INT8 path) of mapping `m`'s quantized balance linears after smoothing with `s`, on rows X
-/// of their input (the FP32 model's activations at m.site; with a shared input norm the FFN inputs
-/// read the same rows). Linears kept in FP32 (the MoE router) are skipped: smoothing them is exact.
-double group_mse(const Checkpoint& original, const std::vector<LinearSlot>& linears, const SmoothingMapping& m, const std::vector<float>& s,
-                 const SiteRows& X, const LayerStats& st, const ConvertOptions& o) {
+/// The quantized form of balance linear `slot` whose scaled weight is `W` (its input columns × the
+/// factors `e`), for output_mse.
+using QuantizedBalance = std::function<std::unique_ptr<Linear>(const LinearSlot& slot, const Tensor& W, const std::vector<float>& e)>;
+
+/// The α searches' objective: summed squared error between the FP32 outputs and the quantized
+/// outputs (the runner's real path) of mapping `m`'s quantized balance linears after scaling by
+/// `s`, on rows X of their input (the FP32 model's activations at m.site; with a shared input norm
+/// the FFN inputs read the same rows). Linears kept in FP32 (the MoE router) are skipped: scaling
+/// them is exact.
+double output_mse(const Checkpoint& original, const std::vector<LinearSlot>& linears, const SmoothingMapping& m, const std::vector<float>& s,
+                  const SiteRows& X, const QuantizedBalance& quantized) {
   Checkpoint ck = original;  // shares storage: apply_mapping replaces what it touches by clones
   apply_mapping(ck, m, s);
   const std::vector<float> e = balance_column_factors(m, s);  // per input channel
@@ -54,52 +60,40 @@ double group_mse(const Checkpoint& original, const std::vector<LinearSlot>& line
   for (const auto& name : m.balance) {
     const LinearSlot& slot = slot_named(linears, name);
     if (!slot.quantize) continue;
-    const float step = o.act == ActQuant::PerTensorStatic ? smoothed_static_step(st, slot.site, &e) : 0.0f;
     const Tensor& w_orig = original.tensors.at(name + ".weight");
     const int64_t out = w_orig.dim(0), n = X.count();
     std::vector<float> ref(size_t(n * out)), got(size_t(n * out));
     DenseLinear dense(w_orig);
     dense.set_prepack(false);  // one product: a packed copy of the weight would cost more than it saves
     dense.forward(X.data.data(), n, ref.data());
-    W8A8Linear(ck.tensors.at(name + ".weight"), o.weight, o.act, step).forward(xs.data(), n, got.data());
+    quantized(slot, ck.tensors.at(name + ".weight"), e)->forward(xs.data(), n, got.data());
     for (size_t i = 0; i < ref.size(); ++i) mse += double(ref[i] - got[i]) * (ref[i] - got[i]);
   }
   return mse;
 }
 
-/// --awq's objective (AWQ Eq. 5): summed squared error between the FP32 outputs and the W4A16
-/// outputs (the runner's INT4 path) of mapping `m`'s quantized balance linears after scaling by
-/// `s`, on rows X of their input. Each linear is quantized in the file's group size and symmetry by
-/// min/max round-to-nearest, as AWQ's search does (its pseudo_quantize_tensor); the conversion then
-/// quantizes the chosen scaling with the file's own method (the scale search, GPTQ). The search
-/// with the scale search inside cost 20× a conversion (SmolLM2 g32: 10 min) for a KLD within 1 se.
-double group_mse_int4(const Checkpoint& original, const std::vector<LinearSlot>& linears, const SmoothingMapping& m,
-                      const std::vector<float>& s, const SiteRows& X, const ConvertOptions& o) {
-  Checkpoint ck = original;
-  apply_mapping(ck, m, s);
-  const std::vector<float> e = balance_column_factors(m, s);
-  std::vector<float> xs = X.data;
-  for (int64_t r = 0; r < X.count(); ++r)
-    for (int64_t j = 0; j < X.width; ++j) xs[size_t(r * X.width + j)] /= e[size_t(j)];
+/// --alpha auto's quantized linears: W8A8 with the file's weight and activation modes (a static
+/// step from the smoothed statistics for O3).
+QuantizedBalance w8a8_balance(const LayerStats& st, const ConvertOptions& o) {
+  return [&st, &o](const LinearSlot& slot, const Tensor& W, const std::vector<float>& e) -> std::unique_ptr<Linear> {
+    const float step = o.act == ActQuant::PerTensorStatic ? smoothed_static_step(st, slot.site, &e) : 0.0f;
+    return std::make_unique<W8A8Linear>(W, o.weight, o.act, step);
+  };
+}
+
+/// --awq's quantized linears (AWQ Eq. 5): W4A16 in the file's group size and symmetry by min/max
+/// round-to-nearest, as AWQ's search does (its pseudo_quantize_tensor); the conversion then
+/// quantizes the chosen scaling with the file's own method (the scale search, GPTQ). Searching with
+/// the scale search inside cost 20× a conversion (SmolLM2 g32: 10 min) and was not better
+/// everywhere (docs/quantization.md, "AWQ scaling").
+QuantizedBalance awq_balance(const ConvertOptions& o) {
   Int4Options ro = o.int4;
   ro.gptq = false;
   ro.act_order = false;
   ro.scale_search = false;
-  double mse = 0;
-  for (const auto& name : m.balance) {
-    const LinearSlot& slot = slot_named(linears, name);
-    if (!slot.quantize) continue;
-    const Tensor& w_orig = original.tensors.at(name + ".weight");
-    const int64_t out = w_orig.dim(0), n = X.count();
-    std::vector<float> ref(size_t(n * out)), got(size_t(n * out));
-    DenseLinear dense(w_orig);
-    dense.set_prepack(false);
-    dense.forward(X.data.data(), n, ref.data());
-    Int4Projection p = quantize_linear_int4(ck.tensors.at(name + ".weight"), name, ro, nullptr);
-    W4A16Linear(std::move(p.weights), Tensor()).forward(xs.data(), n, got.data());
-    for (size_t i = 0; i < ref.size(); ++i) mse += double(ref[i] - got[i]) * (ref[i] - got[i]);
-  }
-  return mse;
+  return [ro](const LinearSlot& slot, const Tensor& W, const std::vector<float>&) -> std::unique_ptr<Linear> {
+    return std::make_unique<W4A16Linear>(quantize_linear_int4(W, slot.name, ro, nullptr).weights, Tensor());
+  };
 }
 
 }  // namespace
@@ -153,11 +147,11 @@ void SmoothingStep::apply(const ConvertInputs& in, LayerWork& w, ConvertSummary&
     so.factors = awq_mapping_factors;
     so.alpha_grid = awq_alpha_grid();
     so.alpha_objective = [&](const Checkpoint& original, const SmoothingMapping& m, const std::vector<float>& s) {
-      return group_mse_int4(original, w.linears, m, s, capture_->get(l, m.site), in.o);
+      return output_mse(original, w.linears, m, s, capture_->get(l, m.site), awq_balance(in.o));
     };
   } else if (capture_) {  // --alpha auto: α per mapping minimizing the W8A8 output MSE on the captured rows
     so.alpha_objective = [&](const Checkpoint& original, const SmoothingMapping& m, const std::vector<float>& s) {
-      return group_mse(original, w.linears, m, s, capture_->get(l, m.site), st, in.o);
+      return output_mse(original, w.linears, m, s, capture_->get(l, m.site), w8a8_balance(st, in.o));
     };
   }
   const std::vector<SmoothingMapping> maps = layer_smoothing_mappings(in.config, l, so.select);

@@ -265,7 +265,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<sq::PeakRssAnonSampler> mem;
     if (report_memory) mem = std::make_unique<sq::PeakRssAnonSampler>();
     // A Hugging Face directory or GGUF file is read one layer at a time (memory: one layer, not the model),
-    // except for what runs the whole model: --alpha auto, fitting a nuq KV format.
+    // except for what runs the whole model: --alpha auto, --awq, fitting a nuq KV format, mixed precision.
     const bool whole = o.alpha_auto || o.awq || kv_spec.kind == sq::KVKind::Nuq || mixed;
     {  // the peak estimate, before anything is loaded
       const sq::ModelFootprint fp = sq::model_footprint(model_path);

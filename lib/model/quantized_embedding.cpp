@@ -32,9 +32,4 @@ void QuantizedEmbedding::lookup(int32_t token, float* dst) const {
   for (int64_t j = 0; j < dim_; ++j) dst[j] = static_cast<float>(row[j]) * scale;
 }
 
-int64_t QuantizedEmbedding::bytes() const {
-  if (int4_) return int4_storage_bytes(*int4_);
-  return static_cast<int64_t>(int8_.size() + 4 * int8_scales_.size());
-}
-
 }  // namespace sq

@@ -28,8 +28,6 @@ class QuantizedEmbedding {
   std::string format() const { return int4_ ? "int4" : int8_.empty() ? "" : "int8"; }
   /// Writes row `token` (< vocab, unchecked) dequantized to FP32 into dst[0, dim).
   void lookup(int32_t token, float* dst) const;
-  /// Bytes of codes, steps and zero points held.
-  int64_t bytes() const;
 
  private:
   int64_t dim_ = 0;
