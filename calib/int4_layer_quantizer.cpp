@@ -1,5 +1,7 @@
 #include "calib/int4_layer_quantizer.h"
 
+#include "calib/q4k_quantize.h"
+
 #include "core/error.h"
 #include "model/decoder_linears.h"
 
@@ -9,6 +11,8 @@ void validate_int4_options(const Int4Options& o) {
   if (o.group_size != 32 && o.group_size != 64 && o.group_size != 128)
     throw UsageError("--group-size must be 32, 64 or 128, got " + std::to_string(o.group_size));
   if (!(o.damp >= 0.0 && o.damp < 1e6)) throw UsageError("--damp must be a finite value ≥ 0, got " + std::to_string(o.damp));
+  if (o.k_quant && (o.group_size != 32 || !o.asym))
+    throw UsageError("--k-quant (GGML's Q4_K layout) has groups of 32 with a minimum each: it needs --group-size 32 --asym");
 }
 
 Int4Projection quantize_linear_int4(const Tensor& W, const std::string& name, const Int4Options& o, const std::vector<double>* H,
@@ -32,6 +36,25 @@ Int4Projection quantize_linear_int4(const Tensor& W, const std::string& name, co
                      "² = " + std::to_string(in * in));
   Int4Projection p;
   p.name = name;
+  if (o.k_quant) {
+    if (o.gptq) throw UsageError(name + ": K-quant weights by GPTQ are not supported yet (RTN with the importance-weighted search)");
+    std::vector<double> diag;
+    if (!importance && H) {
+      diag = hessian_diagonal(*H, in);
+      importance = &diag;
+    }
+    try {
+      p.weights = quantize_q4k(W.data(), rows, in, importance ? importance->data() : nullptr, name);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(e.what());
+    }
+    if (H) {
+      std::vector<float> deq(static_cast<size_t>(rows * in));
+      dequantize_int4(p.weights, deq.data());
+      p.hessian_error = hessian_weighted_error(W.data(), deq.data(), rows, in, *H);
+    }
+    return p;
+  }
   if (o.gptq) {
     if (!H) throw InputError(name + ": GPTQ needs the input Hessian of this layer (calibrate with --hessian)");
     GptqResult r = gptq_quantize(W.data(), rows, in, *H, g);

@@ -25,6 +25,9 @@ struct Int4Options {
   /// (sq-convert --observer mse, the default: full-range symmetric codes −8…7 with a signed Δ, as
   /// GGML's Q4_0) instead of the min/max rule Δ = absmax/7 (--observer minmax).
   bool scale_search = true;
+  /// GGML's Q4_K layout (sq-convert --k-quant): g = 32 with a float minimum, two-level 6-bit scales
+  /// per super-block of 256 (quant/q4k_layout.h), by calib/q4k_quantize.h's search (RTN only).
+  bool k_quant = false;
 };
 
 /// Result of quantizing one projection.

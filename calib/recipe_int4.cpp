@@ -22,11 +22,19 @@ namespace sq {
 namespace {
 
 /// Writes one W4A16 linear: weight I4x2 (symmetric) / U4x2 (asymmetric) [out, in], weight_scale
-/// F16 [out, ⌈in/g⌉], (asymmetric) weight_zero U4x2 [out, ⌈in/g⌉], bias F32 [out] (docs/formats.md).
+/// F16 [out, ⌈in/g⌉], (asymmetric) weight_zero U4x2 [out, ⌈in/g⌉], bias F32 [out] (docs/formats.md);
+/// K-quant weights (--k-quant): weight U4x2 [out, in] and weight_superblock_scale U8 [out, S, 16]
+/// (quant/q4k_layout.h) instead of the scales and zero points.
 void write_int4_linear(SqmWriter& w, const Int4Projection& p, const Tensor* bias) {
   const Int4Weights& q = p.weights;
   const int64_t ng = int4_groups_per_row(q);
   w.add_tensor(p.name + ".weight", q.asym ? SqmDType::U4x2 : SqmDType::I4x2, {q.out, q.in}, q.packed.data(), q.packed.size());
+  if (q.k_quant()) {
+    w.add_tensor(p.name + ".weight_superblock_scale", SqmDType::U8, {q.out, (ng + 7) / 8, 16}, q.superblock_scales.data(),
+                 q.superblock_scales.size());
+    if (bias) write_float(w, p.name + ".bias", *bias, ConvertScheme::F32);
+    return;
+  }
   w.add_tensor(p.name + ".weight_scale", SqmDType::F16, {q.out, ng}, q.scales_f16.data(), q.scales_f16.size() * 2);
   if (q.asym) w.add_tensor(p.name + ".weight_zero", SqmDType::U4x2, {q.out, ng}, q.zeros_packed.data(), q.zeros_packed.size());
   if (bias) write_float(w, p.name + ".bias", *bias, ConvertScheme::F32);
@@ -80,6 +88,8 @@ class Int4Quantizer final : public LinearQuantizer {
   void check(const ConvertInputs& in) const override {
     if (in.o.int4.gptq && in.o.calib_path.empty())
       throw UsageError("--gptq needs --calib (a calibration file from sq-calibrate, for the Hessians)");
+    if (in.o.int4.k_quant && in.o.int4.gptq) throw UsageError("--k-quant does not combine with --gptq yet (RTN with the importance-weighted search)");
+    if (in.o.int4.k_quant && mixed(in.o)) throw UsageError("--k-quant does not combine with --bits-per-weight / --max-kld yet");
   }
   bool mixes_precision() const override { return true; }
 
@@ -203,6 +213,7 @@ class Int4Quantizer final : public LinearQuantizer {
     nlohmann::json q = {{"scheme", scheme_name(o.scheme)}};
     q["group_size"] = o.int4.group_size;
     q["symmetric"] = !o.int4.asym;
+    if (o.int4.k_quant) q["layout"] = "q4_k";  // two-level scales: weight_superblock_scale (quant/q4k_layout.h)
     q["method"] = o.int4.gptq ? "gptq" : "rtn";
     q["observer"] = o.int4.scale_search ? "mse" : "minmax";
     q["quantize_head"] = o.quantize_head;

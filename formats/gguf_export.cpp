@@ -21,6 +21,7 @@
 #include "formats/safetensors.h"
 #include "formats/sqm_file.h"
 #include "model/sqm_model.h"
+#include "quant/q4k_layout.h"
 
 namespace sq {
 
@@ -29,7 +30,7 @@ namespace {
 // ---- the .sqm side -------------------------------------------------------------------------------
 
 /// How one .sqm tensor holds its values.
-enum class SrcKind { Float, Int4Sym, Int4Asym, Int8 };
+enum class SrcKind { Float, Int4Sym, Int4Asym, Int4KQuant, Int8 };
 
 /// A .sqm tensor viewed as rows × cols (1-D: one row), with what dequantizes it.
 struct Source {
@@ -43,6 +44,10 @@ struct Source {
   int64_t group = 0, groups = 0;
   const uint16_t* scales16 = nullptr;
   const uint8_t* zeros = nullptr;
+  // K-quant (quant/q4k_layout.h): the super-block heads [rows, S, 16] and, expanded from them, the
+  // FP16 Δ (scales16 points at kscales) and float minimums m per group of 32.
+  const uint8_t* heads = nullptr;
+  std::vector<uint16_t> kscales, kmins;
   // INT8: F32 step per row (per-channel) or one (per-tensor).
   std::vector<float> scales8;
 
@@ -58,6 +63,7 @@ struct Source {
     return (f & 1) ? zeros[f / 2] >> 4 : zeros[f / 2] & 0xF;
   }
   float delta4(int64_t r, int64_t c) const { return half_to_float(scales16[r * groups + c / group]); }
+  float min4(int64_t r, int64_t j) const { return half_to_float(kmins[size_t(r * groups + j)]); }
 
   /// Row r as sqkit's runner uses it, in FP32: Δ·(q − z), s·q, or the float value widened.
   void dequant_row(int64_t r, float* dst) const {
@@ -75,6 +81,9 @@ struct Source {
       case SrcKind::Int4Sym:
       case SrcKind::Int4Asym:
         for (int64_t c = 0; c < cols; ++c) dst[c] = delta4(r, c) * float(code4(r, c) - zero4(r, c / group));
+        return;
+      case SrcKind::Int4KQuant:  // Δ·u + m, one rounding (as the runner and GGML)
+        for (int64_t c = 0; c < cols; ++c) dst[c] = std::fma(delta4(r, c), float(code4(r, c)), min4(r, c / group));
         return;
       case SrcKind::Int8: {
         const auto* q = reinterpret_cast<const int8_t*>(data) + r * cols;
@@ -141,6 +150,27 @@ Source load_source(const SqmFile& f, const std::string& name, const nlohmann::js
         throw UnsupportedError(f.path() + ": tensor '" + name + "' has rows of " + std::to_string(s.cols) +
                                " weights, not a multiple of 32 (the GGUF Q4_0/Q4_1 block): no GGUF export");
       s.groups = (s.cols + s.group - 1) / s.group;
+      if (f.has(base + ".weight_superblock_scale")) {  // K-quant: heads, Δ and m expanded (exact FP16 values)
+        Int4Weights w;
+        w.out = s.rows;
+        w.in = s.cols;
+        w.group = s.group;
+        w.asym = s.kind == SrcKind::Int4Asym;
+        const int64_t nsb = (s.groups + 7) / 8;
+        s.heads = raw_of(f, base + ".weight_superblock_scale", SqmDType::U8, {s.rows, nsb, 16});
+        w.superblock_scales.assign(s.heads, s.heads + s.rows * nsb * 16);
+        try {
+          expand_q4k_scales(w);
+        } catch (const std::invalid_argument& e) {
+          throw InputError(f.path() + ": tensor '" + base + ".weight_superblock_scale': " + e.what());
+        }
+        s.kind = SrcKind::Int4KQuant;
+        s.kscales = std::move(w.scales_f16);
+        s.kmins = std::move(w.mins_f16);
+        s.scales16 = s.kscales.data();
+        consumed.insert(base + ".weight_superblock_scale");
+        return s;
+      }
       s.scales16 = reinterpret_cast<const uint16_t*>(raw_of(f, base + ".weight_scale", SqmDType::F16, {s.rows, s.groups}));
       consumed.insert(base + ".weight_scale");
       if (s.kind == SrcKind::Int4Asym) {
@@ -275,6 +305,7 @@ FileType file_type_of(GgmlType t) {
     case GgmlType::F16: return {"MOSTLY_F16", 1};
     case GgmlType::Q4_0: return {"MOSTLY_Q4_0", 2};
     case GgmlType::Q4_1: return {"MOSTLY_Q4_1", 3};
+    case GgmlType::Q4_K: return {"MOSTLY_Q4_K_S", 14};
     case GgmlType::Q8_0: return {"MOSTLY_Q8_0", 7};
     case GgmlType::BF16: return {"MOSTLY_BF16", 32};
     default: return {"ALL_F32", 0};
@@ -286,6 +317,7 @@ GgmlType target_type(const Source& s, bool dequantize) {
   switch (s.kind) {
     case SrcKind::Int4Sym: return GgmlType::Q4_0;
     case SrcKind::Int4Asym: return GgmlType::Q4_1;
+    case SrcKind::Int4KQuant: return s.cols % 256 == 0 ? GgmlType::Q4_K : GgmlType::Q4_1;  // Q4_1: Δ, m are FP16 (exact)
     case SrcKind::Int8: return GgmlType::Q8_0;
     case SrcKind::Float: break;
   }
@@ -321,7 +353,7 @@ void encode_row(const Source& s, int64_t r, GgmlType type, uint8_t* dst, std::ve
         const uint16_t d16 = s.scales16[r * s.groups + j];
         const float d = half_to_float(d16);
         const int z = s.zero4(r, j);
-        const float m = -d * float(z);  // exact in FP32 (11-bit mantissa × 4-bit integer)
+        const float m = s.kind == SrcKind::Int4KQuant ? s.min4(r, j) : -d * float(z);  // exact in FP32 (11-bit mantissa × 4-bit integer)
         const uint16_t m16 = float_to_half(m);
         const float mh = half_to_float(m16);
         if (!std::isfinite(mh))
@@ -334,7 +366,7 @@ void encode_row(const Source& s, int64_t r, GgmlType type, uint8_t* dst, std::ve
           const int u0 = s.code4(r, b * 32 + k), u1 = s.code4(r, b * 32 + k + 16);
           blk[4 + k] = uint8_t(u0 | (u1 << 4));
           for (int u : {u0, u1}) {
-            const float ggml = d * float(u) + mh, ours = d * float(u - z);
+            const float ggml = d * float(u) + mh, ours = s.kind == SrcKind::Int4KQuant ? std::fma(d, float(u), m) : d * float(u - z);
             blk_err = std::max(blk_err, std::fabs(double(ggml) - double(ours)));
             blk_max = std::max(blk_max, std::fabs(double(ours)));
           }
@@ -343,6 +375,12 @@ void encode_row(const Source& s, int64_t r, GgmlType type, uint8_t* dst, std::ve
         if (blk_max > 0) rep.max_weight_rel_error = std::max(rep.max_weight_rel_error, blk_err / blk_max);
       }
       return;
+    case GgmlType::Q4_K: {  // block_q4_K (quant/q4k_layout.h): the stored heads and the codes regrouped, exact
+      const int64_t nsb = n / 256;
+      for (int64_t b = 0; b < nsb; ++b)
+        q4k_gguf_block(s.heads + (r * nsb + b) * 16, s.data + uint64_t(r) * uint64_t(n / 2) + uint64_t(b) * 128, dst + b * 144);
+      return;
+    }
     case GgmlType::Q8_0: {  // block {f16 d; i8 qs[32]}: x = d·q
       const auto* q = reinterpret_cast<const int8_t*>(s.data) + r * n;
       const float sc = s.scale8(r);
@@ -740,6 +778,7 @@ Checkpoint sqm_dequantized_checkpoint(const std::string& sqm_path) {
       const std::string base = t.name.substr(0, t.name.size() - 7);
       companions.insert(base + ".weight_scale");
       companions.insert(base + ".weight_zero");
+      companions.insert(base + ".weight_superblock_scale");
     }
   for (const SqmTensorInfo& t : f.tensors()) {
     if (t.name == tok_tensor || companions.count(t.name) || t.name.ends_with(".input_scale") ||

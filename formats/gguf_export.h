@@ -9,6 +9,8 @@
 // Type mapping (exact where the .sqm's quantized values are representable):
 //   I4x2 symmetric INT4, FP16 Δ per group of g (g, in multiples of 32)  -> Q4_0 (exact)
 //   U4x2 asymmetric INT4 + zero z                                        -> Q4_1 (m = −Δ·z rounded to FP16)
+//   U4x2 K-quant (weight_superblock_scale, quant/q4k_layout.h), 256 | in  -> Q4_K (exact: heads copied)
+//   U4x2 K-quant, rows not a multiple of 256                            -> Q4_1 (exact: Δ and m are FP16)
 //   I8 per-channel / per-tensor INT8 (W8A8 weights; --quantize-head)     -> Q8_0 (row scale rounded to FP16)
 //   F32 / F16 / BF16 2-D tensors as stored; 1-D tensors (norms, biases)  -> F32
 // With GgufExportOptions::dequantize every tensor is F32: the weights exactly as sqkit's runner
@@ -46,7 +48,7 @@ struct GgufExportReport {
   std::vector<std::string> warnings;   ///< one line each: what was dropped, no tokenizer, ...
   std::string architecture;            ///< general.architecture written ("llama", "qwen2", "gemma3")
   std::string file_type;               ///< llama.cpp LLAMA_FTYPE name, e.g. "MOSTLY_Q4_0"
-  int file_type_id = 0;                ///< general.file_type (0 ALL_F32, 1 F16, 2 Q4_0, 3 Q4_1, 7 Q8_0, 32 BF16)
+  int file_type_id = 0;                ///< general.file_type (0 ALL_F32, 1 F16, 2 Q4_0, 3 Q4_1, 7 Q8_0, 14 Q4_K_S, 32 BF16)
   int64_t tensors = 0;                 ///< tensors written
   uint64_t bytes = 0;                  ///< size of the output file
   std::map<std::string, int64_t> tensor_types;  ///< ggml type name -> tensor count

@@ -106,7 +106,7 @@ rng = random.Random(18)
 open(w + "/cal.txt", "w").write(" ".join(str(rng.randrange(vocab)) for _ in range(512)))
 EOF
   "$BIN/sq-calibrate" -m "$dir" --token-ids "$w/cal.txt" --samples 4 --seq-len 64 --hessian -o "$w/calib.h5" -q -t 2
-  for scheme in w8a8-o1 w8a8-o3 w8a8-pc w8a8-default w8a8-group w4a16-sym w4a16-asym w4a16-mixed w4a16-emb4; do
+  for scheme in w8a8-o1 w8a8-o3 w8a8-pc w8a8-default w8a8-group w4a16-sym w4a16-asym w4a16-mixed w4a16-emb4 w4a16-q4k; do
     case $scheme in
       # per-channel weights: what fused q/k/v architectures export (one per-tensor scale cannot hold three);
       # --rotate none: the export formats have no online Hadamard (sq-export refuses rotated files)
@@ -129,6 +129,10 @@ EOF
       # the token embedding in the linears' INT4 format (GGUF Q4_0; compressed-tensors writes it
       # dequantized, and a tied head as its own 4-bit lm_head)
       w4a16-emb4) args=(--scheme w4a16 --sym --group-size 32 --token-embedding-type int4); tol=$TOL_W4 ;;
+      # GGML's Q4_K layout (--k-quant): these 64-wide rows hold no whole 256-column super-block, so
+      # the GGUF export writes them as Q4_1 (exact: Δ and m are FP16); compressed-tensors refuses
+      # (a float minimum). Q4_K blocks themselves: the SmolLM2 check below.
+      w4a16-q4k) args=(--scheme w4a16 --k-quant --calib "$w/calib.h5"); tol=$TOL_W4 ;;
     esac
     m=$w/$scheme
     "$BIN/sq-convert" -m "$dir" -o "$m.sqm" -q "${args[@]}"
@@ -195,6 +199,10 @@ if [[ $SMOLLM2 == 1 ]]; then
   "$BIN/sq-export" "$w/w4a16.sqm" --format hf -o "$w/w4a16.hf"
   "$BIN/sq-export" "$w/w4a16.sqm" --format gguf -o "$w/w4a16.gguf"
   "$BIN/sq-export" "$w/w4a16.sqm" --format gguf --outtype f32 -o "$w/w4a16.f32.gguf"
+  "$BIN/sq-convert" -m "$S" --calib "$w/calib.h5" --scheme w4a16 --k-quant -o "$w/q4k.sqm" -q
+  "$BIN/sq-export" "$w/q4k.sqm" --format gguf -o "$w/q4k.gguf"
+  "$BIN/sq-export" "$w/q4k.sqm" --format gguf --outtype f32 -o "$w/q4k.f32.gguf"
+  "$BIN/sq-run" -m "$w/q4k.gguf" --token-ids "$w/probe.json" -n 0 -q --logits "$w/q4k.gguf.npy"
   for m in w8a8 w4a16; do "$BIN/sq-run" -m "$w/$m.sqm" --token-ids "$w/probe.json" -n 0 -q --logits "$w/$m.npy"; done
   "$BIN/sq-run" -m "$w/w4a16.gguf" --token-ids "$w/probe.json" -n 0 -q --logits "$w/w4a16.gguf.npy"
   # SmolLM2's logits are O(10): FP32 summation-order differences grow to ~1e-4 over 30 layers (bound 2e-3).
@@ -206,6 +214,9 @@ if [[ $SMOLLM2 == 1 ]]; then
   check "SmolLM2 w8a8 O1 compressed-tensors" $CHECK ct "$w/w8a8.ct" --dequantized "$w/w8a8.hf" --token-ids "$w/probe.json" --sqkit-logits "$w/w8a8.npy" --logit-tol 10 --sqkit-sim-tol 10
   check "SmolLM2 w4a16 g32 compressed-tensors" $CHECK ct "$w/w4a16.ct" --dequantized "$w/w4a16.hf" --token-ids "$w/probe.json" --sqkit-logits "$w/w4a16.npy" --logit-tol 2e-3
   check "SmolLM2 w4a16 g32 gguf (Q4_0)" $CHECK gguf "$w/w4a16.gguf" --dequantized "$w/w4a16.f32.gguf" --weight-tol 0 --token-ids "$w/probe.json" --sqkit-logits "$w/w4a16.gguf.npy" --logit-tol 2e-3
+  # --k-quant: the 1536-wide down projections as Q4_K blocks, the 576-wide linears as Q4_1, both
+  # exact: gguf.quants.dequantize must give sqkit's weights bit for bit (tolerance 0)
+  check "SmolLM2 w4a16 --k-quant gguf (Q4_K + Q4_1)" $CHECK gguf "$w/q4k.gguf" --dequantized "$w/q4k.f32.gguf" --weight-tol 0 --token-ids "$w/probe.json" --sqkit-logits "$w/q4k.gguf.npy" --logit-tol 2e-3
   echo "WikiText-2 wiki.test.raw, windows protocol, -c 512, first $CHUNKS windows, same token ids (PPL, tokens/s, 2 threads):"
   note "  FP32 (the Q4_1 GGUF dequantized): sq-eval" "$(ppl_sqkit "$S")"
   note "  FP32: transformers gguf_file" "$(ppl_hf "$(dirname "$S")" --gguf-file "$(basename "$S")")"

@@ -730,5 +730,31 @@ TEST(GgufExportSmolLM2, W4A16SymRoundTripsThroughQ4_0) {
   EXPECT_LE(d, 1e-3 * max_abs(l_sqm));
 }
 
+// SmolLM2-135M -> sq-convert --k-quant -> GGUF: the 1536-wide down projections as Q4_K blocks (the
+// stored super-block heads, codes regrouped), the 576-wide linears as Q4_1 (their K-quant Δ and m
+// are FP16 values): every weight read back by sqkit's GGUF reader (its Q4_K / Q4_1 dequantization,
+// written from ggml-common.h) equals the .sqm's exactly (tolerance 0).
+TEST(GgufExportSmolLM2, KQuantIsQ4_KAndQ4_1Exactly) {
+  const char* models = std::getenv("SQKIT_MODELS");
+  const std::string src = models ? std::string(models) + "/SmolLM2-135M-Instruct.Q4_1.gguf" : "";
+  if (src.empty() || !fs::exists(src)) GTEST_SKIP() << "$SQKIT_MODELS/SmolLM2-135M-Instruct.Q4_1.gguf not found";
+  ScratchDir dir;
+  const std::string sqm = dir.file("smol-q4k.sqm"), out = dir.file("smol-q4k.gguf");
+  const ProcessResult r = run_process({tool("sq-convert"), "-m", src, "-o", sqm, "-q", "--scheme", "w4a16", "--k-quant", "-t", "2"});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  const GgufExportReport rep = export_gguf(sqm, out, {});
+  EXPECT_EQ(rep.max_weight_abs_error, 0.0);
+  EXPECT_EQ(rep.max_scale_rounding_rel, 0.0);
+  const GgufFile f(out);
+  EXPECT_EQ(f.tensor("blk.0.ffn_down.weight").type, GgmlType::Q4_K);
+  EXPECT_EQ(f.tensor("blk.0.attn_q.weight").type, GgmlType::Q4_1);
+  EXPECT_EQ(f.tensor("blk.29.ffn_up.weight").type, GgmlType::Q4_1);
+  double worst = 0;
+  compare_tensors(out, sqm, [&](const std::string&, const Tensor& g, const Tensor& s) {
+    for (int64_t i = 0; i < s.numel(); ++i) worst = std::max(worst, std::fabs(double(g.data()[i]) - s.data()[i]));
+  });
+  EXPECT_EQ(worst, 0.0);
+}
+
 }  // namespace
 }  // namespace sq::test

@@ -84,6 +84,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--sym", sym, "W4A16: symmetric INT4 (the default)");
   app.add_flag("--asym", o.int4.asym, "W4A16: asymmetric INT4 with a zero point per group");
+  app.add_flag("--k-quant", o.int4.k_quant,
+               "W4A16: GGML's Q4_K layout (groups of 32 with an FP16-derived scale and minimum each, 6-bit sub-scales per "
+               "super-block of 256: 4.5 bits/weight; implies --group-size 32 --asym; RTN with the importance-weighted search; "
+               "exports to GGUF as Q4_K)");
   CLI::Option* gptq_opt = app.add_flag(
       "--gptq,!--no-gptq", o.int4.gptq,
       "GPTQ (needs --calib) instead of round-to-nearest: W4A16 / W4A4 groups, W8A8 per-channel INT8 weights (on the smoothed and "
@@ -171,13 +175,21 @@ int main(int argc, char** argv) {
     o.weight = spec.weight;
     o.act = spec.act;
     if (sym && o.int4.asym) throw sq::UsageError("--sym and --asym exclude each other");
+    if (o.int4.k_quant) {
+      if (o.scheme != sq::ConvertScheme::W4A16) throw sq::UsageError("--k-quant applies to --scheme w4a16 only");
+      if (sym || (app.count("--group-size") && o.int4.group_size != 32))
+        throw sq::UsageError("--k-quant is GGML's Q4_K layout: groups of 32 with a minimum each (drop --sym / --group-size)");
+      if (app.count("--observer") && observer != "mse") throw sq::UsageError("--k-quant always uses the importance-weighted search (drop --observer minmax)");
+      o.int4.group_size = 32;
+      o.int4.asym = true;
+    }
     const bool atom = o.scheme == sq::ConvertScheme::W4A4Atom;
     const bool atom_flags = app.count("--outlier-channels") || app.count("--outlier-format") || app.count("--clip") ||
                             app.count("--weight-clip") || app.count("--act-clip");
     if (atom_flags && !atom)
       throw sq::UsageError("--outlier-channels/--outlier-format/--clip/--weight-clip/--act-clip apply to --scheme w4a4-atom only");
     if (atom && (sym || o.int4.asym)) throw sq::UsageError("--scheme w4a4-atom is symmetric only (Atom §4.3): drop --sym/--asym");
-    const bool int4_flags = app.count("--group-size") || sym || o.int4.asym;
+    const bool int4_flags = app.count("--group-size") || sym || o.int4.asym || o.int4.k_quant;
     const bool gptq_flags = o.int4.gptq || app.count("--damp") || o.int4.act_order || app.count("--gptq-hessians");
     if (observer != "mse" && observer != "minmax") throw sq::UsageError("--observer must be mse or minmax, got '" + observer + "'");
     if (app.count("--observer") && o.scheme != sq::ConvertScheme::W4A16) throw sq::UsageError("--observer applies to --scheme w4a16 only");

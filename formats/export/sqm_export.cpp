@@ -116,6 +116,9 @@ SqmLinear read_sqm_linear(const ExportInput& in, const std::string& base) {
     case SqmDType::U4x2: {
       if (in.scheme == "w4a4-atom")
         throw UnsupportedError(in.file->path() + ": '" + wname + "' is Atom W4A4 (reordered INT4 + outlier columns)");
+      if (in.file->has(base + ".weight_superblock_scale"))
+        throw UnsupportedError(in.file->path() + ": '" + wname + "' has K-quant scales (GGML's Q4_K: a float minimum per group, "
+                               "which compressed-tensors' integer zero points cannot hold); export it with --format gguf");
       l.kind = SqmLinear::Kind::Int4;
       l.asym = wi.dtype == SqmDType::U4x2;
       if (!in.quant.contains("group_size") || !in.quant.at("group_size").is_number_integer() || in.quant.at("group_size").get<int64_t>() <= 0)

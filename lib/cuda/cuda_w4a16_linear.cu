@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "core/error.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_reduce.cuh"
 #include "cuda/cuda_w4a16_linear.h"
@@ -131,6 +132,8 @@ class CudaW4A16Linear final : public DeviceLinear {
 
 std::unique_ptr<DeviceLinear> make_w4a16_device_linear(const Int4Weights& w, const std::string& format) {
   validate_int4(w);
+  if (w.float_min())  // the device kernels close groups with integer zero points only
+    throw UnsupportedError(format + ": a float minimum per group (Q4_1 / Q4_K layouts) is not supported by the CUDA runner yet; run on the CPU");
   return std::make_unique<CudaW4A16Linear>(w, format);
 }
 

@@ -12,6 +12,7 @@
 #include "model/decoder_linears.h"
 #include "model/hadamard_input_linear.h"
 #include "model/w4a16_linear.h"
+#include "quant/q4k_layout.h"
 #include "model/w8a16_linear.h"
 #include "model/w4a4_linear.h"
 #include "model/w8a8_linear.h"
@@ -261,7 +262,8 @@ std::vector<uint8_t> load_bytes(const std::shared_ptr<SqmFile>& f, const std::st
 }
 
 /// Group-wise INT4 weights `base`: weight I4x2/U4x2 [out, in], weight_scale F16 [out, ⌈in/g⌉],
-/// weight_zero U4x2 [out, ⌈in/g⌉] (asymmetric); g from the header's quantization.group_size. The
+/// weight_zero U4x2 [out, ⌈in/g⌉] (asymmetric), or weight_superblock_scale U8 [out, S, 16] instead of
+/// both (K-quant, quant/q4k_layout.h); g from the header's quantization.group_size. The
 /// packed codes are borrowed from the mapping. Throws InputError naming the file and tensor.
 Int4Weights load_int4_weights(const std::shared_ptr<SqmFile>& f, const std::string& base, int64_t out, int64_t in,
                               const nlohmann::json& quant) {
@@ -277,6 +279,17 @@ Int4Weights load_int4_weights(const std::shared_ptr<SqmFile>& f, const std::stri
   const int64_t ng = (in + w.group - 1) / w.group;
   const SqmBytes packed = checked_raw(f, base + ".weight", w.asym ? SqmDType::U4x2 : SqmDType::I4x2, {out, in});
   w.packed = ops::PackedStorage<unsigned char>::borrow(packed.data, packed.size, f);  // the file's pages, not a copy
+  if (f->has(base + ".weight_superblock_scale")) {  // K-quant (Q4_K) scales: Δ and m expanded from them
+    if (w.group != 32 || !w.asym)
+      throw InputError(f->path() + ": tensor '" + base + ".weight_superblock_scale' needs group size 32 and U4x2 codes (Q4_K)");
+    w.superblock_scales = load_bytes(f, base + ".weight_superblock_scale", SqmDType::U8, {out, (ng + 7) / 8, 16});
+    try {
+      expand_q4k_scales(w);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(f->path() + ": tensor '" + base + ".weight_superblock_scale': " + e.what());
+    }
+    return w;
+  }
   const SqmBytes scales = checked_raw(f, base + ".weight_scale", SqmDType::F16, {out, ng});
   w.scales_f16.resize(scales.size / 2);
   std::memcpy(w.scales_f16.data(), scales.data, scales.size);

@@ -53,10 +53,20 @@ Int4Weights quantize_tensor(const Tensor& weight, int64_t group, bool asym) {
   return quantize_int4(weight.data(), weight.dim(0), weight.dim(1), group, asym);
 }
 
-/// Zero point of flat group index f (r · ⌈in/g⌉ + j) of asymmetric weights.
+/// Zero point of flat group index f (r · ⌈in/g⌉ + j) of asymmetric weights with integer zero points.
 inline int zero_at(const Int4Weights& w, int64_t f) {
   const uint8_t b = w.zeros_packed[static_cast<size_t>(f / 2)];
   return (f & 1) ? (b >> 4) : (b & 0xF);
+}
+
+/// Float minimum m of flat group index f (weights with w.float_min(): ŵ = Δ · u + m), converted inline
+/// (F16C) where the build has it: an out-of-line conversion per group and row halves the decode GEMV.
+inline float min_at(const Int4Weights& w, int64_t f) {
+#if (SQ_W4_AVX512 || SQ_W4_AVX2) && defined(__F16C__)
+  return _cvtsh_ss(w.mins_f16[static_cast<size_t>(f)]);
+#else
+  return half_to_float(w.mins_f16[static_cast<size_t>(f)]);
+#endif
 }
 
 /// Row o of the dequantized weight matrix into row[w.in]: Δ[o, j] · (q[o, k] − z[o, j]), exact (an
@@ -69,6 +79,14 @@ void dequant_row(const Int4Weights& w, int64_t o, float* row) {
   for (int64_t j = 0; j < ng; ++j) {
     const int64_t f = o * ng + j;
     const float d = half_to_float(w.scales_f16[static_cast<size_t>(f)]);
+    if (w.float_min()) {  // Δ · u + m, one rounding (as GGML's Q4_1 / Q4_K dequantization)
+      const float m = min_at(w, f);
+      for (int64_t k = j * w.group; k < (j + 1) * w.group; k += 2) {
+        row[k] = std::fma(d, static_cast<float>(p[k / 2] & 0xF), m);
+        row[k + 1] = std::fma(d, static_cast<float>(p[k / 2] >> 4), m);
+      }
+      continue;
+    }
     const int z = w.asym ? zero_at(w, f) : 8;
     for (int64_t k = j * w.group; k < (j + 1) * w.group; k += 2) {
       const uint8_t b = p[k / 2] ^ flip;
@@ -142,6 +160,13 @@ void gemv_rows(const Int4Weights& w, const float* xp, const float* xsum, int64_t
       for (int r = 0; r < R; ++r) tot[r] = _mm512_fmadd_ps(_mm512_set1_ps(scale_at(w, (r0 + r) * ng + j)), acc[r], tot[r]);
     } else {
       const __m512 xs = _mm512_load_ps(xsum + j * 16);
+      if (w.float_min()) {  // Δ · Σ x·u + m · Σ x
+        for (int r = 0; r < R; ++r) {
+          const int64_t f = (r0 + r) * ng + j;
+          tot[r] = _mm512_fmadd_ps(_mm512_set1_ps(scale_at(w, f)), acc[r], _mm512_fmadd_ps(_mm512_set1_ps(min_at(w, f)), xs, tot[r]));
+        }
+        continue;
+      }
       for (int r = 0; r < R; ++r) {
         const int64_t f = (r0 + r) * ng + j;
         const __m512 z = _mm512_set1_ps(static_cast<float>(zero_at(w, f)));
@@ -283,6 +308,9 @@ inline __m512 add_chunk(__m512 tot, __m512 d, __m512 sx, __m512 cz, const uint16
   __m512 t;
   if constexpr (Sym) {
     t = _mm512_fmsub_ps(d, sx, cz);
+  } else if (w.float_min()) {  // Δ · Σ s_b·u·x_q + m · Σ s_b·x_q (cz: s_b·Σ x_q spread over the block's lanes)
+    const __m512 m = scale_lanes<G, C>(w.mins_f16.data() + f);
+    return _mm512_fmadd_ps(_mm512_mul_ps(d, sx), scale_lanes<G, C>(p), _mm512_fmadd_ps(m, cz, tot));
   } else {
     const __m512 z = group_lanes<G, C>(f, [&](int64_t k) { return static_cast<float>(zero_at(w, k)); });
     t = _mm512_fnmadd_ps(z, cz, _mm512_mul_ps(d, sx));
@@ -389,8 +417,12 @@ void dequant_tile(const Int4Weights& w, int64_t ob, int64_t k0, int64_t kc, floa
         const int64_t j = k / g;
         for (int l = 0; l < 16; ++l) {
           const float d = l < valid ? scale_at(w, (o0 + l) * ng + j) : 0.0f;
-          const float z = l < valid ? (Sym ? 8.0f : static_cast<float>(zero_at(w, (o0 + l) * ng + j))) : 0.0f;
           dv[l] = d;
+          if (!Sym && w.float_min()) {
+            dzv[l] = l < valid ? -min_at(w, (o0 + l) * ng + j) : 0.0f;  // Δ·u − (−m): GGML's one rounding
+            continue;
+          }
+          const float z = l < valid ? (Sym ? 8.0f : static_cast<float>(zero_at(w, (o0 + l) * ng + j))) : 0.0f;
           dzv[l] = d * z;  // exact (11-bit mantissa × integer ≤ 15)
         }
         D = _mm512_load_ps(dv);
@@ -586,12 +618,16 @@ void gemv_rows_avx2(const Int4Weights& w, const float* xp, const float* xsum, in
       // Δ and z inline (F16C's exact FP16 → FP32; the out-of-line int4_scale / int4_zero calls took
       // 13% of SmolLM2's g32 decode).
       const int64_t f = (r0 + r) * ng + j;
-      const __m256 z = _mm256_set1_ps(static_cast<float>(w.asym ? zero_at(w, f) : 8));
 #if defined(__F16C__)
       const float d = _cvtsh_ss(w.scales_f16[static_cast<size_t>(f)]);
 #else
       const float d = half_to_float(w.scales_f16[static_cast<size_t>(f)]);
 #endif
+      if (w.float_min()) {  // Δ · Σ x·u + m · Σ x
+        tot[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), acc[r], _mm256_fmadd_ps(_mm256_set1_ps(min_at(w, f)), xs, tot[r]));
+        continue;
+      }
+      const __m256 z = _mm256_set1_ps(static_cast<float>(w.asym ? zero_at(w, f) : 8));
       tot[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_fnmadd_ps(z, xs, acc[r]), tot[r]);
     }
   }
@@ -644,7 +680,8 @@ void W4A16Linear::set_decode_activations(W4DecodeActivations a) {
 }
 
 std::string W4A16Linear::format() const {
-  return "w4a16-g" + std::to_string(w_.group) + (w_.asym ? "-asym" : "-sym");
+  if (w_.k_quant()) return "w4a16-q4_k";
+  return "w4a16-g" + std::to_string(w_.group) + (w_.asym ? (w_.float_min() ? "-asym-fmin" : "-asym") : "-sym");
 }
 
 void W4A16Linear::forward(const float* x, int64_t n, float* y) const {

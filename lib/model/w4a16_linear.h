@@ -11,8 +11,9 @@
 //     float through a 16-entry vpermps table (no mask, no int→float conversion); the activation is
 //     permuted once per call into the same even/odd order, so the FMAs accumulate Σ x·q per group
 //     in registers, and each group is closed with Δ · Σ x·q (symmetric) or Δ · (Σ x·u − z · Σ x)
-//     (asymmetric, u the unsigned code; Σ x per group precomputed per call). Four rows share each
-//     activation load.
+//     (asymmetric, u the unsigned code; Σ x per group precomputed per call), or Δ · Σ x·u + m · Σ x
+//     with a float minimum m (Q4_1 / Q4_K; every path below closes groups the same way). Four rows
+//     share each activation load.
 //   - n == 1 with W4DecodeActivations::Int8: the activation is rounded to INT8 per block of 32 columns
 //     and permuted per 128-column chunk into [64 even columns, 64 odd columns]. One aligned 64-byte
 //     load of a packed row (128 weights) gives the even columns' codes in its low nibbles and the
@@ -25,7 +26,7 @@
 //     0–3 and 8–11: the chunk's first block, 4–7 and 12–15: its second).
 //   - n > 1: tiled GEMM with AVX-512 FMAs (no sgemm): per block of 64 output rows and per chunk of
 //     ≤ 128 input columns (whole groups), the tile is dequantized (gathered from 16 rows at a time,
-//     exact: Δ·u − Δ·z in one FMA) into a per-thread transposed FP32 buffer Wt[128][64] (32 KiB,
+//     exact: Δ·u − Δ·z in one FMA; Δ·u + m with a float minimum, GGML's rounding) into a per-thread transposed FP32 buffer Wt[128][64] (32 KiB,
 //     L1-resident), then a 6-token × 64-output register-blocked micro-kernel accumulates into y.
 //     Each weight is dequantized once per call, independent of n.
 //   - n == 1 on builds with AVX2 and FMA but no AVX-512: the same GEMV with 8 lanes. Per 16-column
@@ -110,7 +111,8 @@ class W4A16Linear final : public Linear {
     forward_batch1(std::span(linears.begin(), linears.size()), x);
   }
 
-  /// "w4a16-g<group>-<sym|asym>", e.g. "w4a16-g128-sym".
+  /// "w4a16-g<group>-<sym|asym>", e.g. "w4a16-g128-sym"; "w4a16-g<group>-asym-fmin" with a float
+  /// minimum, "w4a16-q4_k" with K-quant scales (quant/q4k_layout.h).
   std::string format() const override;
   /// packed bytes + 2 · scales + zero-point bytes (int4_storage_bytes).
   int64_t weight_bytes() const override { return int4_storage_bytes(weights()); }

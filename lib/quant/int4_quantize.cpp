@@ -97,8 +97,23 @@ void validate_int4(const Int4Weights& w) {
   };
   if (static_cast<int64_t>(w.packed.size()) != w.out * w.in / 2) fail("packed", w.packed.size(), w.out * w.in / 2);
   if (static_cast<int64_t>(w.scales_f16.size()) != w.out * ng) fail("scales_f16", w.scales_f16.size(), w.out * ng);
-  const int64_t nz = w.asym ? (w.out * ng + 1) / 2 : 0;
-  if (static_cast<int64_t>(w.zeros_packed.size()) != nz) fail("zeros_packed", w.zeros_packed.size(), nz);
+  if (w.float_min()) {
+    if (!w.asym) throw std::invalid_argument("Int4Weights: a float minimum needs asymmetric (unsigned) codes");
+    if (static_cast<int64_t>(w.mins_f16.size()) != w.out * ng) fail("mins_f16", w.mins_f16.size(), w.out * ng);
+    if (!w.zeros_packed.empty()) fail("zeros_packed (float minimum)", w.zeros_packed.size(), 0);
+    for (const uint16_t h : w.mins_f16)
+      if (!std::isfinite(half_to_float(h))) throw std::invalid_argument("Int4Weights: a float minimum is not finite");
+  } else {
+    const int64_t nz = w.asym ? (w.out * ng + 1) / 2 : 0;
+    if (static_cast<int64_t>(w.zeros_packed.size()) != nz) fail("zeros_packed", w.zeros_packed.size(), nz);
+  }
+  if (w.k_quant()) {
+    if (w.group != 32 || !w.float_min())
+      throw std::invalid_argument("Int4Weights: K-quant scales need g = 32 and a float minimum (GGML's Q4_K)");
+    const int64_t nsb = (ng + 7) / 8;
+    if (static_cast<int64_t>(w.superblock_scales.size()) != w.out * nsb * 16)
+      fail("superblock_scales", w.superblock_scales.size(), w.out * nsb * 16);
+  }
   for (const uint16_t h : w.scales_f16) {
     const float d = half_to_float(h);
     if (!std::isfinite(d) || (w.asym && d < 0.0f))
@@ -113,7 +128,7 @@ int int4_code(const Int4Weights& w, int64_t r, int64_t c) {
 }
 
 int int4_zero(const Int4Weights& w, int64_t r, int64_t j) {
-  if (!w.asym) return 0;
+  if (!w.asym || w.float_min()) return 0;
   const int64_t f = r * int4_groups_per_row(w) + j;
   const uint8_t b = w.zeros_packed[static_cast<size_t>(f / 2)];
   return (f & 1) ? (b >> 4) : (b & 0xF);
@@ -123,10 +138,20 @@ float int4_scale(const Int4Weights& w, int64_t r, int64_t j) {
   return half_to_float(w.scales_f16[static_cast<size_t>(r * int4_groups_per_row(w) + j)]);
 }
 
+float int4_offset(const Int4Weights& w, int64_t r, int64_t j) {
+  if (w.float_min()) return half_to_float(w.mins_f16[static_cast<size_t>(r * int4_groups_per_row(w) + j)]);
+  return -int4_scale(w, r, j) * static_cast<float>(int4_zero(w, r, j));
+}
+
 void dequantize_int4_row(const Int4Weights& w, int64_t r, float* dst) {
   const int64_t ng = int4_groups_per_row(w);
   for (int64_t j = 0; j < ng; ++j) {
     const float d = int4_scale(w, r, j);
+    if (w.float_min()) {
+      const float m = int4_offset(w, r, j);
+      for (int64_t c = j * w.group; c < std::min(w.in, (j + 1) * w.group); ++c) dst[c] = d * static_cast<float>(int4_code(w, r, c)) + m;
+      continue;
+    }
     const int z = int4_zero(w, r, j);
     for (int64_t c = j * w.group; c < std::min(w.in, (j + 1) * w.group); ++c) dst[c] = d * static_cast<float>(int4_code(w, r, c) - z);
   }
@@ -140,11 +165,14 @@ void dequantize_int4(const Int4Weights& w, float* dst) {
 double bits_per_weight(const Int4Weights& w) {
   if (w.group <= 0 || w.in <= 0) throw std::invalid_argument("bits_per_weight: group size and width must be positive");
   const double groups_per_weight = double(int4_groups_per_row(w)) / double(w.in);
+  if (w.k_quant()) return 4.0 + 128.0 * double((int4_groups_per_row(w) + 7) / 8) / double(w.in);
+  if (w.float_min()) return 4.0 + 32.0 * groups_per_weight;
   return 4.0 + 16.0 * groups_per_weight + (w.asym ? 4.0 * groups_per_weight : 0.0);
 }
 
 int64_t int4_storage_bytes(const Int4Weights& w) {
-  return static_cast<int64_t>(w.packed.size() + 2 * w.scales_f16.size() + w.zeros_packed.size());
+  if (w.k_quant()) return static_cast<int64_t>(w.packed.size() + w.superblock_scales.size());
+  return static_cast<int64_t>(w.packed.size() + 2 * w.scales_f16.size() + w.zeros_packed.size() + 2 * w.mins_f16.size());
 }
 
 }  // namespace sq

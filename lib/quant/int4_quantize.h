@@ -63,6 +63,13 @@ struct Int4Weights {
                                              ///< owned, or borrowed from a mapped .sqm (ops/packed_storage.h)
   std::vector<uint16_t> scales_f16;  ///< [out, ⌈in/g⌉] FP16 bits of Δ
   std::vector<uint8_t> zeros_packed; ///< [out, ⌈in/g⌉] U4, flat-packed, asym only (else empty)
+  std::vector<uint16_t> mins_f16;    ///< [out, ⌈in/g⌉] FP16 bits of the float minimum m, asym only (then zeros_packed is empty)
+  std::vector<uint8_t> superblock_scales;  ///< K-quant: [out, super-blocks, 16] bytes (file comment), else empty
+
+  /// True when the groups have a float minimum (w = Δ·u + m) rather than an integer zero point.
+  bool float_min() const { return !mins_f16.empty(); }
+  /// True for the two-level K-quant scales (GGML's Q4_K layout).
+  bool k_quant() const { return !superblock_scales.empty(); }
 };
 
 /// Throws std::invalid_argument unless g ∈ {32, 64, 128}, in > 0, out > 0 and in is even (the
@@ -79,18 +86,23 @@ inline int64_t int4_groups_per_row(const Int4Weights& w) { return w.group > 0 ? 
 Int4Weights quantize_int4(const float* w, int64_t out, int64_t in, int64_t group, bool asym);
 
 /// Throws std::invalid_argument when `w`'s vectors do not have the sizes its out/in/group/asym
-/// imply, or its shape is invalid (check_int4_shape), or a scale is not finite, or (asymmetric
-/// only) negative.
+/// imply (with a float minimum: mins_f16 instead of zeros_packed; with K-quant scales: g = 32 and
+/// superblock_scales of [out, ⌈⌈in/32⌉/8⌉, 16] bytes), or its shape is invalid (check_int4_shape),
+/// or a scale or minimum is not finite, or (asymmetric only) a scale is negative.
 void validate_int4(const Int4Weights& w);
 
 /// Signed integer code of element (r, c): q ∈ [−8, 7] (symmetric) or q ∈ [0, 15] (asymmetric).
 int int4_code(const Int4Weights& w, int64_t r, int64_t c);
-/// Zero point z ∈ [0, 15] of group j of row r (0 when symmetric).
+/// Zero point z ∈ [0, 15] of group j of row r (0 when symmetric or with a float minimum).
 int int4_zero(const Int4Weights& w, int64_t r, int64_t j);
+/// The additive term of group j of row r: w = Δ · code + offset, i.e. m (float minimum) or −Δ · z
+/// (exact: an 11-bit mantissa times an integer ≤ 15).
+float int4_offset(const Int4Weights& w, int64_t r, int64_t j);
 /// Step Δ of group j of row r (the FP16 value, as float).
 float int4_scale(const Int4Weights& w, int64_t r, int64_t j);
 
-/// Row r of W' (as dequantize_int4): dst[c] = Δ · (q − z) for c < in, `dst` holding `in` floats.
+/// Row r of W' (as dequantize_int4): dst[c] = Δ · (q − z) (Δ · u + m with a float minimum, one
+/// rounding, as GGML's Q4_1/Q4_K dequantization) for c < in, `dst` holding `in` floats.
 /// No validation (call validate_int4 once); r must be < out. Used by the INT4 token-embedding lookup.
 void dequantize_int4_row(const Int4Weights& w, int64_t r, float* dst);
 /// Reference dequantization: W' [out, in] row-major FP32, W'[r, c] = Δ · (q − z) (z = 0 when
@@ -101,10 +113,13 @@ void dequantize_int4(const Int4Weights& w, float* dst);
 /// Storage cost per weight in bits: 4 + 16·G/in (FP16 scales) + 4·G/in (U4 zeros, asymmetric only),
 /// G = ⌈in/g⌉ groups per row; when g divides in that is 4 + 16/g (+ 4/g): e.g. 4.125 for g = 128
 /// symmetric, 4.15625 for g = 128 asymmetric. (Flat zero packing can add half a byte per matrix,
-/// which this per-weight figure leaves out; int4_storage_bytes counts it.)
+/// which this per-weight figure leaves out; int4_storage_bytes counts it.) A float minimum costs
+/// 16·G/in instead of 4·G/in (Q4_1: 5.0); K-quant scales 128·S/in beside the codes, S super-blocks
+/// per row (Q4_K: 4.5 when 256 divides in).
 double bits_per_weight(const Int4Weights& w);
 
-/// Bytes held: packed + 2 · scales + zeros_packed (exactly the vectors' sizes).
+/// Bytes as stored in a file: packed + 2 · scales + zeros_packed + 2 · mins (float minimum); for
+/// K-quant scales packed + superblock_scales (the expanded Δ and m are derived, not stored).
 int64_t int4_storage_bytes(const Int4Weights& w);
 
 }  // namespace sq

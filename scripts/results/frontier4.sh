@@ -33,6 +33,10 @@ convert rtn-g128-mse-calib-head --scheme w4a16 --calib "$OUT/calib.h5"
 A32=(--scheme w4a16 --group-size 32 --asym --calib "$OUT/calib.h5")
 convert rtn-g32a-mse-calib-head "${A32[@]}"
 convert gptqao-g32a-mse-head "${A32[@]}" --gptq --act-order --gptq-hessians file
+# GGML's Q4_K layout (two-level 6-bit scales and minimums, 4.5 bits/weight where 256 | in). Caveat
+# (docs/results.md): the sources are Q4_1 (SmolLM2) and Q4_K_M files, whose grids a float minimum
+# per 32 weights comes close to re-quantizing.
+convert q4k-mse-calib-head --scheme w4a16 --k-quant --calib "$OUT/calib.h5"
 MIXED=${MIXED:-1}
 [[ $MIXED == 0 ]] || {
 convert rtn-g32a-mixed5.5 "${A32[@]}" --bits-per-weight 5.5
@@ -53,6 +57,7 @@ row "GPTQ act-order g32 sym, mse (diag H) + INT8 head" "$OUT/gptqao-g32-mse-head
 row "RTN g128 sym, mse (calibration Σx²) + INT8 head (the --scheme w4a16 --calib default)" "$OUT/rtn-g128-mse-calib-head.sqm"
 row "RTN g32 asym, mse (calibration Σx²) + INT8 head" "$OUT/rtn-g32a-mse-calib-head.sqm"
 row "GPTQ act-order g32 asym, mse (diag H) + INT8 head" "$OUT/gptqao-g32a-mse-head.sqm"
+row "RTN Q4_K (--k-quant), mse (calibration Σx²) + INT8 head" "$OUT/q4k-mse-calib-head.sqm"
 [[ $MIXED == 0 ]] || {
 row "RTN g32 asym + INT8 head, --bits-per-weight 5.5" "$OUT/rtn-g32a-mixed5.5.sqm"
 row "GPTQ act-order g32 asym (sequential H) + INT8 head, --bits-per-weight 5.63" "$OUT/gptqao-g32a-mixed5.63-seq.sqm"
