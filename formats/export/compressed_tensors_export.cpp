@@ -209,6 +209,9 @@ void check_compressed_tensors_export(const ExportInput& in, const ExportOptions&
   if (in.scheme == "w4a4-atom")
     throw UnsupportedError(in.file->path() + ": scheme w4a4-atom (Atom W4A4: 4-bit activations, reordered input channels and "
                            "INT8 outlier columns) cannot be expressed in compressed-tensors");
+  if (in.quant.value("layout", std::string()) == "q4_k")
+    throw UnsupportedError(in.file->path() + ": K-quant weights (--k-quant, GGML's Q4_K: a float minimum per group, which "
+                           "compressed-tensors' integer zero points cannot hold); export them with --format gguf");
   if (!quantized_scheme(in.scheme) && !float_scheme(in.scheme))
     throw UnsupportedError(in.file->path() + ": scheme '" + in.scheme + "' cannot be expressed in compressed-tensors");
   if (float_scheme(in.scheme) && !o.kv.empty())
