@@ -70,8 +70,9 @@ inline float min_at(const Int4Weights& w, int64_t f) {
 }
 
 /// Row o of the dequantized weight matrix into row[w.in]: Δ[o, j] · (q[o, k] − z[o, j]), exact (an
-/// FP16 step times an integer of at most 4 bits). Whole groups (the kernels' copy); symmetric codes
-/// are read as u = q + 8 (nibble XOR 8) with z = 8, the same products.
+/// FP16 step times an integer of at most 4 bits); with a float minimum Δ · u + m in one rounding.
+/// Whole groups (the kernels' copy); symmetric codes are read as u = q + 8 (nibble XOR 8) with
+/// z = 8, the same products.
 void dequant_row(const Int4Weights& w, int64_t o, float* row) {
   const int64_t ng = w.in / w.group;
   const uint8_t* p = w.packed.data() + o * (w.in / 2);
