@@ -36,13 +36,14 @@ Int4Projection quantize_linear_int4(const Tensor& W, const std::string& name, co
                      "² = " + std::to_string(in * in));
   Int4Projection p;
   p.name = name;
+  // RTN's search without a calibration importance weighs the columns by diag(H) when H is given
+  std::vector<double> diag;
+  if (!o.gptq && (o.k_quant || o.scale_search) && !importance && H) {
+    diag = hessian_diagonal(*H, in);
+    importance = &diag;
+  }
   if (o.k_quant) {
     if (o.gptq) throw UsageError(name + ": K-quant weights by GPTQ are not supported yet (RTN with the importance-weighted search)");
-    std::vector<double> diag;
-    if (!importance && H) {
-      diag = hessian_diagonal(*H, in);
-      importance = &diag;
-    }
     try {
       p.weights = quantize_q4k(W.data(), rows, in, importance ? importance->data() : nullptr, name);
     } catch (const std::invalid_argument& e) {
@@ -61,11 +62,6 @@ Int4Projection quantize_linear_int4(const Tensor& W, const std::string& name, co
     p.hessian_error = r.hessian_error;
     p.weights = to_int4_weights(r, !o.asym);
   } else {
-    std::vector<double> diag;
-    if (o.scale_search && !importance && H) {
-      diag = hessian_diagonal(*H, in);
-      importance = &diag;
-    }
     if (o.scale_search) g.importance = importance;
     GptqResult r = rtn_quantize(W.data(), rows, in, g);
     if (H) p.hessian_error = hessian_weighted_error(W.data(), r.dequantized.data(), rows, in, *H);

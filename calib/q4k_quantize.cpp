@@ -122,11 +122,16 @@ SuperBlock two_level(const GroupView* g, const Params* p, int n) {
     }
     return 0.0f;
   };
-  for (int t = 63; t >= 59; --t)
-    for (int tm = 63; tm >= 59; --tm) {
+  float ds[5], dmins[5];  // t, t' = 63 − i
+  for (int i = 0; i < 5; ++i) {
+    ds[i] = scale_of(dmax, 63 - i);
+    dmins[i] = scale_of(mmax, 63 - i);
+  }
+  for (int i = 0; i < 5; ++i)
+    for (int im = 0; im < 5; ++im) {
       SuperBlock s;
-      s.d = scale_of(dmax, t);
-      s.dmin = scale_of(mmax, tm);
+      s.d = ds[i];
+      s.dmin = dmins[im];
       for (int j = 0; j < n; ++j) {
         s.sc[j] = s.d > 0 ? uint8_t(std::clamp(std::nearbyint(p[j].delta / s.d), 0.0f, 63.0f)) : 0;
         s.mi[j] = s.dmin > 0 ? uint8_t(std::clamp(std::nearbyint(-p[j].m / s.dmin), 0.0f, 63.0f)) : 0;
@@ -167,7 +172,7 @@ Int4Weights quantize_q4k(const float* W, int64_t out, int64_t in, const double* 
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(name + ": " + e.what());
   }
-  const int64_t ng = (in + kGroup - 1) / kGroup, nsb = (ng + kQ4kGroups - 1) / kQ4kGroups;
+  const int64_t ng = (in + kGroup - 1) / kGroup, nsb = q4k_superblocks(ng);
   if (importance)
     for (int64_t k = 0; k < in; ++k)
       if (!(importance[k] >= 0) || !std::isfinite(importance[k]))
@@ -212,14 +217,9 @@ Int4Weights quantize_q4k(const float* W, int64_t out, int64_t in, const double* 
       const uint16_t d16 = float_to_half(best.d), m16 = float_to_half(best.dmin);
       std::memcpy(h, &d16, 2);
       std::memcpy(h + 2, &m16, 2);
-      uint8_t sc[8] = {}, mi[8] = {};
+      pack_q4k_scales(best.sc.data(), best.mi.data(), h + 4);  // pairs past n are 0
       for (int j = 0; j < n; ++j) {
-        sc[j] = best.sc[size_t(j)];
-        mi[j] = best.mi[size_t(j)];
-      }
-      pack_q4k_scales(sc, mi, h + 4);
-      for (int j = 0; j < n; ++j) {
-        const float delta = best.d * float(sc[j]), m = -best.dmin * float(mi[j]);
+        const float delta = best.d * float(best.sc[size_t(j)]), m = -best.dmin * float(best.mi[size_t(j)]);
         for (int64_t k = 0; k < g[j].len; ++k) {
           const int64_t c = (b * kQ4kGroups + j) * kGroup + k;
           const uint8_t u = static_cast<uint8_t>(code_of(g[j].w[k], delta, m));

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "model/w4a16_linear.h"
 #include "model/w8a16_linear.h"
+#include "quant/q4k_layout.h"
 
 namespace sq {
 
@@ -30,7 +31,7 @@ void write_int4_linear(SqmWriter& w, const Int4Projection& p, const Tensor* bias
   const int64_t ng = int4_groups_per_row(q);
   w.add_tensor(p.name + ".weight", q.asym ? SqmDType::U4x2 : SqmDType::I4x2, {q.out, q.in}, q.packed.data(), q.packed.size());
   if (q.k_quant()) {
-    w.add_tensor(p.name + ".weight_superblock_scale", SqmDType::U8, {q.out, (ng + 7) / 8, 16}, q.superblock_scales.data(),
+    w.add_tensor(p.name + ".weight_superblock_scale", SqmDType::U8, {q.out, q4k_superblocks(ng), kQ4kHeadBytes}, q.superblock_scales.data(),
                  q.superblock_scales.size());
     if (bias) write_float(w, p.name + ".bias", *bias, ConvertScheme::F32);
     return;

@@ -110,8 +110,9 @@ void q3_k(const uint8_t* b, float* y) {
       }
 }
 
-/// The 6-bit scale and min of sub-block s (0..7) of a Q4_K / Q5_K super-block.
-inline void scale_min_k4(int s, const uint8_t* q, int& sc, int& m) {
+}  // namespace
+
+void k_quant_unpack_scale_min(const uint8_t* q, int s, int& sc, int& m) {
   if (s < 4) {
     sc = q[s] & 63;
     m = q[s + 4] & 63;
@@ -121,6 +122,8 @@ inline void scale_min_k4(int s, const uint8_t* q, int& sc, int& m) {
   }
 }
 
+namespace {
+
 /// The shared part of Q4_K and Q5_K (their block layouts above): 8 sub-blocks of 32 with 6-bit
 /// scales/mins from `scales`, low 4 bits from `qs` (chunk c holds sub-blocks 2c in its low nibbles
 /// and 2c+1 in its high nibbles); Q5_K (kHighBit) adds bit 4 from qh[l], bit 2c / 2c+1.
@@ -129,8 +132,8 @@ void k_quant_scale_min(const uint8_t* b, const uint8_t* scales, const uint8_t* q
   const float d = f16_at(b), dmin = f16_at(b + 2);
   for (int c = 0; c < 4; ++c) {
     int sc0, m0, sc1, m1;
-    scale_min_k4(2 * c, scales, sc0, m0);
-    scale_min_k4(2 * c + 1, scales, sc1, m1);
+    k_quant_unpack_scale_min(scales, 2 * c, sc0, m0);
+    k_quant_unpack_scale_min(scales, 2 * c + 1, sc1, m1);
     const float d0 = d * static_cast<float>(sc0), dm0 = dmin * static_cast<float>(m0);
     const float d1 = d * static_cast<float>(sc1), dm1 = dmin * static_cast<float>(m1);
     const uint8_t* q = qs + 32 * c;

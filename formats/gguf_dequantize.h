@@ -52,6 +52,12 @@
 
 namespace sq {
 
+/// The 6-bit scale sc and minimum m of sub-block s ∈ [0, 8) of a Q4_K / Q5_K super-block, from its
+/// 12 packed bytes `scales` (ggml-common.h `block_q4_K.scales`; layout in quant/q4k_layout.h:
+/// s < 4: sc = q[s] & 63, m = q[s+4] & 63; s ≥ 4: the nibbles of q[s+4] plus the top two bits of
+/// q[s−4] / q[s]). No bounds check beyond s's range being the caller's.
+void k_quant_unpack_scale_min(const uint8_t* scales, int s, int& sc, int& m);
+
 /// True for the types dequantize_row supports: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
 /// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K.
 bool ggml_can_dequantize(GgmlType type);

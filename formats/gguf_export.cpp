@@ -156,9 +156,9 @@ Source load_source(const SqmFile& f, const std::string& name, const nlohmann::js
         w.in = s.cols;
         w.group = s.group;
         w.asym = s.kind == SrcKind::Int4Asym;
-        const int64_t nsb = (s.groups + 7) / 8;
-        s.heads = raw_of(f, base + ".weight_superblock_scale", SqmDType::U8, {s.rows, nsb, 16});
-        w.superblock_scales.assign(s.heads, s.heads + s.rows * nsb * 16);
+        const int64_t nsb = q4k_superblocks(s.groups);
+        s.heads = raw_of(f, base + ".weight_superblock_scale", SqmDType::U8, {s.rows, nsb, kQ4kHeadBytes});
+        w.superblock_scales.assign(s.heads, s.heads + s.rows * nsb * kQ4kHeadBytes);
         try {
           expand_q4k_scales(w);
         } catch (const std::invalid_argument& e) {
@@ -317,7 +317,7 @@ GgmlType target_type(const Source& s, bool dequantize) {
   switch (s.kind) {
     case SrcKind::Int4Sym: return GgmlType::Q4_0;
     case SrcKind::Int4Asym: return GgmlType::Q4_1;
-    case SrcKind::Int4KQuant: return s.cols % 256 == 0 ? GgmlType::Q4_K : GgmlType::Q4_1;  // Q4_1: Δ, m are FP16 (exact)
+    case SrcKind::Int4KQuant: return s.cols % kQ4kColumns == 0 ? GgmlType::Q4_K : GgmlType::Q4_1;  // Q4_1: Δ, m are FP16 (exact)
     case SrcKind::Int8: return GgmlType::Q8_0;
     case SrcKind::Float: break;
   }
@@ -376,9 +376,10 @@ void encode_row(const Source& s, int64_t r, GgmlType type, uint8_t* dst, std::ve
       }
       return;
     case GgmlType::Q4_K: {  // block_q4_K (quant/q4k_layout.h): the stored heads and the codes regrouped, exact
-      const int64_t nsb = n / 256;
+      const int64_t nsb = n / kQ4kColumns;
       for (int64_t b = 0; b < nsb; ++b)
-        q4k_gguf_block(s.heads + (r * nsb + b) * 16, s.data + uint64_t(r) * uint64_t(n / 2) + uint64_t(b) * 128, dst + b * 144);
+        q4k_gguf_block(s.heads + (r * nsb + b) * kQ4kHeadBytes, s.data + uint64_t(r) * uint64_t(n / 2) + uint64_t(b * kQ4kColumns / 2),
+                       dst + b * kQ4kBlockBytes);
       return;
     }
     case GgmlType::Q8_0: {  // block {f16 d; i8 qs[32]}: x = d·q

@@ -38,6 +38,7 @@
 #include "runtime/kv_cache.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/hf_tiny.h"
+#include "tests/support/real_models.h"
 #include "tests/support/process.h"
 #include "tests/support/test_data.h"
 
@@ -695,9 +696,8 @@ TEST(GgufStreamWriter, WritesAlignedTensorsAndNothingOnFailure) {
 
 // SmolLM2-135M (GGUF Q4_1/Q8_0 source) -> sq-convert W4A16 g32 symmetric -> GGUF Q4_0 -> sqkit.
 TEST(GgufExportSmolLM2, W4A16SymRoundTripsThroughQ4_0) {
-  const char* models = std::getenv("SQKIT_MODELS");
-  const std::string src = models ? std::string(models) + "/SmolLM2-135M-Instruct.Q4_1.gguf" : "";
-  if (src.empty() || !fs::exists(src)) GTEST_SKIP() << "$SQKIT_MODELS/SmolLM2-135M-Instruct.Q4_1.gguf not found";
+  const std::string src = model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
+  if (src.empty()) GTEST_SKIP() << "SmolLM2-135M-Instruct.Q4_1.gguf not found (bash scripts/fetch-models.sh smollm2-135m)";
   ScratchDir dir;
   const std::string sqm = dir.file("smol-w4.sqm"), out = dir.file("smol-q4_0.gguf");
   const ProcessResult r = run_process({tool("sq-convert"), "-m", src, "-o", sqm, "-q", "--scheme", "w4a16", "--sym", "--group-size", "32", "-t", "2"});
@@ -735,9 +735,8 @@ TEST(GgufExportSmolLM2, W4A16SymRoundTripsThroughQ4_0) {
 // are FP16 values): every weight read back by sqkit's GGUF reader (its Q4_K / Q4_1 dequantization,
 // written from ggml-common.h) equals the .sqm's exactly (tolerance 0).
 TEST(GgufExportSmolLM2, KQuantIsQ4_KAndQ4_1Exactly) {
-  const char* models = std::getenv("SQKIT_MODELS");
-  const std::string src = models ? std::string(models) + "/SmolLM2-135M-Instruct.Q4_1.gguf" : "";
-  if (src.empty() || !fs::exists(src)) GTEST_SKIP() << "$SQKIT_MODELS/SmolLM2-135M-Instruct.Q4_1.gguf not found";
+  const std::string src = model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
+  if (src.empty()) GTEST_SKIP() << "SmolLM2-135M-Instruct.Q4_1.gguf not found (bash scripts/fetch-models.sh smollm2-135m)";
   ScratchDir dir;
   const std::string sqm = dir.file("smol-q4k.sqm"), out = dir.file("smol-q4k.gguf");
   const ProcessResult r = run_process({tool("sq-convert"), "-m", src, "-o", sqm, "-q", "--scheme", "w4a16", "--k-quant", "-t", "2"});

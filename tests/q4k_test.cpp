@@ -25,6 +25,7 @@
 #include "model/w4a16_linear.h"
 #include "quant/q4k_layout.h"
 #include "tests/support/cli.h"
+#include "tests/support/int8_blocks.h"
 #include "tests/support/process.h"
 #include "tests/support/scheme_cli_fixture.h"
 #include "tests/support/test_data.h"
@@ -53,7 +54,7 @@ TEST(Q4kLayout, ScalePackingRoundTrips) {
     pack_q4k_scales(sc, mi, packed);
     for (int j = 0; j < 8; ++j) {
       int s, m;
-      unpack_q4k_scale(packed, j, s, m);
+      k_quant_unpack_scale_min(packed, j, s, m);
       ASSERT_EQ(s, sc[j]);
       ASSERT_EQ(m, mi[j]);
     }
@@ -91,7 +92,7 @@ TEST(Q4kQuantize, StepsAndMinimumsAreExactFp16Products) {
       std::memcpy(&d16, h, 2);
       std::memcpy(&m16, h + 2, 2);
       int sc, mi;
-      unpack_q4k_scale(h + 4, int(j % 8), sc, mi);
+      k_quant_unpack_scale_min(h + 4, int(j % 8), sc, mi);
       ASSERT_EQ(int4_scale(q, r, j), half_to_float(d16) * float(sc));
       ASSERT_EQ(int4_offset(q, r, j), -half_to_float(m16) * float(mi));
       ASSERT_LE(int4_offset(q, r, j), 0.0f);
@@ -100,7 +101,7 @@ TEST(Q4kQuantize, StepsAndMinimumsAreExactFp16Products) {
   for (int64_t r = 0; r < out; ++r)
     for (int j = 2; j < 8; ++j) {
       int sc, mi;
-      unpack_q4k_scale(q.superblock_scales.data() + (r * nsb + 2) * 16 + 4, j, sc, mi);
+      k_quant_unpack_scale_min(q.superblock_scales.data() + (r * nsb + 2) * 16 + 4, j, sc, mi);
       EXPECT_EQ(sc, 0);
       EXPECT_EQ(mi, 0);
     }
@@ -193,18 +194,7 @@ TEST(Q4kQuantize, ZeroRowsRaggedGroupsAndBadInput) {
   EXPECT_THROW(quantize_q4k(W.data(), out, in, neg.data(), "test"), std::invalid_argument);
 }
 
-/// Rounds x per block of 32 to INT8 as the kernel does (s = amax/127, round-to-nearest-even).
-void round_blocks_int8(const std::vector<float>& x, std::vector<double>& s, std::vector<int>& q) {
-  s.assign(x.size() / 32, 0.0);
-  q.assign(x.size(), 0);
-  for (size_t b = 0; b < s.size(); ++b) {
-    float amax = 0;
-    for (size_t k = 32 * b; k < 32 * b + 32; ++k) amax = std::max(amax, std::fabs(x[k]));
-    s[b] = double(amax / 127.0f);
-    const float inv = amax > 0 ? 127.0f / amax : 0.0f;
-    for (size_t k = 32 * b; k < 32 * b + 32; ++k) q[k] = std::max(-127, static_cast<int>(std::nearbyint(x[k] * inv)));
-  }
-}
+using test::round_blocks_int8;
 
 // Every path closes a group as Δ·Σx·u + m·Σx: against the FP64 product of the reference
 // dequantization the error is FP32 rounding, at most γ_L · Σ_k |x_k| (15|Δ| + |m|) · 2 with

@@ -15,6 +15,7 @@
 #include "model/w4a16_linear.h"
 #include "quant/int4_quantize.h"
 #include "support/expect_error.h"
+#include "support/int8_blocks.h"
 
 namespace sq {
 namespace {
@@ -317,20 +318,7 @@ TEST(W4A16Linear, ResultsDoNotDependOnThreadCount) {
 
 // ---- INT8 decode activations (W4DecodeActivations::Int8) ------------------------------------------
 
-/// The activation rounding of W4DecodeActivations::Int8, written out independently: per block of 32
-/// columns s = max|x| / 127, x_q = nearbyint(x · (127 / max|x|)) (round to nearest even).
-void round_blocks_int8(const std::vector<float>& x, std::vector<double>& s, std::vector<int>& q) {
-  const size_t blocks = x.size() / 32;
-  s.assign(blocks, 0.0);
-  q.assign(x.size(), 0);
-  for (size_t b = 0; b < blocks; ++b) {
-    float amax = 0;
-    for (size_t k = 32 * b; k < 32 * b + 32; ++k) amax = std::max(amax, std::fabs(x[k]));
-    s[b] = double(amax / 127.0f);
-    const float inv = amax > 0 ? 127.0f / amax : 0.0f;
-    for (size_t k = 32 * b; k < 32 * b + 32; ++k) q[k] = std::max(-127, static_cast<int>(std::nearbyint(x[k] * inv)));
-  }
-}
+using test::round_blocks_int8;  // the activation rounding of W4DecodeActivations::Int8, written out independently
 
 TEST(W4A16Linear, Int8DecodeIsTheExactDotOfTheRoundedActivation) {
   // The kernel's integer dot products are exact, so y must equal, up to the FP32 rounding of the

@@ -12,10 +12,10 @@
 #include "model/decoder_linears.h"
 #include "model/hadamard_input_linear.h"
 #include "model/w4a16_linear.h"
-#include "quant/q4k_layout.h"
 #include "model/w8a16_linear.h"
 #include "model/w4a4_linear.h"
 #include "model/w8a8_linear.h"
+#include "quant/q4k_layout.h"
 #include "quant/int8_quantize.h"
 
 namespace sq {
@@ -282,7 +282,7 @@ Int4Weights load_int4_weights(const std::shared_ptr<SqmFile>& f, const std::stri
   if (f->has(base + ".weight_superblock_scale")) {  // K-quant (Q4_K) scales: Δ and m expanded from them
     if (w.group != 32 || !w.asym)
       throw InputError(f->path() + ": tensor '" + base + ".weight_superblock_scale' needs group size 32 and U4x2 codes (Q4_K)");
-    w.superblock_scales = load_bytes(f, base + ".weight_superblock_scale", SqmDType::U8, {out, (ng + 7) / 8, 16});
+    w.superblock_scales = load_bytes(f, base + ".weight_superblock_scale", SqmDType::U8, {out, q4k_superblocks(ng), kQ4kHeadBytes});
     try {
       expand_q4k_scales(w);
     } catch (const std::invalid_argument& e) {

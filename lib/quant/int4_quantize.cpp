@@ -6,6 +6,7 @@
 #include <string>
 
 #include "formats/safetensors.h"
+#include "quant/q4k_layout.h"
 
 namespace sq {
 
@@ -110,9 +111,8 @@ void validate_int4(const Int4Weights& w) {
   if (w.k_quant()) {
     if (w.group != 32 || !w.float_min())
       throw std::invalid_argument("Int4Weights: K-quant scales need g = 32 and a float minimum (GGML's Q4_K)");
-    const int64_t nsb = (ng + 7) / 8;
-    if (static_cast<int64_t>(w.superblock_scales.size()) != w.out * nsb * 16)
-      fail("superblock_scales", w.superblock_scales.size(), w.out * nsb * 16);
+    const int64_t bytes = w.out * q4k_superblocks(ng) * kQ4kHeadBytes;
+    if (static_cast<int64_t>(w.superblock_scales.size()) != bytes) fail("superblock_scales", w.superblock_scales.size(), bytes);
   }
   for (const uint16_t h : w.scales_f16) {
     const float d = half_to_float(h);
@@ -165,7 +165,7 @@ void dequantize_int4(const Int4Weights& w, float* dst) {
 double bits_per_weight(const Int4Weights& w) {
   if (w.group <= 0 || w.in <= 0) throw std::invalid_argument("bits_per_weight: group size and width must be positive");
   const double groups_per_weight = double(int4_groups_per_row(w)) / double(w.in);
-  if (w.k_quant()) return 4.0 + 128.0 * double((int4_groups_per_row(w) + 7) / 8) / double(w.in);
+  if (w.k_quant()) return 4.0 + 8.0 * kQ4kHeadBytes * double(q4k_superblocks(int4_groups_per_row(w))) / double(w.in);
   if (w.float_min()) return 4.0 + 32.0 * groups_per_weight;
   return 4.0 + 16.0 * groups_per_weight + (w.asym ? 4.0 * groups_per_weight : 0.0);
 }

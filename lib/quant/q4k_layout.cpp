@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "formats/gguf_dequantize.h"
 #include "formats/safetensors.h"
 
 namespace sq {
@@ -21,19 +22,9 @@ void pack_q4k_scales(const uint8_t sc[8], const uint8_t mi[8], uint8_t out[12]) 
   }
 }
 
-void unpack_q4k_scale(const uint8_t p[12], int j, int& sc, int& mi) {
-  if (j < 4) {
-    sc = p[j] & 63;
-    mi = p[j + 4] & 63;
-  } else {
-    sc = (p[j + 4] & 15) | ((p[j - 4] >> 6) << 4);
-    mi = (p[j + 4] >> 4) | ((p[j] >> 6) << 4);
-  }
-}
-
 void expand_q4k_scales(Int4Weights& w) {
   if (w.group != 32 || !w.asym) throw std::invalid_argument("Q4_K scales need g = 32 and unsigned codes");
-  const int64_t ng = int4_groups_per_row(w), nsb = (ng + kQ4kGroups - 1) / kQ4kGroups;
+  const int64_t ng = int4_groups_per_row(w), nsb = q4k_superblocks(ng);
   if (static_cast<int64_t>(w.superblock_scales.size()) != w.out * nsb * kQ4kHeadBytes)
     throw std::invalid_argument("Q4_K scales: " + std::to_string(w.superblock_scales.size()) + " bytes, expected " +
                                 std::to_string(w.out * nsb * kQ4kHeadBytes));
@@ -51,7 +42,7 @@ void expand_q4k_scales(Int4Weights& w) {
         throw std::invalid_argument("Q4_K scales: row " + std::to_string(r) + " super-block " + std::to_string(b) + ": d or dmin not finite");
       for (int64_t j = b * kQ4kGroups; j < std::min(ng, (b + 1) * kQ4kGroups); ++j) {
         int sc, mi;
-        unpack_q4k_scale(h + 4, static_cast<int>(j - b * kQ4kGroups), sc, mi);
+        k_quant_unpack_scale_min(h + 4, static_cast<int>(j - b * kQ4kGroups), sc, mi);
         const float delta = d * static_cast<float>(sc), m = -dmin * static_cast<float>(mi);  // exact in FP32
         const uint16_t dh = float_to_half(delta), mh = float_to_half(m);
         if (half_to_float(dh) != delta || half_to_float(mh) != m)

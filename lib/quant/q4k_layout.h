@@ -32,11 +32,13 @@ inline constexpr int64_t kQ4kBlockBytes = 144;
 inline constexpr int64_t kQ4kGroups = 8;
 inline constexpr int64_t kQ4kColumns = 256;
 
+/// Super-blocks per row of K-quant weights with `groups` groups of 32 per row: ⌈groups / 8⌉.
+inline int64_t q4k_superblocks(int64_t groups) { return (groups + kQ4kGroups - 1) / kQ4kGroups; }
+
 /// Packs the 8 pairs of 6-bit integers (each < 64; std::invalid_argument otherwise) into GGML's
-/// 12 bytes (file comment).
+/// 12 bytes (file comment). The GGUF reader's k_quant_unpack_scale_min (formats/gguf_dequantize.h) unpacks
+/// them.
 void pack_q4k_scales(const uint8_t sc[8], const uint8_t mi[8], uint8_t out[12]);
-/// (sc_j, mi_j) of group j ∈ [0, 8) from the 12 packed bytes.
-void unpack_q4k_scale(const uint8_t packed[12], int j, int& sc, int& mi);
 
 /// Fills w.scales_f16 and w.mins_f16 ([out, ⌈in/32⌉] each) from w.superblock_scales: Δ_j = d · sc_j,
 /// m_j = −dmin · mi_j. Requires g = 32, asym, and superblock_scales of [out, ⌈⌈in/32⌉/8⌉, 16]
