@@ -90,7 +90,6 @@ class Int4Quantizer final : public LinearQuantizer {
     if (in.o.int4.gptq && in.o.calib_path.empty())
       throw UsageError("--gptq needs --calib (a calibration file from sq-calibrate, for the Hessians)");
     if (in.o.int4.k_quant && in.o.int4.gptq) throw UsageError("--k-quant does not combine with --gptq yet (RTN with the importance-weighted search)");
-    if (in.o.int4.k_quant && mixed(in.o)) throw UsageError("--k-quant does not combine with --bits-per-weight / --max-kld yet");
   }
   bool mixes_precision() const override { return true; }
 
@@ -262,12 +261,14 @@ class Int4Quantizer final : public LinearQuantizer {
     std::map<std::string, size_t> index;  // slot name -> position in slots / cand
     for (size_t i = 0; i < slots.size(); ++i) index[slots[i].name] = i;
     const auto index_of = [&](const LinearSlot& s) { return index.at(s.name); };
-    for (size_t i = 0; i < slots.size(); ++i) {  // the two formats' storage: codes, FP16 steps, U4 zero points / FP32 row steps
+    for (size_t i = 0; i < slots.size(); ++i) {  // the two formats' storage: codes, FP16 steps, U4 zero points (or
+                                                  // K-quant super-block heads) / FP32 row steps
       const LinearSlot& s = slots[i];
       const int64_t groups = (s.in + o.int4.group_size - 1) / o.int4.group_size;
       cand[i].name = s.name;
       cand[i].weights = s.out * s.in;
-      cand[i].bits_low = (4.0 * double(s.in) + (16.0 + (o.int4.asym ? 4.0 : 0.0)) * double(groups)) / double(s.in);
+      cand[i].bits_low = o.int4.k_quant ? 4.0 + 8.0 * kQ4kHeadBytes * double(q4k_superblocks(groups)) / double(s.in)
+                                        : (4.0 * double(s.in) + (16.0 + (o.int4.asym ? 4.0 : 0.0)) * double(groups)) / double(s.in);
       cand[i].bits_high = 8.0 + 32.0 / double(s.in);
     }
     // Each linear's 4-bit weights, quantized once (the sensitivity pass and every check round use them).
@@ -363,11 +364,12 @@ class Int4Quantizer final : public LinearQuantizer {
     if (h.value("source", nlohmann::json::object()).value("fingerprint", std::string()) != in.fingerprint())
       throw InputError(path + ": was converted from another model (source fingerprint differs from " + in.src.path + "'s)");
     const Int4Options& o = in.o.int4;
+    const std::string layout = q.value("layout", std::string());
     if (q.value("group_size", 0) != o.group_size || q.value("symmetric", true) != !o.asym ||
-        q.value("observer", std::string()) != (o.scale_search ? "mse" : "minmax"))
+        q.value("observer", std::string()) != (o.scale_search ? "mse" : "minmax") || (layout == "q4_k") != o.k_quant)
       throw InputError(path + ": its sensitivities are for group size " + std::to_string(q.value("group_size", 0)) +
-                       (q.value("symmetric", true) ? " symmetric" : " asymmetric") + ", observer " + q.value("observer", std::string("?")) +
-                       ", not this conversion's 4-bit format");
+                       (q.value("symmetric", true) ? " symmetric" : " asymmetric") + (layout.empty() ? "" : " " + layout) + ", observer " +
+                       q.value("observer", std::string("?")) + ", not this conversion's 4-bit format");
     const nlohmann::json& m = q.at("mixed_precision");
     const nlohmann::json& linears = m.at("linears");
     if (linears.size() != slots.size())

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "calib/q4k_quantize.h"
 #include "core/error.h"
 #include "cuda/cuda_int8_gemm.h"
 #include "cuda/cuda_int8_quantize.h"
@@ -209,34 +210,37 @@ TEST(CudaLinear, W8A8MatchesCpuBitForBit) {
 TEST(CudaLinear, W4A16MatchesKernelReplayExactlyAndCpuWithinRoundingBound) {
   SQ_REQUIRE_CUDA();
   const auto in = test::stories_linear_inputs(64);
+  const auto check = [&](const W4A16Linear& layer, const Shape& sh) {
+    const Int4Weights& w = layer.weights();
+    for (int64_t n : kRowCounts) {
+      const auto got = device_forward(layer, *sh.x, n, sh.name);
+      // 1. The kernels evaluate qe::int4_row_partial_dot in the order the replay reproduces
+      //    (GEMV: 32 lanes + butterfly; GEMM: sequential fma): bit-identical.
+      const auto replay = test::replay_w4a16(w, sh.x->data(), n);
+      for (size_t i = 0; i < replay.size(); ++i)
+        ASSERT_EQ(got[i], replay[i]) << sh.name << " " << layer.format() << " n " << n << " at " << i
+                                     << (n == 1 ? " (GEMV kernel)" : " (GEMM kernel)");
+      // 2. Against the CPU layer: both are FP32 evaluations within (in + 16)·u·M of the exact
+      //    product (w4a16_replay.h), so they differ by at most twice that.
+      std::vector<float> ref(got.size());
+      layer.forward(sh.x->data(), n, ref.data());
+      const auto exact = test::w4a16_exact(w, sh.x->data(), n);
+      const double gamma = double(w.in + 16) * kU;
+      for (size_t i = 0; i < ref.size(); ++i)
+        ASSERT_LE(std::fabs(double(got[i]) - ref[i]), 2 * gamma * exact.magnitude[i] + 1e-30)
+            << sh.name << " " << layer.format() << " n " << n << " at " << i;
+      // Relative RMS error ≤ ~(in + 16)·u ≈ 1e-5 per element ⇒ normalized MSE well below 1e-9.
+      EXPECT_LT(nmse(got, ref), 1e-9) << sh.name << " " << layer.format() << " n " << n;
+    }
+  };
   // g = 128 > in = 64 is one ragged group per row; in = 172 leaves ragged last groups of 12 (g 32),
   // 44 (g 64 and 128).
-  for (const Shape& sh : shapes(in))
+  for (const Shape& sh : shapes(in)) {
     for (int64_t g : {32, 64, 128})
-      for (bool asym : {false, true}) {
-        const W4A16Linear layer(*sh.w, g, asym);
-        const Int4Weights& w = layer.weights();
-        for (int64_t n : kRowCounts) {
-          const auto got = device_forward(layer, *sh.x, n, sh.name);
-          // 1. The kernels evaluate qe::int4_row_partial_dot in the order the replay reproduces
-          //    (GEMV: 32 lanes + butterfly; GEMM: sequential fma): bit-identical.
-          const auto replay = test::replay_w4a16(w, sh.x->data(), n);
-          for (size_t i = 0; i < replay.size(); ++i)
-            ASSERT_EQ(got[i], replay[i]) << sh.name << " " << layer.format() << " n " << n << " at " << i
-                                         << (n == 1 ? " (GEMV kernel)" : " (GEMM kernel)");
-          // 2. Against the CPU layer: both are FP32 evaluations within (in + 16)·u·M of the exact
-          //    product (w4a16_replay.h), so they differ by at most twice that.
-          std::vector<float> ref(got.size());
-          layer.forward(sh.x->data(), n, ref.data());
-          const auto exact = test::w4a16_exact(w, sh.x->data(), n);
-          const double gamma = double(w.in + 16) * kU;
-          for (size_t i = 0; i < ref.size(); ++i)
-            ASSERT_LE(std::fabs(double(got[i]) - ref[i]), 2 * gamma * exact.magnitude[i] + 1e-30)
-                << sh.name << " " << layer.format() << " n " << n << " at " << i;
-          // Relative RMS error ≤ ~(in + 16)·u ≈ 1e-5 per element ⇒ normalized MSE well below 1e-9.
-          EXPECT_LT(nmse(got, ref), 1e-9) << sh.name << " " << layer.format() << " n " << n;
-        }
-      }
+      for (bool asym : {false, true}) check(W4A16Linear(*sh.w, g, asym), sh);
+    // the default layout, GGML's Q4_K: a float minimum per group (Δ and m expanded from the super-block heads)
+    check(W4A16Linear(quantize_q4k(sh.w->data(), sh.w->dim(0), sh.w->dim(1), nullptr, sh.name)), sh);
+  }
 }
 
 }  // namespace

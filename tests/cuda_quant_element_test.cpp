@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "calib/q4k_quantize.h"
 #include "cuda/cuda_int8_gemm.h"
 #include "cuda/quant_element.h"
 #include "formats/safetensors.h"
@@ -179,11 +180,48 @@ TEST(CudaQuantElement, Int4DecodeMatchesCpuCodecOnRealWeights) {
             if (asym) {
               ASSERT_EQ(int(qe::nibble_at(q.zeros_packed.data(), r * G + c / g)), int4_zero(q, r, c / g));
             }
-            const float got = qe::int4_weight_at(q.packed.data(), q.scales_f16.data(), asym ? q.zeros_packed.data() : nullptr, q.in,
-                                                 g, G, asym, r, c);
+            const float got = qe::int4_weight_at(q.packed.data(), q.scales_f16.data(), asym ? q.zeros_packed.data() : nullptr, nullptr,
+                                                 q.in, g, G, asym, r, c);
             ASSERT_EQ(bits(got), bits(ref[size_t(r * q.in + c)])) << "g " << g << " asym " << asym << " at " << r << "," << c;
           }
       }
+}
+
+/// The default W4A16 layout (GGML's Q4_K, a float minimum per group of 32, Δ and m expanded from the
+/// super-block heads): the device element decode equals dequantize_int4 bit for bit, and the kernels'
+/// GEMV / GEMM orders stay within the rounding bound of the CPU layer, on real weights and activations
+/// (in = 64 and the ragged 172: one short super-block per row).
+TEST(CudaQuantElement, KQuantFloatMinimumDecodeAndReplaysMatchCpu) {
+  const auto in = test::stories_linear_inputs(64);
+  struct Shape {
+    const Tensor* w;
+    const std::vector<float>* x;
+  };
+  for (const Shape& sh : {Shape{&in.wgate, &in.x64}, Shape{&in.wdown, &in.x172}}) {
+    const W4A16Linear layer(quantize_q4k(sh.w->data(), sh.w->dim(0), sh.w->dim(1), nullptr, "test"));
+    const Int4Weights& q = layer.weights();
+    ASSERT_TRUE(q.float_min() && q.k_quant());
+    std::vector<float> ref(size_t(q.out * q.in));
+    dequantize_int4(q, ref.data());
+    const int64_t G = int4_groups_per_row(q);
+    for (int64_t r = 0; r < q.out; ++r)
+      for (int64_t c = 0; c < q.in; ++c) {
+        const float got = qe::int4_weight_at(q.packed.data(), q.scales_f16.data(), nullptr, q.mins_f16.data(), q.in, q.group, G, true, r, c);
+        ASSERT_EQ(bits(got), bits(ref[size_t(r * q.in + c)])) << "in " << q.in << " at " << r << "," << c;
+      }
+    for (int64_t n : {int64_t(1), int64_t(7)}) {
+      const auto replay = test::replay_w4a16(q, sh.x->data(), n);
+      std::vector<float> cpu(replay.size());
+      layer.forward(sh.x->data(), n, cpu.data());
+      const auto exact = test::w4a16_exact(q, sh.x->data(), n);
+      const double gamma = double(q.in + 16) * kU;  // as the test below (w4a16_replay.h)
+      for (size_t i = 0; i < cpu.size(); ++i) {
+        const double M = exact.magnitude[i];
+        ASSERT_LE(std::fabs(replay[i] - exact.value[i]), gamma * M + 1e-30) << "in " << q.in << " n " << n << " at " << i;
+        ASSERT_LE(std::fabs(double(replay[i]) - cpu[i]), 2 * gamma * M + 1e-30) << "in " << q.in << " n " << n << " at " << i;
+      }
+    }
+  }
 }
 
 /// The GEMV / GEMM orders of the W4A16 kernels replayed on the CPU against W4A16Linear::forward

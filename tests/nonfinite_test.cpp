@@ -223,7 +223,8 @@ TEST(NonFiniteWeights, SqmFp32Fp16TensorsAndScalesAreRefusedAtLoad) {
        "(F16) holds a non-finite value (inf) at index 70 (element [1, 6] of shape [64, 64])"},
       {"w8a8", {"--no-smooth"}, "model.layers.1.mlp.gate_proj.weight_scale", 3, &f32_inf, 4,
        "(F32) holds a non-finite value (inf) at index 3"},
-      {"w4a16", {}, "model.layers.4.mlp.down_proj.weight_scale", 2, &f16_nan, 2, "(F16) holds a non-finite value (nan) at index 2"},
+      {"w4a16", {"--no-k-quant"}, "model.layers.4.mlp.down_proj.weight_scale", 2, &f16_nan, 2,
+       "(F16) holds a non-finite value (nan) at index 2"},
   };
   for (const Case& c : cases) {
     const std::string base = converted_stories(dir, c.scheme, c.extra);
@@ -232,6 +233,15 @@ TEST(NonFiniteWeights, SqmFp32Fp16TensorsAndScalesAreRefusedAtLoad) {
     rewrite_sqm(base, bad, c.tensor, c.index, c.elem, c.size);
     expect_error<NonFiniteError>([&] { load_model(bad); }, {bad + ": tensor '" + c.tensor + "' " + c.expected});
   }
+  // The default W4A16 layout (Q4_K): the FP16 d and dmin live in the U8 super-block heads (16 bytes each, d first);
+  // an infinite d of row 1's only super-block (stories' rows are one short super-block each) is refused at load.
+  const std::string k = dir.file("base-q4k.sqm"), kbad = dir.file("bad-q4k.sqm");
+  const ProcessResult r = convert_stories("w4a16", {}, k);
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_NO_THROW(load_model(k));
+  const std::string sb = "model.layers.4.mlp.down_proj.weight_superblock_scale";
+  rewrite_sqm(k, kbad, sb, 8, &f16_inf, 2);  // element 8 of 2 bytes = byte 16: the d of row 1
+  expect_error<InputError>([&] { load_model(kbad); }, {kbad + ": tensor '" + sb + "'", "row 1 super-block 0: d or dmin not finite"});
 }
 
 /// Every tool on `model` (with the stories tokenizer): exit 2, one stderr line containing

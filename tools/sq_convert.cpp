@@ -84,10 +84,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--sym", sym, "W4A16: symmetric INT4 (the default)");
   app.add_flag("--asym", o.int4.asym, "W4A16: asymmetric INT4 with a zero point per group");
-  app.add_flag("--k-quant", o.int4.k_quant,
-               "W4A16: GGML's Q4_K layout (groups of 32 with an FP16-derived scale and minimum each, 6-bit sub-scales per "
-               "super-block of 256: 4.5 bits/weight; implies --group-size 32 --asym; RTN with the importance-weighted search; "
-               "exports to GGUF as Q4_K)");
+  CLI::Option* k_quant_opt = app.add_flag(
+      "--k-quant,!--no-k-quant", o.int4.k_quant,
+      "W4A16: GGML's Q4_K layout (groups of 32 with an FP16-derived scale and minimum each, 6-bit sub-scales per "
+      "super-block of 256: 4.5 bits/weight; implies --group-size 32 --asym; RTN with the importance-weighted search; "
+      "exports to GGUF as Q4_K, not to compressed-tensors). The default of --scheme w4a16 unless --group-size, --sym, "
+      "--asym, --gptq, --awq or --observer minmax asks for the flat group layout; --no-k-quant: the flat layout "
+      "(default group size 128, symmetric)");
   CLI::Option* gptq_opt = app.add_flag(
       "--gptq,!--no-gptq", o.int4.gptq,
       "GPTQ (needs --calib) instead of round-to-nearest: W4A16 / W4A4 groups, W8A8 per-channel INT8 weights (on the smoothed and "
@@ -175,8 +178,14 @@ int main(int argc, char** argv) {
     o.weight = spec.weight;
     o.act = spec.act;
     if (sym && o.int4.asym) throw sq::UsageError("--sym and --asym exclude each other");
+    if (k_quant_opt->count() && o.scheme != sq::ConvertScheme::W4A16)
+      throw sq::UsageError("--k-quant applies to --scheme w4a16 only (so does --no-k-quant)");
+    // The default W4A16 layout is Q4_K, the most accurate at its size (docs/results.md, "GGML's Q4_K
+    // layout"); an option of the flat group layout (or GPTQ / AWQ, which quantize in it) selects that.
+    const bool flat_layout_flags = app.count("--group-size") || sym || o.int4.asym || o.int4.gptq || o.awq ||
+                                   (app.count("--observer") && observer != "mse");
+    if (k_quant_opt->count() == 0) o.int4.k_quant = o.scheme == sq::ConvertScheme::W4A16 && !flat_layout_flags;
     if (o.int4.k_quant) {
-      if (o.scheme != sq::ConvertScheme::W4A16) throw sq::UsageError("--k-quant applies to --scheme w4a16 only");
       if (sym || (app.count("--group-size") && o.int4.group_size != 32))
         throw sq::UsageError("--k-quant is GGML's Q4_K layout: groups of 32 with a minimum each (drop --sym / --group-size)");
       if (app.count("--observer") && observer != "mse") throw sq::UsageError("--k-quant always uses the importance-weighted search (drop --observer minmax)");

@@ -31,7 +31,8 @@ static_assert(kGemmThreads == kTileN * (kTileM / 4), "thread ↔ output mapping"
 struct Int4View {
   const uint8_t* packed;       ///< [out, in/2]
   const uint16_t* scales_f16;  ///< [out, G]
-  const uint8_t* zeros;        ///< [out·G] flat U4 (asymmetric) or nullptr
+  const uint8_t* zeros;        ///< [out·G] flat U4 (asymmetric, integer zero points) or nullptr
+  const uint16_t* mins_f16;    ///< [out, G] FP16 float minimum (Q4_1 / Q4_K layouts) or nullptr
   int64_t out, in, group, groups;
   bool asym;
 };
@@ -41,7 +42,7 @@ __global__ void w4a16_gemv_kernel(Int4View w, const float* x, float* y) {
   const int lane = threadIdx.x & 31;
   const int64_t r = int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
   if (r >= w.out) return;  // uniform per warp: the shuffles below see full warps only
-  float p = qe::int4_row_partial_dot(w.packed, w.scales_f16, w.zeros, w.in, w.group, w.groups, w.asym, r, x, lane, 32);
+  float p = qe::int4_row_partial_dot(w.packed, w.scales_f16, w.zeros, w.mins_f16, w.in, w.group, w.groups, w.asym, r, x, lane, 32);
   p = warp_sum(p);
   if (lane == 0) y[r] = p;
 }
@@ -59,7 +60,7 @@ __global__ void w4a16_gemm_kernel(Int4View w, const float* x, int64_t n, float* 
       const int rr = idx / kTileK, cc = idx % kTileK;
       const int64_t r = o0 + rr, c = k0 + cc;
       ws[rr][cc] = (r < w.out && cc < kmax)
-                       ? qe::int4_weight_at(w.packed, w.scales_f16, w.zeros, w.in, w.group, w.groups, w.asym, r, c)
+                       ? qe::int4_weight_at(w.packed, w.scales_f16, w.zeros, w.mins_f16, w.in, w.group, w.groups, w.asym, r, c)
                        : 0.0f;
     }
     for (int idx = tid; idx < kTileN * kTileK; idx += kGemmThreads) {
@@ -90,10 +91,12 @@ class CudaW4A16Linear final : public DeviceLinear {
         group_(w.group),
         groups_(int4_groups_per_row(w)),
         asym_(w.asym),
+        float_min_(w.float_min()),
         format_(std::move(format)),
         packed_(w.packed.data(), w.packed.size()),
         scales_(w.scales_f16) {
-    if (asym_) zeros_ = DeviceArray<uint8_t>(w.zeros_packed);
+    if (float_min_) mins_ = DeviceArray<uint16_t>(w.mins_f16);  // K-quant: the expanded Δ and m (quant/q4k_layout.h)
+    else if (asym_) zeros_ = DeviceArray<uint8_t>(w.zeros_packed);
   }
 
   int64_t in_features() const override { return in_; }
@@ -103,7 +106,8 @@ class CudaW4A16Linear final : public DeviceLinear {
   void forward(const float* x, int64_t n, float* y, Stream stream) override {
     if (n < 0) throw std::invalid_argument("W4A16 device linear (" + format_ + "): negative row count " + std::to_string(n));
     if (n == 0) return;
-    const Int4View v{packed_.data(), scales_.data(), asym_ ? zeros_.data() : nullptr, out_, in_, group_, groups_, asym_};
+    const Int4View v{packed_.data(), scales_.data(), asym_ && !float_min_ ? zeros_.data() : nullptr, float_min_ ? mins_.data() : nullptr,
+                     out_, in_, group_, groups_, asym_};
     if (n == 1) {
       const int64_t blocks = (out_ + kGemvWarps - 1) / kGemvWarps;
       if (blocks > INT32_MAX) throw std::invalid_argument("W4A16 device linear: too many output rows");
@@ -121,19 +125,18 @@ class CudaW4A16Linear final : public DeviceLinear {
 
  private:
   int64_t out_, in_, group_, groups_;
-  bool asym_;
+  bool asym_, float_min_;
   std::string format_;
   DeviceArray<uint8_t> packed_;
   DeviceArray<uint16_t> scales_;
   DeviceArray<uint8_t> zeros_;
+  DeviceArray<uint16_t> mins_;
 };
 
 }  // namespace
 
 std::unique_ptr<DeviceLinear> make_w4a16_device_linear(const Int4Weights& w, const std::string& format) {
   validate_int4(w);
-  if (w.float_min())  // the device kernels close groups with integer zero points only
-    throw UnsupportedError(format + ": a float minimum per group (Q4_1 / Q4_K layouts) is not supported by the CUDA runner yet; run on the CPU");
   return std::make_unique<CudaW4A16Linear>(w, format);
 }
 

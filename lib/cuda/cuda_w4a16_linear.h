@@ -2,9 +2,12 @@
 // GPTQ [Frantar et al. 2022] / AWQ, layouts in quant/int4_quantize.h), FP32 activations and output:
 //
 //   y[i, r] = Σ_c x[i, c] · W'[r, c],   W'[r, c] = Δ[r, c/g] · (q[r, c] − z[r, c/g])   (z = 0 symmetric)
+//                                        or Δ[r, c/g] · q[r, c] + m[r, c/g]         (float minimum: Q4_1 / Q4_K)
 //
 // The weights are uploaded exactly as stored — packed [out, in/2] bytes (low nibble = even column),
-// FP16 scales [out, ⌈in/g⌉], flat-packed U4 zero points (asymmetric) — and are never expanded to
+// FP16 scales [out, ⌈in/g⌉], flat-packed U4 zero points (asymmetric) or FP16 minimums [out, ⌈in/g⌉]
+// (float minimum; a K-quant file's Δ and m as expanded from its super-block heads at load,
+// quant/q4k_layout.h) — and are never expanded to
 // FP32/FP16 in global memory; each kernel decodes the elements it needs with the functions of
 // cuda/quant_element.h (W' is exact in FP32). A ragged last group (g ∤ in) needs no padding: the
 // group of column c is c / g.

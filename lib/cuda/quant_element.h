@@ -125,13 +125,21 @@ SQ_HD inline int int4_value(unsigned nib, bool asym) {
 /// times an integer of magnitude ≤ 15), so it equals dequantize_int4 on the CPU bit for bit.
 SQ_HD inline float int4_dequant(int code, int zero, float step) { return step * static_cast<float>(code - zero); }
 
+/// A float-minimum weight Δ · u + m (Q4_1 / Q4_K layouts, u unsigned 0…15): the product is exact in
+/// FP32, so the one rounding of the sum (fused or not) equals dequantize_int4's on the CPU bit for bit.
+SQ_HD inline float int4_dequant_min(int code, float step, float min) { return step * static_cast<float>(code) + min; }
+
 /// The dequantized weight W'[r, c] of a W4A16 matrix in the stored layouts: `packed` [out, in/2]
-/// bytes, `scales_f16` [out, G] FP16 bits, `zeros_packed` [out·G] flat U4 (asymmetric only; ignored
-/// when symmetric), G = ⌈in/g⌉ groups per row, group j = c / g.
+/// bytes, `scales_f16` [out, G] FP16 bits, `zeros_packed` [out·G] flat U4 (integer zero points,
+/// asymmetric only; ignored when symmetric or when `mins_f16` is given), `mins_f16` [out, G] FP16
+/// bits of the float minimum (Q4_1 / Q4_K layouts, Int4Weights::mins_f16; nullptr otherwise),
+/// G = ⌈in/g⌉ groups per row, group j = c / g.
 SQ_HD inline float int4_weight_at(const uint8_t* packed, const uint16_t* scales_f16, const uint8_t* zeros_packed,
-                                  int64_t in, int64_t group, int64_t groups_per_row, bool asym, int64_t r, int64_t c) {
+                                  const uint16_t* mins_f16, int64_t in, int64_t group, int64_t groups_per_row, bool asym,
+                                  int64_t r, int64_t c) {
   const int64_t j = c / group, f = r * groups_per_row + j;
   const int code = int4_value(nibble_at(packed + r * (in / 2), c), asym);
+  if (mins_f16) return int4_dequant_min(code, half_bits_to_float(scales_f16[f]), half_bits_to_float(mins_f16[f]));
   const int zero = asym ? static_cast<int>(nibble_at(zeros_packed, f)) : 0;
   return int4_dequant(code, zero, half_bits_to_float(scales_f16[f]));
 }
@@ -139,21 +147,28 @@ SQ_HD inline float int4_weight_at(const uint8_t* packed, const uint16_t* scales_
 /// One lane's share of the W4A16 GEMV dot product of row r with x: Σ over the bytes b = first,
 /// first + stride, … < in/2 of row r, in that order, of
 ///   acc = fma(x[2b], W'[r, 2b], acc); acc = fma(x[2b+1], W'[r, 2b+1], acc)
-/// (both columns of a byte lie in one group because g is even). The GEMV kernel runs it with
-/// first = lane, stride = 32 and adds the 32 partial sums with a butterfly (xor-shuffle) reduction;
-/// tests replay both steps on the CPU.
+/// (both columns of a byte lie in one group because g is even; W' as int4_weight_at, same
+/// arguments). The GEMV kernel runs it with first = lane, stride = 32 and adds the 32 partial sums
+/// with a butterfly (xor-shuffle) reduction; tests replay both steps on the CPU.
 SQ_HD inline float int4_row_partial_dot(const uint8_t* packed, const uint16_t* scales_f16, const uint8_t* zeros_packed,
-                                        int64_t in, int64_t group, int64_t groups_per_row, bool asym, int64_t r,
-                                        const float* x, int64_t first, int64_t stride) {
+                                        const uint16_t* mins_f16, int64_t in, int64_t group, int64_t groups_per_row, bool asym,
+                                        int64_t r, const float* x, int64_t first, int64_t stride) {
   const uint8_t* prow = packed + r * (in / 2);
   float acc = 0.0f;
   for (int64_t b = first; b < in / 2; b += stride) {
     const int64_t c = 2 * b, f = r * groups_per_row + c / group;
     const float step = half_bits_to_float(scales_f16[f]);
-    const int zero = asym ? static_cast<int>(nibble_at(zeros_packed, f)) : 0;
     const unsigned byte = prow[b];
-    acc = sq_fma(x[c], int4_dequant(int4_value(byte & 0xFu, asym), zero, step), acc);
-    acc = sq_fma(x[c + 1], int4_dequant(int4_value(byte >> 4, asym), zero, step), acc);
+    const int lo = int4_value(byte & 0xFu, asym), hi = int4_value(byte >> 4, asym);
+    if (mins_f16) {
+      const float m = half_bits_to_float(mins_f16[f]);
+      acc = sq_fma(x[c], int4_dequant_min(lo, step, m), acc);
+      acc = sq_fma(x[c + 1], int4_dequant_min(hi, step, m), acc);
+      continue;
+    }
+    const int zero = asym ? static_cast<int>(nibble_at(zeros_packed, f)) : 0;
+    acc = sq_fma(x[c], int4_dequant(lo, zero, step), acc);
+    acc = sq_fma(x[c + 1], int4_dequant(hi, zero, step), acc);
   }
   return acc;
 }

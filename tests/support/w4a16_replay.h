@@ -16,12 +16,13 @@ namespace sq::test {
 /// xor-shuffle butterfly (v[l] ← v[l] + v[l ^ off] for off = 16, 8, 4, 2, 1); y [out].
 inline std::vector<float> replay_w4a16_gemv(const Int4Weights& w, const float* x) {
   const int64_t G = int4_groups_per_row(w);
-  const uint8_t* zeros = w.asym ? w.zeros_packed.data() : nullptr;
+  const uint8_t* zeros = w.asym && !w.float_min() ? w.zeros_packed.data() : nullptr;
+  const uint16_t* mins = w.float_min() ? w.mins_f16.data() : nullptr;
   std::vector<float> y(static_cast<size_t>(w.out));
   for (int64_t r = 0; r < w.out; ++r) {
     float v[32], t[32];
     for (int l = 0; l < 32; ++l)
-      v[l] = qe::int4_row_partial_dot(w.packed.data(), w.scales_f16.data(), zeros, w.in, w.group, G, w.asym, r, x, l, 32);
+      v[l] = qe::int4_row_partial_dot(w.packed.data(), w.scales_f16.data(), zeros, mins, w.in, w.group, G, w.asym, r, x, l, 32);
     for (int off = 16; off > 0; off >>= 1) {
       for (int l = 0; l < 32; ++l) t[l] = v[l] + v[l ^ off];
       for (int l = 0; l < 32; ++l) v[l] = t[l];
@@ -35,12 +36,13 @@ inline std::vector<float> replay_w4a16_gemv(const Int4Weights& w, const float* x
 /// columns in order; y [n, out].
 inline std::vector<float> replay_w4a16_gemm(const Int4Weights& w, const float* x, int64_t n) {
   const int64_t G = int4_groups_per_row(w);
-  const uint8_t* zeros = w.asym ? w.zeros_packed.data() : nullptr;
+  const uint8_t* zeros = w.asym && !w.float_min() ? w.zeros_packed.data() : nullptr;
+  const uint16_t* mins = w.float_min() ? w.mins_f16.data() : nullptr;
   std::vector<float> y(static_cast<size_t>(n * w.out));
   for (int64_t i = 0; i < n; ++i)
     for (int64_t r = 0; r < w.out; ++r)
       y[size_t(i * w.out + r)] =
-          qe::int4_row_partial_dot(w.packed.data(), w.scales_f16.data(), zeros, w.in, w.group, G, w.asym, r, x + i * w.in, 0, 1);
+          qe::int4_row_partial_dot(w.packed.data(), w.scales_f16.data(), zeros, mins, w.in, w.group, G, w.asym, r, x + i * w.in, 0, 1);
   return y;
 }
 
@@ -52,7 +54,8 @@ inline std::vector<float> replay_w4a16(const Int4Weights& w, const float* x, int
 /// Per output (i, r): the exact Σ_c x·W' in double, and the magnitude M = Σ_c |x[i, c]|·Δ·(|q| + z)
 /// that bounds the rounding error of every FP32 evaluation order used here: the fma chains of the
 /// device (≤ γ_in·Σ|x||W'| ≤ γ_in·M) and the CPU layer's, which for asymmetric weights evaluates
-/// Δ·(Σ x·u − z·Σ x) per group (≤ γ·Σ|x|·Δ·(u + z) = γ·M), γ_k = k·u/(1 − k·u), u = 2^−24.
+/// Δ·(Σ x·u − z·Σ x) per group (≤ γ·Σ|x|·Δ·(u + z) = γ·M; with a float minimum m, Δ·Σ x·u + m·Σ x
+/// against the device's once-rounded Δ·u + m, both ≤ γ·Σ|x|·(Δ·|u| + |m|) = γ·M), γ_k = k·u/(1 − k·u), u = 2^−24.
 struct W4A16Exact {
   std::vector<double> value, magnitude;  ///< [n, out] each
 };
@@ -70,6 +73,12 @@ inline W4A16Exact w4a16_exact(const Int4Weights& w, const float* x, int64_t n) {
         const double step = qe::half_bits_to_float(w.scales_f16[size_t(r * G + j)]);
         const int code = int4_code(w, r, c), zero = int4_zero(w, r, j);
         const double xc = x[i * w.in + c];
+        if (w.float_min()) {  // Δ·u + m: the device rounds it once per weight, the CPU closes the group as Δ·Σx·u + m·Σx
+          const double mn = int4_offset(w, r, j);
+          v += xc * (step * code + mn);
+          m += std::fabs(xc) * (step * std::abs(code) + std::fabs(mn));
+          continue;
+        }
         v += xc * step * (code - zero);
         m += std::fabs(xc) * step * (std::abs(code) + zero);
       }
