@@ -18,9 +18,18 @@ namespace {
 struct QParams {
   float scale = 1.0f;
   int32_t zero = 0;
+  float min = 0.0f;        ///< float minimum m (GptqOptions::grid_mins), used when has_min
+  bool has_min = false;
 };
 
 void validate(int64_t out, int64_t in, const GptqOptions& o) {
+  if (o.grid_scales || o.grid_mins) {
+    const int64_t qc = in - o.tail_columns, g = o.group_size == 0 ? std::max<int64_t>(qc, 1) : o.group_size;
+    const size_t cells = static_cast<size_t>(out * ((qc + g - 1) / g));
+    if (!o.grid_scales || !o.grid_mins || o.grid_scales->size() != cells || o.grid_mins->size() != cells || !o.static_groups)
+      throw std::invalid_argument("GPTQ: a fixed grid needs static_groups and both grid_scales and grid_mins of [out, groups] = " +
+                                  std::to_string(cells) + " entries");
+  }
   if (o.bits < 2 || o.bits > 8) throw UsageError("GPTQ/RTN: bits must be in [2, 8], got " + std::to_string(o.bits));
   if (o.group_size < 0) throw UsageError("GPTQ/RTN: group size must be ≥ 0 (0 = per channel), got " + std::to_string(o.group_size));
   if (o.block_size < 1) throw UsageError("GPTQ: block size must be ≥ 1, got " + std::to_string(o.block_size));
@@ -70,11 +79,17 @@ QParams find_params(const float* w, int64_t len, int bits, bool symmetric, bool 
 }
 
 inline int quant_code(float w, const QParams& p, int maxq) {
+  if (p.has_min) {  // w ≈ Δ·u + m, u = clamp(round((w − m)/Δ)); a zero Δ codes everything to m
+    if (!(p.scale > 0.0f)) return 0;
+    return static_cast<int>(std::clamp(std::nearbyint((w - p.min) / p.scale), 0.0f, static_cast<float>(maxq)));
+  }
   const float q = std::nearbyint(w / p.scale) + static_cast<float>(p.zero);
   return static_cast<int>(std::clamp(q, 0.0f, static_cast<float>(maxq)));
 }
 
-inline float dequant(int code, const QParams& p) { return p.scale * static_cast<float>(code - p.zero); }
+inline float dequant(int code, const QParams& p) {
+  return p.has_min ? p.scale * static_cast<float>(code) + p.min : p.scale * static_cast<float>(code - p.zero);
+}
 
 /// Σ_j a_j (w_j − ŵ_j)² of one group coded with p (a = null: uniform), in double.
 double weighted_error(const float* w, const double* a, int64_t len, const QParams& p, int maxq) {
@@ -355,7 +370,17 @@ GptqResult gptq_quantize(const float* W, int64_t out, int64_t in, const std::vec
 
   // Static groups: every group's parameters from the (dead-column-zeroed) weights, natural order.
   std::vector<QParams> static_params;
-  if (o.static_groups) {
+  if (o.grid_scales) {  // a fixed float-minimum grid (K-quant): the caller's (Δ, m), natural order
+    static_params.resize(static_cast<size_t>(out * r.n_groups));
+    for (size_t k = 0; k < static_params.size(); ++k) {
+      QParams& p = static_params[k];
+      p.scale = (*o.grid_scales)[k];
+      p.min = (*o.grid_mins)[k];
+      p.has_min = true;
+      r.scales[k] = p.scale;
+      r.zeros[k] = 0;
+    }
+  } else if (o.static_groups) {
     static_params.resize(static_cast<size_t>(out * r.n_groups));
 #pragma omp parallel for schedule(dynamic, 16) if (o.scale_search && out * in >= 4096)
     for (int64_t row = 0; row < out; ++row)

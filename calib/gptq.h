@@ -80,6 +80,12 @@ struct GptqOptions {
   /// the linear's input); null = uniform. gptq_quantize ignores it and uses diag(H) (the same
   /// quantity up to the constant 2/N). Groups whose importance is all zero use uniform weights.
   const std::vector<double>* importance = nullptr;
+  /// GPTQ only, a fixed float-minimum grid (GGML's Q4_K, whose two-level scales are chosen before any
+  /// error feedback): [out, n_groups] row-major Δ and m per (row, group); the quantizer then codes
+  /// u = clamp(round((w − m)/Δ), 0, 2^b − 1) (u = 0 when Δ = 0) with ŵ = Δ·u + m, and the result's
+  /// zeros are 0 (its dequantized holds Δ·u + m). Both or neither; needs static_groups.
+  const std::vector<float>* grid_scales = nullptr;
+  const std::vector<float>* grid_mins = nullptr;
   /// Trailing columns kept unquantized but error-compensated (file comment), 0 ≤ t < in (t = 0 when in = 0).
   int64_t tail_columns = 0;
   std::string name;       ///< layer/tensor name used in error messages, e.g. "model.layers.0.mlp.up_proj"

@@ -43,11 +43,41 @@ Int4Projection quantize_linear_int4(const Tensor& W, const std::string& name, co
     importance = &diag;
   }
   if (o.k_quant) {
-    if (o.gptq) throw UsageError(name + ": K-quant weights by GPTQ are not supported yet (RTN with the importance-weighted search)");
+    if (o.gptq && !H) throw InputError(name + ": GPTQ needs the input Hessian of this layer (calibrate with --hessian)");
+    if (o.gptq) {  // the grid's importance: diag(H), as the flat layout's GPTQ scale search
+      diag = hessian_diagonal(*H, in);
+      importance = &diag;
+    }
     try {
       p.weights = quantize_q4k(W.data(), rows, in, importance ? importance->data() : nullptr, name);
     } catch (const std::invalid_argument& e) {
       throw InputError(e.what());
+    }
+    if (o.gptq) {
+      // GPTQ on the Q4_K grid: the two-level scales and minimums are fixed first (the RTN search
+      // above, from the original weights), then GPTQ chooses the codes with error feedback.
+      const Int4Weights& q = p.weights;
+      const int64_t ng = int4_groups_per_row(q);
+      std::vector<float> scales(static_cast<size_t>(rows * ng)), mins(scales.size());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < ng; ++j) {
+          scales[static_cast<size_t>(r * ng + j)] = int4_scale(q, r, j);
+          mins[static_cast<size_t>(r * ng + j)] = int4_offset(q, r, j);
+        }
+      g.static_groups = true;
+      g.scale_search = false;
+      g.grid_scales = &scales;
+      g.grid_mins = &mins;
+      const GptqResult r = gptq_quantize(W.data(), rows, in, *H, g);
+      p.weights.packed.assign(static_cast<size_t>(rows * in / 2), 0);
+      uint8_t* const packed = p.weights.packed.mutable_data();
+      for (int64_t row = 0; row < rows; ++row)
+        for (int64_t c = 0; c < in; ++c) {
+          const uint8_t u = r.codes[static_cast<size_t>(row * in + c)];
+          packed[row * (in / 2) + c / 2] |= static_cast<uint8_t>((c & 1) ? u << 4 : u);
+        }
+      p.hessian_error = r.hessian_error;
+      return p;
     }
     if (H) {
       std::vector<float> deq(static_cast<size_t>(rows * in));

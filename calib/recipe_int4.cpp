@@ -89,7 +89,6 @@ class Int4Quantizer final : public LinearQuantizer {
   void check(const ConvertInputs& in) const override {
     if (in.o.int4.gptq && in.o.calib_path.empty())
       throw UsageError("--gptq needs --calib (a calibration file from sq-calibrate, for the Hessians)");
-    if (in.o.int4.k_quant && in.o.int4.gptq) throw UsageError("--k-quant does not combine with --gptq yet (RTN with the importance-weighted search)");
   }
   bool mixes_precision() const override { return true; }
 
@@ -220,7 +219,7 @@ class Int4Quantizer final : public LinearQuantizer {
     if (o.int4.scale_search)
       q["importance"] = o.int4.gptq ? "hessian diagonal" : (in.calib.layers.empty() ? "uniform" : "calibration sum of squares");
     if (o.int4.gptq)
-      q["gptq"] = {{"act_order", o.int4.act_order}, {"damp", o.int4.damp}, {"static_groups", o.int4.act_order}, {"hessians", summary.hessian_source}};
+      q["gptq"] = {{"act_order", o.int4.act_order}, {"damp", o.int4.damp}, {"static_groups", o.int4.act_order || o.int4.k_quant}, {"hessians", summary.hessian_source}};
     if (!summary.mixed.is_null()) q["mixed_precision"] = summary.mixed;
     if (o.awq) {
       nlohmann::json groups = nlohmann::json::array();

@@ -85,12 +85,15 @@ QuantizedBalance w8a8_balance(const LayerStats& st, const ConvertOptions& o) {
 /// round-to-nearest, as AWQ's search does (its pseudo_quantize_tensor); the conversion then
 /// quantizes the chosen scaling with the file's own method (the scale search, GPTQ). Searching with
 /// the scale search inside cost 20× a conversion (SmolLM2 g32: 10 min) and was not better
-/// everywhere (docs/quantization.md, "AWQ scaling").
+/// everywhere (docs/quantization.md, "AWQ scaling"). For Q4_K files (--k-quant) the search's
+/// proxy is the flat g32 asymmetric layout by min/max (Q4_K's groups and minimum, without the
+/// two-level scale search, which made each candidate cost as much as a conversion).
 QuantizedBalance awq_balance(const ConvertOptions& o) {
   Int4Options ro = o.int4;
   ro.gptq = false;
   ro.act_order = false;
   ro.scale_search = false;
+  ro.k_quant = false;
   return [ro](const LinearSlot& slot, const Tensor& W, const std::vector<float>&) -> std::unique_ptr<Linear> {
     return std::make_unique<W4A16Linear>(quantize_linear_int4(W, slot.name, ro, nullptr).weights, Tensor());
   };

@@ -87,7 +87,8 @@ int main(int argc, char** argv) {
   CLI::Option* k_quant_opt = app.add_flag(
       "--k-quant,!--no-k-quant", o.int4.k_quant,
       "W4A16: GGML's Q4_K layout (groups of 32 with an FP16-derived scale and minimum each, 6-bit sub-scales per "
-      "super-block of 256: 4.5 bits/weight; implies --group-size 32 --asym; RTN with the importance-weighted search; "
+      "super-block of 256: 4.5 bits/weight; implies --group-size 32 --asym; RTN with the importance-weighted search, or "
+      "GPTQ on its grid with --gptq; "
       "exports to GGUF as Q4_K, not to compressed-tensors). The default of --scheme w4a16 unless --group-size, --sym, "
       "--asym, --gptq, --awq or --observer minmax asks for the flat group layout; --no-k-quant: the flat layout "
       "(default group size 128, symmetric)");

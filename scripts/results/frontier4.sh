@@ -27,7 +27,7 @@ convert rtn-g128-mse-calib "${G128[@]}" --calib "$OUT/calib.h5"
 convert gptqao-g128-mse "${G128[@]}" --gptq --act-order --calib "$OUT/calib.h5" --gptq-hessians file
 convert rtn-g32-mse-calib-head --scheme w4a16 --group-size 32 --calib "$OUT/calib.h5"
 convert gptqao-g32-mse-head --scheme w4a16 --group-size 32 --gptq --act-order --calib "$OUT/calib.h5" --gptq-hessians file
-convert rtn-g128-mse-calib-head --scheme w4a16 --calib "$OUT/calib.h5"
+convert rtn-g128-mse-calib-head --scheme w4a16 --group-size 128 --calib "$OUT/calib.h5"
 # Mixed precision (docs/quantization.md): the sensitivities are measured once (the 5.5-bit file) and
 # reused by the other budgets; the 5.63-bit file is llama.cpp Q4_K_M + imatrix's size on SmolLM2.
 A32=(--scheme w4a16 --group-size 32 --asym --calib "$OUT/calib.h5")
@@ -36,13 +36,17 @@ convert gptqao-g32a-mse-head "${A32[@]}" --gptq --act-order --gptq-hessians file
 # GGML's Q4_K layout (two-level 6-bit scales and minimums, 4.5 bits/weight where 256 | in). Caveat
 # (docs/results.md): the sources are Q4_1 (SmolLM2) and Q4_K_M files, whose grids a float minimum
 # per 32 weights comes close to re-quantizing.
-convert q4k-mse-calib-head --scheme w4a16 --k-quant --calib "$OUT/calib.h5"
+convert q4k-mse-calib-head --scheme w4a16 --calib "$OUT/calib.h5"   # the default layout: --k-quant
 MIXED=${MIXED:-1}
 [[ $MIXED == 0 ]] || {
 convert rtn-g32a-mixed5.5 "${A32[@]}" --bits-per-weight 5.5
 convert gptqao-g32a-mixed5.63-seq "${A32[@]}" --gptq --act-order --gptq-hessians sequential --bits-per-weight 5.63 \
   --sensitivity-from "$OUT/rtn-g32a-mixed5.5.sqm"
 convert rtn-g32a-kld0.01 "${A32[@]}" --max-kld 0.01 --sensitivity-from "$OUT/rtn-g32a-mixed5.5.sqm"
+# The same budgets with the default Q4_K linears as the 4-bit format
+convert q4k-mixed5.5 --scheme w4a16 --calib "$OUT/calib.h5" --bits-per-weight 5.5
+convert q4k-mixed5.63 --scheme w4a16 --calib "$OUT/calib.h5" --bits-per-weight 5.63 --sensitivity-from "$OUT/q4k-mixed5.5.sqm"
+convert q4k-kld0.01 --scheme w4a16 --calib "$OUT/calib.h5" --max-kld 0.01 --sensitivity-from "$OUT/q4k-mixed5.5.sqm"
 }
 begin_table
 row "FP32" "$OUT/f32.sqm"
@@ -54,14 +58,17 @@ row "RTN g128 sym, mse (calibration Σx²)" "$OUT/rtn-g128-mse-calib.sqm"
 row "GPTQ act-order g128 sym, mse (diag H)" "$OUT/gptqao-g128-mse.sqm"
 row "RTN g32 sym, mse (calibration Σx²) + INT8 head" "$OUT/rtn-g32-mse-calib-head.sqm"
 row "GPTQ act-order g32 sym, mse (diag H) + INT8 head" "$OUT/gptqao-g32-mse-head.sqm"
-row "RTN g128 sym, mse (calibration Σx²) + INT8 head (the --scheme w4a16 --calib default)" "$OUT/rtn-g128-mse-calib-head.sqm"
+row "RTN g128 sym, mse (calibration Σx²) + INT8 head (the --scheme w4a16 --calib default until 2026-12-02)" "$OUT/rtn-g128-mse-calib-head.sqm"
 row "RTN g32 asym, mse (calibration Σx²) + INT8 head" "$OUT/rtn-g32a-mse-calib-head.sqm"
 row "GPTQ act-order g32 asym, mse (diag H) + INT8 head" "$OUT/gptqao-g32a-mse-head.sqm"
-row "RTN Q4_K (--k-quant), mse (calibration Σx²) + INT8 head" "$OUT/q4k-mse-calib-head.sqm"
+row "RTN Q4_K (--k-quant), mse (calibration Σx²) + INT8 head (the --scheme w4a16 --calib default)" "$OUT/q4k-mse-calib-head.sqm"
 [[ $MIXED == 0 ]] || {
 row "RTN g32 asym + INT8 head, --bits-per-weight 5.5" "$OUT/rtn-g32a-mixed5.5.sqm"
 row "GPTQ act-order g32 asym (sequential H) + INT8 head, --bits-per-weight 5.63" "$OUT/gptqao-g32a-mixed5.63-seq.sqm"
 row "RTN g32 asym + INT8 head, --max-kld 0.01" "$OUT/rtn-g32a-kld0.01.sqm"
+row "RTN Q4_K + INT8 head, --bits-per-weight 5.5" "$OUT/q4k-mixed5.5.sqm"
+row "RTN Q4_K + INT8 head, --bits-per-weight 5.63" "$OUT/q4k-mixed5.63.sqm"
+row "RTN Q4_K + INT8 head, --max-kld 0.01" "$OUT/q4k-kld0.01.sqm"
 }
 print_tables "sqkit W4A16 recipe" "linear bits/w" "file bits/w" "file bytes"
 
