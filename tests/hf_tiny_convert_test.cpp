@@ -119,6 +119,9 @@ std::vector<SchemeCase> schemes() {
   // The default W4A16 layout, GGML's Q4_K (calib/q4k_quantize.h): groups of 32 with a float minimum,
   // 6-bit two-level scales; finer than g32 symmetric, so within the 4-bit GPTQ bound.
   s.push_back({"w4a16-q4k", {"--scheme", "w4a16", "--calib", "{calib}"}, 0.4});
+  // GPTQ on the Q4_K grid, and AWQ's scaling before Q4_K: within the same bound.
+  s.push_back({"w4a16-q4k-gptq", {"--scheme", "w4a16", "--k-quant", "--gptq", "--act-order", "--calib", "{calib}"}, 0.4});
+  s.push_back({"w4a16-q4k-awq", {"--scheme", "w4a16", "--k-quant", "--awq", "--calib", "{calib}"}, 0.4});
   s.push_back({"w4a4-atom", {"--scheme", "w4a4-atom", "--group-size", "32", "--calib", "{calib}"}, 0.6});
   // QuaRot's W4A4: no outlier channels, the rotations instead; within the Atom bound.
   s.push_back({"w4a4-rotated", {"--scheme", "w4a4-atom", "--group-size", "32", "--outlier-channels", "0", "--rotate", "hadamard"}, 0.6});
