@@ -37,6 +37,8 @@ convert gptqao-g32a-mse-head "${A32[@]}" --gptq --act-order --gptq-hessians file
 # (docs/results.md): the sources are Q4_1 (SmolLM2) and Q4_K_M files, whose grids a float minimum
 # per 32 weights comes close to re-quantizing.
 convert q4k-mse-calib-head --scheme w4a16 --calib "$OUT/calib.h5"   # the default layout: --k-quant
+convert q4k-awq --scheme w4a16 --k-quant --awq --calib "$OUT/calib.h5"
+convert q4k-gptqao --scheme w4a16 --k-quant --gptq --act-order --calib "$OUT/calib.h5" --gptq-hessians file
 MIXED=${MIXED:-1}
 [[ $MIXED == 0 ]] || {
 convert rtn-g32a-mixed5.5 "${A32[@]}" --bits-per-weight 5.5
@@ -62,6 +64,8 @@ row "RTN g128 sym, mse (calibration Σx²) + INT8 head (the --scheme w4a16 --cal
 row "RTN g32 asym, mse (calibration Σx²) + INT8 head" "$OUT/rtn-g32a-mse-calib-head.sqm"
 row "GPTQ act-order g32 asym, mse (diag H) + INT8 head" "$OUT/gptqao-g32a-mse-head.sqm"
 row "RTN Q4_K (--k-quant), mse (calibration Σx²) + INT8 head (the --scheme w4a16 --calib default)" "$OUT/q4k-mse-calib-head.sqm"
+row "Q4_K after AWQ scaling (--k-quant --awq) + INT8 head" "$OUT/q4k-awq.sqm"
+row "GPTQ act-order on the Q4_K grid (--k-quant --gptq --act-order) + INT8 head" "$OUT/q4k-gptqao.sqm"
 [[ $MIXED == 0 ]] || {
 row "RTN g32 asym + INT8 head, --bits-per-weight 5.5" "$OUT/rtn-g32a-mixed5.5.sqm"
 row "GPTQ act-order g32 asym (sequential H) + INT8 head, --bits-per-weight 5.63" "$OUT/gptqao-g32a-mixed5.63-seq.sqm"
