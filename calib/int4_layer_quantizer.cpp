@@ -36,18 +36,16 @@ Int4Projection quantize_linear_int4(const Tensor& W, const std::string& name, co
                      "² = " + std::to_string(in * in));
   Int4Projection p;
   p.name = name;
-  // RTN's search without a calibration importance weighs the columns by diag(H) when H is given
+  if (o.gptq && !H) throw InputError(name + ": GPTQ needs the input Hessian of this layer (calibrate with --hessian)");
+  // The columns' importance is diag(H): for RTN's search when no calibration importance is given,
+  // and always for the Q4_K grid under GPTQ (as the flat layout's GPTQ scale search, which
+  // gptq_quantize weighs by diag(H) itself)
   std::vector<double> diag;
-  if (!o.gptq && (o.k_quant || o.scale_search) && !importance && H) {
+  if (H && (o.k_quant || o.scale_search) && (o.gptq ? o.k_quant : !importance)) {
     diag = hessian_diagonal(*H, in);
     importance = &diag;
   }
   if (o.k_quant) {
-    if (o.gptq && !H) throw InputError(name + ": GPTQ needs the input Hessian of this layer (calibrate with --hessian)");
-    if (o.gptq) {  // the grid's importance: diag(H), as the flat layout's GPTQ scale search
-      diag = hessian_diagonal(*H, in);
-      importance = &diag;
-    }
     try {
       p.weights = quantize_q4k(W.data(), rows, in, importance ? importance->data() : nullptr, name);
     } catch (const std::invalid_argument& e) {
@@ -87,7 +85,6 @@ Int4Projection quantize_linear_int4(const Tensor& W, const std::string& name, co
     return p;
   }
   if (o.gptq) {
-    if (!H) throw InputError(name + ": GPTQ needs the input Hessian of this layer (calibrate with --hessian)");
     GptqResult r = gptq_quantize(W.data(), rows, in, *H, g);
     p.hessian_error = r.hessian_error;
     p.weights = to_int4_weights(r, !o.asym);

@@ -260,14 +260,12 @@ class Int4Quantizer final : public LinearQuantizer {
     std::map<std::string, size_t> index;  // slot name -> position in slots / cand
     for (size_t i = 0; i < slots.size(); ++i) index[slots[i].name] = i;
     const auto index_of = [&](const LinearSlot& s) { return index.at(s.name); };
-    for (size_t i = 0; i < slots.size(); ++i) {  // the two formats' storage: codes, FP16 steps, U4 zero points (or
-                                                  // K-quant super-block heads) / FP32 row steps
+    for (size_t i = 0; i < slots.size(); ++i) {  // the two formats' storage: the 4-bit layout's / INT8 codes and FP32 row steps
       const LinearSlot& s = slots[i];
-      const int64_t groups = (s.in + o.int4.group_size - 1) / o.int4.group_size;
       cand[i].name = s.name;
       cand[i].weights = s.out * s.in;
-      cand[i].bits_low = o.int4.k_quant ? 4.0 + 8.0 * kQ4kHeadBytes * double(q4k_superblocks(groups)) / double(s.in)
-                                        : (4.0 * double(s.in) + (16.0 + (o.int4.asym ? 4.0 : 0.0)) * double(groups)) / double(s.in);
+      // flat asymmetric files have integer zero points (to_int4_weights), K-quant files their heads
+      cand[i].bits_low = int4_bits_per_weight(s.in, o.int4.group_size, o.int4.asym, false, o.int4.k_quant);
       cand[i].bits_high = 8.0 + 32.0 / double(s.in);
     }
     // Each linear's 4-bit weights, quantized once (the sensitivity pass and every check round use them).

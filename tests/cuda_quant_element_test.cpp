@@ -119,15 +119,11 @@ TEST(CudaQuantElement, Int8ActivationQuantizationIsBitIdenticalToCpuOnRealActiva
 /// without bias, for the ragged k = 172 and m = 172 (padded to 176).
 TEST(CudaQuantElement, W8A8DevicePipelineReplayIsBitIdenticalToCpuLayer) {
   const auto in = test::stories_linear_inputs(64);
-  struct Shape {
-    const Tensor* w;
-    const std::vector<float>* x;
-  };
   struct Mode {
     WeightGranularity wg;
     ActQuant aq;
   };
-  for (const Shape& sh : {Shape{&in.wq, &in.x64}, Shape{&in.wgate, &in.x64}, Shape{&in.wdown, &in.x172}})
+  for (const test::WeightAndInput& sh : {test::WeightAndInput{&in.wq, &in.x64}, test::WeightAndInput{&in.wgate, &in.x64}, test::WeightAndInput{&in.wdown, &in.x172}})
     for (const Mode md : {Mode{WeightGranularity::PerChannel, ActQuant::PerToken}, Mode{WeightGranularity::PerTensor, ActQuant::PerTensorDynamic},
                           Mode{WeightGranularity::PerTensor, ActQuant::PerTensorStatic}, Mode{WeightGranularity::PerChannel, ActQuant::PerTensorStatic}})
       for (bool with_bias : {false, true}) {
@@ -193,11 +189,7 @@ TEST(CudaQuantElement, Int4DecodeMatchesCpuCodecOnRealWeights) {
 /// (in = 64 and the ragged 172: one short super-block per row).
 TEST(CudaQuantElement, KQuantFloatMinimumDecodeAndReplaysMatchCpu) {
   const auto in = test::stories_linear_inputs(64);
-  struct Shape {
-    const Tensor* w;
-    const std::vector<float>* x;
-  };
-  for (const Shape& sh : {Shape{&in.wgate, &in.x64}, Shape{&in.wdown, &in.x172}}) {
+  for (const test::WeightAndInput& sh : {test::WeightAndInput{&in.wgate, &in.x64}, test::WeightAndInput{&in.wdown, &in.x172}}) {
     const W4A16Linear layer(quantize_q4k(sh.w->data(), sh.w->dim(0), sh.w->dim(1), nullptr, "test"));
     const Int4Weights& q = layer.weights();
     ASSERT_TRUE(q.float_min() && q.k_quant());
@@ -229,12 +221,8 @@ TEST(CudaQuantElement, KQuantFloatMinimumDecodeAndReplaysMatchCpu) {
 /// test uses, so a failure there that does not show here is a kernel bug, not a bound problem.
 TEST(CudaQuantElement, W4A16KernelReplaysMatchCpuLayerWithinRoundingBound) {
   const auto in = test::stories_linear_inputs(64);
-  struct Shape {
-    const Tensor* w;
-    const std::vector<float>* x;
-  };
   double worst_ratio = 0, worst_nmse = 0;
-  for (const Shape& sh : {Shape{&in.wq, &in.x64}, Shape{&in.wgate, &in.x64}, Shape{&in.wdown, &in.x172}})
+  for (const test::WeightAndInput& sh : {test::WeightAndInput{&in.wq, &in.x64}, test::WeightAndInput{&in.wgate, &in.x64}, test::WeightAndInput{&in.wdown, &in.x172}})
     for (int64_t g : {32, 64, 128})
       for (bool asym : {false, true}) {
         const W4A16Linear layer(*sh.w, g, asym);

@@ -265,11 +265,7 @@ TEST(W4A16LinearKQuant, EveryPathMatchesTheReference) {
 // activations, H = (2/N)·XᵀX); the packed codes must reproduce GPTQ's own error.
 TEST(Q4kQuantize, GptqOnTheGridLowersTheHessianError) {
   const auto li = test::stories_linear_inputs(256);
-  struct Case {
-    const Tensor* w;
-    const std::vector<float>* x;
-  };
-  for (const Case& c : {Case{&li.wgate, &li.x64}, Case{&li.wdown, &li.x172}}) {
+  for (const test::WeightAndInput& c : {test::WeightAndInput{&li.wgate, &li.x64}, test::WeightAndInput{&li.wdown, &li.x172}}) {
     const int64_t in = c.w->dim(1), n = int64_t(c.x->size()) / in;
     std::vector<double> H(size_t(in * in), 0.0);
     for (int64_t t = 0; t < n; ++t)

@@ -162,13 +162,16 @@ void dequantize_int4(const Int4Weights& w, float* dst) {
   for (int64_t r = 0; r < w.out; ++r) dequantize_int4_row(w, r, dst + r * w.in);
 }
 
-double bits_per_weight(const Int4Weights& w) {
-  if (w.group <= 0 || w.in <= 0) throw std::invalid_argument("bits_per_weight: group size and width must be positive");
-  const double groups_per_weight = double(int4_groups_per_row(w)) / double(w.in);
-  if (w.k_quant()) return 4.0 + 8.0 * kQ4kHeadBytes * double(q4k_superblocks(int4_groups_per_row(w))) / double(w.in);
-  if (w.float_min()) return 4.0 + 32.0 * groups_per_weight;
-  return 4.0 + 16.0 * groups_per_weight + (w.asym ? 4.0 * groups_per_weight : 0.0);
+double int4_bits_per_weight(int64_t in, int64_t group, bool asym, bool float_min, bool k_quant) {
+  if (group <= 0 || in <= 0) throw std::invalid_argument("bits_per_weight: group size and width must be positive");
+  const int64_t groups = (in + group - 1) / group;
+  const double groups_per_weight = double(groups) / double(in);
+  if (k_quant) return 4.0 + 8.0 * kQ4kHeadBytes * double(q4k_superblocks(groups)) / double(in);
+  if (float_min) return 4.0 + 32.0 * groups_per_weight;
+  return 4.0 + 16.0 * groups_per_weight + (asym ? 4.0 * groups_per_weight : 0.0);
 }
+
+double bits_per_weight(const Int4Weights& w) { return int4_bits_per_weight(w.in, w.group, w.asym, w.float_min(), w.k_quant()); }
 
 int64_t int4_storage_bytes(const Int4Weights& w) {
   if (w.k_quant()) return static_cast<int64_t>(w.packed.size() + w.superblock_scales.size());

@@ -117,6 +117,10 @@ void dequantize_int4(const Int4Weights& w, float* dst);
 /// 16·G/in instead of 4·G/in (Q4_1: 5.0); K-quant scales 128·S/in beside the codes, S super-blocks
 /// per row (Q4_K: 4.5 when 256 divides in).
 double bits_per_weight(const Int4Weights& w);
+/// The same figure from the layout alone (a row of `in` columns, groups of `group`; `asym` integer
+/// zero points, or a float minimum, or K-quant scales), for a matrix not quantized yet.
+/// Throws std::invalid_argument when group or in is not positive.
+double int4_bits_per_weight(int64_t in, int64_t group, bool asym, bool float_min, bool k_quant);
 
 /// Bytes as stored in a file: packed + 2 · scales + zeros_packed + 2 · mins (float minimum); for
 /// K-quant scales packed + superblock_scales (the expanded Δ and m are derived, not stored).

@@ -21,6 +21,12 @@ struct StoriesLinearInputs {
   Tensor whead;             ///< LM head weight [512, 64]
 };
 
+/// One of those weights and the activations it reads (pointers into a StoriesLinearInputs).
+struct WeightAndInput {
+  const Tensor* w;
+  const std::vector<float>* x;
+};
+
 /// Loads stories260K (test_data.h paths) and computes the inputs for n tokens (n ≥ 1).
 StoriesLinearInputs stories_linear_inputs(int64_t n);
 
